@@ -1,0 +1,189 @@
+"""The log-dir model: Kafka's on-disk layout as plain, immutable data.
+
+Pure: nothing here touches the disk. ``scan`` (an edge module) fills these types in from a
+real log dir; the planner, flow state and snapshots read them. Naming rules mirror Kafka's
+``LocalLog``/``UnifiedLog``: a partition dir is ``<topic>-<partition>``; a segment is named by
+its 20-digit base offset; dirs ending in ``-delete``/``-future``/``-stray`` are not live.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+
+#: Files that make up one segment and go when the segment goes (Kafka's LogSegment.deleteIfExists).
+SEGMENT_FILE_SUFFIXES: tuple[str, ...] = (".log", ".index", ".timeindex", ".txnindex")
+#: Per-offset files in a partition dir that are not part of a segment's lifetime.
+SNAPSHOT_SUFFIX = ".snapshot"
+#: Kafka's suffix for files scheduled for asynchronous deletion.
+DELETED_SUFFIX = ".deleted"
+#: Transient suffixes Kafka uses while cleaning/swapping; never touched, counted as Kafka bytes.
+TRANSIENT_SUFFIXES: tuple[str, ...] = (".cleaned", ".swap")
+
+_SEGMENT_NAME = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)$")
+# Kafka: "topic-partition" with a ".uniqueId-delete" / "-future" / "-stray" suffix for non-live dirs.
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+?)-(?P<partition>\d+)$")
+_NON_LIVE_DIR = re.compile(
+    r"^(?P<topic>[a-zA-Z0-9._-]+?)-(?P<partition>\d+)\.(?P<uid>[a-zA-Z0-9_-]+)-(?P<kind>delete|future|stray)$"
+)
+
+
+class PartitionDirKind(str, Enum):
+    LIVE = "live"
+    DELETE = "delete"
+    FUTURE = "future"
+    STRAY = "stray"
+
+
+@dataclass(frozen=True)
+class PartitionDirName:
+    topic: str
+    partition: int
+    kind: PartitionDirKind
+
+
+def parse_partition_dir(name: str) -> PartitionDirName | None:
+    """``orders-3`` -> live partition; ``orders-3.<uuid>-delete`` -> a dir on its way out.
+
+    Names that are not Kafka partition dirs (``lost+found``, checkpoint files) give None.
+    """
+    match = _NON_LIVE_DIR.match(name)
+    if match:
+        return PartitionDirName(
+            match["topic"], int(match["partition"]), PartitionDirKind(match["kind"])
+        )
+    # Older brokers name future/delete dirs without the unique id ("topic-0-delete").
+    for kind in (PartitionDirKind.DELETE, PartitionDirKind.FUTURE, PartitionDirKind.STRAY):
+        suffix = f"-{kind.value}"
+        if name.endswith(suffix):
+            inner = _PARTITION_DIR.match(name.removesuffix(suffix))
+            if inner:
+                return PartitionDirName(inner["topic"], int(inner["partition"]), kind)
+            return None
+    match = _PARTITION_DIR.match(name)
+    if match and len(match["topic"]) <= 249 and match["topic"] not in (".", ".."):
+        return PartitionDirName(match["topic"], int(match["partition"]), PartitionDirKind.LIVE)
+    return None
+
+
+def parse_segment_file(name: str) -> tuple[int, str] | None:
+    """``00000000000000001234.log`` -> ``(1234, ".log")``; anything else -> None."""
+    match = _SEGMENT_NAME.match(name)
+    if not match:
+        return None
+    return int(match.group(1)), match.group(2)
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True)
+class FilesystemUsage:
+    """One mounted filesystem as ``df`` sees it.
+
+    ``used`` excludes root-reserved blocks and ``available`` is what a non-root process may
+    still write, so ``usage_percent`` equals df's Use% (before its rounding up).
+    """
+
+    mount: str
+    device: str
+    total_bytes: int
+    used_bytes: int
+    available_bytes: int
+
+    @property
+    def usage_percent(self) -> float:
+        denominator = self.used_bytes + self.available_bytes
+        return 100.0 * self.used_bytes / denominator if denominator else 0.0
+
+    def used_bytes_at(self, percent: float) -> int:
+        """The ``used`` value at which df would show ``percent`` usage."""
+        return int((self.used_bytes + self.available_bytes) * percent / 100.0)
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """What the planner needs to know about one segment, read lazily from disk."""
+
+    bytes: int
+    max_timestamp_ms: int
+    #: "timeindex", "log" (last batch of the .log) or "mtime" (fallback, with a warning).
+    timestamp_source: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One live partition directory in one log dir.
+
+    ``base_offsets`` is sorted; the last is the active segment. Segments wholly below
+    ``log_start_offset`` are already on their way out (the broker deletes them at its next
+    retention check) and are listed in ``reclaiming`` rather than offered again.
+    """
+
+    log_dir: str
+    topic: str
+    partition: int
+    path: str
+    base_offsets: tuple[int, ...]
+    log_start_offset: int | None = None
+    protected: bool = False
+
+    @property
+    def active_base_offset(self) -> int | None:
+        return self.base_offsets[-1] if self.base_offsets else None
+
+    @property
+    def reclaiming(self) -> tuple[int, ...]:
+        """Closed segments whose every offset is below the log start offset."""
+        if self.log_start_offset is None:
+            return ()
+        out = []
+        for base, nxt in zip(self.base_offsets, self.base_offsets[1:], strict=False):
+            if nxt <= self.log_start_offset:
+                out.append(base)
+            else:
+                break
+        return tuple(out)
+
+    @property
+    def candidates(self) -> tuple[tuple[int, int], ...]:
+        """``(base_offset, next_offset)`` of closed segments not yet reclaiming, oldest first."""
+        skip = len(self.reclaiming)
+        return tuple(
+            (base, nxt)
+            for base, nxt in zip(self.base_offsets[skip:], self.base_offsets[skip + 1 :], strict=False)
+        )
+
+
+@dataclass(frozen=True)
+class LogDir:
+    """One configured log dir and what scanning it found."""
+
+    path: str
+    mount: str
+    partitions: tuple[Partition, ...]
+    #: Bytes already on their way out: ``*.deleted`` files, ``-delete`` dirs and segments
+    #: wholly below a partition's log start offset.
+    pending_reclaim_bytes: int = 0
+    #: Allocated bytes of everything Kafka owns in this dir (known only after a full scan).
+    kafka_bytes: int | None = None
+    #: Warnings raised while scanning (unreadable files, odd names); never fatal.
+    warnings: tuple[str, ...] = ()
+    #: Broker holds the ``.lock`` file (another process has it locked).
+    locked_by_broker: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Filesystem:
+    """A filesystem and the log dirs on it: the unit KIP-61 limits apply to."""
+
+    usage: FilesystemUsage
+    log_dirs: tuple[LogDir, ...] = field(default_factory=tuple)
+
+    @property
+    def pending_reclaim_bytes(self) -> int:
+        return sum(d.pending_reclaim_bytes for d in self.log_dirs)

@@ -1,0 +1,86 @@
+"""Human units in config and output: sizes like ``"50GiB"`` and durations like ``"5s"``.
+
+Operators write sizes the way Kafka and Redpanda docs do, so both IEC (KiB, MiB, GiB) and
+SI (KB, MB, GB) suffixes are accepted; a bare integer is bytes / seconds.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+
+_DURATION_UNITS: dict[str, float] = {
+    "": 1.0,
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+
+_NUMBER_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: int | float | str) -> int:
+    """Bytes from ``1073741824``, ``"1GiB"``, ``"512 MB"``; raises ValueError with the reason."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 1073741824 or \"1GiB\", got a boolean")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"size must not be negative, got {value}")
+        return int(value)
+    match = _NUMBER_UNIT.match(value)
+    if not match:
+        raise ValueError(f"expected a size such as \"50GiB\" or \"512MB\", got {value!r}")
+    number, unit = match.groups()
+    factor = _SIZE_UNITS.get(unit.lower())
+    if factor is None:
+        raise ValueError(f"unknown size unit {unit!r} in {value!r} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+    return int(float(number) * factor)
+
+
+def parse_duration(value: int | float | str) -> float:
+    """Seconds from ``5``, ``"5s"``, ``"250ms"``, ``"1m"``; raises ValueError with the reason."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as \"5s\", got a boolean")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"duration must not be negative, got {value}")
+        return float(value)
+    match = _NUMBER_UNIT.match(value)
+    if not match:
+        raise ValueError(f"expected a duration such as \"5s\" or \"250ms\", got {value!r}")
+    number, unit = match.groups()
+    factor = _DURATION_UNITS.get(unit.lower())
+    if factor is None:
+        raise ValueError(f"unknown duration unit {unit!r} in {value!r} (use ms, s, m, h, d)")
+    return float(number) * factor
+
+
+def format_bytes(n: int | float) -> str:
+    """``1536`` -> ``"1.5 KiB"``: for tables and log messages a person reads."""
+    value = float(n)
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

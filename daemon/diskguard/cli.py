@@ -1,0 +1,99 @@
+"""The ``diskguard`` command line.
+
+Every command validates the config the same way before doing anything (exit 2 with one line
+per problem), and no command ever shows a traceback: unexpected errors are reported as one
+line and exit 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from diskguard import __version__
+from diskguard.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+
+EXIT_OK = 0
+EXIT_UNREACHABLE = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """One line on stderr, then exit: the only way a command reports a problem."""
+    click.echo(f"diskguard: {message}", err=True)
+    sys.exit(code)
+
+
+def load_or_exit(path: Path) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            click.echo(problem, err=True)
+        sys.exit(EXIT_USAGE)
+
+
+def config_option(func: F) -> F:
+    return click.option(
+        "-c",
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=DEFAULT_CONFIG_PATH,
+        show_default=True,
+        help="The diskguard TOML config.",
+    )(func)
+
+
+def no_traceback(func: F) -> F:
+    """Turn any unexpected exception into one line and exit 1; click's own exits pass through."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            fail(f"{exc.strerror or exc}{where}", EXIT_UNREACHABLE)
+        except Exception as exc:  # noqa: BLE001 - the last line of defence before the user
+            fail(f"unexpected error: {type(exc).__name__}: {exc}", EXIT_UNREACHABLE)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="diskguard")
+def cli() -> None:
+    """Keeps a Kafka broker's disks from filling (KIP-61 retention, flow control, snapshots)."""
+
+
+@cli.command("check-config")
+@config_option
+@no_traceback
+def check_config(config_path: Path) -> None:
+    """Validate the config: exit 0 when valid, 2 with one line per problem otherwise."""
+    config = load_or_exit(config_path)
+    dirs = ", ".join(str(d) for d in config.broker.log_dirs)
+    click.echo(f"{config_path}: ok ({len(config.broker.log_dirs)} log dir(s): {dirs})")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="diskguard")
+
+
+# Subcommands live beside the code they drive; importing registers them on ``cli``.
+from diskguard import commands as _commands  # noqa: E402,F401
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,288 @@
+"""The KIP-61 planner: which segments go, in which order, and why. Pure.
+
+Given each filesystem's usage and the partitions on it, pick the *globally oldest* closed
+segments across all topics until their bytes cover the excess over the target. Rules that
+make it safe (mirroring Kafka's ``UnifiedLog.deleteOldSegments``):
+
+- per partition only a prefix of segments can go (never a hole), never the active one;
+- protected topics are never candidates;
+- bytes already on their way out (``pending_reclaim``) are subtracted first, or every cycle
+  under a running broker would delete again what the broker has not yet removed;
+- minimal: stop as soon as the excess is covered.
+
+Segment details (bytes, timestamps) are read lazily through ``SegmentReader`` only for the
+partition heads popped from the heap, so planning a 3M-file tree reads a few thousand files.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from diskguard.model import Filesystem, Partition, SegmentInfo
+
+
+class SegmentReader(Protocol):
+    """Reads one segment's bytes and age; the edge (``scan``) implements it against disk."""
+
+    def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo: ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits that apply to one filesystem."""
+
+    limit_percent: float
+    target_percent: float
+    #: Per-log-dir byte budget for Kafka data (Redpanda's target capacity bytes).
+    max_bytes: int | None = None
+    #: Extra free space to leave (offline rescue: room for the broker's log recovery).
+    headroom_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """One chosen segment. ``next_offset`` is the DeleteRecords offset that removes it."""
+
+    log_dir: str
+    topic: str
+    partition: int
+    base_offset: int
+    next_offset: int
+    max_timestamp_ms: int
+    bytes: int
+    files: tuple[str, ...]
+    mount: str
+    timestamp_source: str = "timeindex"
+    #: Why it was chosen: "disk_usage_percent" or "max_bytes".
+    reason: str = "disk_usage_percent"
+    #: group -> records of this segment the group has not consumed yet.
+    unconsumed_records: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FilesystemPlan:
+    mount: str
+    device: str
+    log_dirs: tuple[str, ...]
+    total_bytes: int
+    used_bytes: int
+    available_bytes: int
+    usage_percent: float
+    limit_percent: float
+    target_percent: float
+    pending_reclaim_bytes: int
+    excess_bytes: int
+    chosen_bytes: int = 0
+    chosen_count: int = 0
+    #: Excess left after every deletable segment was chosen (only active/protected remain).
+    unreachable_bytes: int = 0
+
+    @property
+    def over_limit(self) -> bool:
+        return self.excess_bytes > 0
+
+    @property
+    def reachable(self) -> bool:
+        return self.unreachable_bytes <= 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    filesystems: tuple[FilesystemPlan, ...]
+    deletions: tuple[Deletion, ...]
+
+    @property
+    def reachable(self) -> bool:
+        return all(fs.reachable for fs in self.filesystems)
+
+
+#: (topic, partition) -> group -> committed offset.
+CommittedOffsets = Mapping[tuple[str, int], Mapping[str, int]]
+
+
+def unconsumed_records(
+    committed: Mapping[str, int], base_offset: int, next_offset: int
+) -> dict[str, int]:
+    """Records in ``[base_offset, next_offset)`` each group has not consumed yet."""
+    out: dict[str, int] = {}
+    for group, offset in committed.items():
+        missing = next_offset - max(base_offset, offset)
+        if missing > 0:
+            out[group] = min(missing, next_offset - base_offset)
+    return out
+
+
+def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
+    """``(excess_bytes, over_ceiling)`` for the usage-percent rule.
+
+    KIP-61 triggers above the ceiling (``limit_percent``) and then deletes down to
+    ``target_percent``; what is already pending reclaim counts as deleted.
+    """
+    usage = fs.usage
+    over = usage.usage_percent > limits.limit_percent or (
+        limits.headroom_bytes > 0 and usage.available_bytes < limits.headroom_bytes
+    )
+    if not over:
+        return 0, False
+    target_used = usage.used_bytes_at(limits.target_percent)
+    if limits.headroom_bytes:
+        # Leave ``headroom_bytes`` free in addition to the target.
+        target_used = min(target_used, usage.used_bytes + usage.available_bytes - limits.headroom_bytes)
+    excess = usage.used_bytes - target_used - fs.pending_reclaim_bytes
+    return max(0, excess), True
+
+
+@dataclass(order=True)
+class _Head:
+    """A partition's oldest remaining candidate, ordered for the heap.
+
+    Order: age first (largest timestamp), then segments every consumer group has read before
+    those some group still needs, then (topic, partition, base offset) for determinism.
+    """
+
+    max_timestamp_ms: int
+    has_unconsumed: bool
+    topic: str
+    partition: int
+    base_offset: int
+    log_dir: str
+    index: int = field(compare=False)
+    part: Partition = field(compare=False)
+    info: SegmentInfo = field(compare=False)
+    next_offset: int = field(compare=False)
+
+
+def plan_filesystem(
+    fs: Filesystem,
+    limits: Limits,
+    read: SegmentReader,
+    committed: CommittedOffsets | None = None,
+) -> tuple[FilesystemPlan, list[Deletion]]:
+    """Plan one filesystem: the global-oldest prefix set covering its excess."""
+    initial_excess, _over = filesystem_excess(fs, limits)
+    initial_dir_excess = _dir_excess(fs, limits)
+    excess = initial_excess
+    log_dir_excess = dict(initial_dir_excess)
+    committed = committed or {}
+    total_needed = excess + sum(log_dir_excess.values())
+    heap: list[_Head] = []
+    if total_needed > 0:
+        for log_dir in fs.log_dirs:
+            for part in log_dir.partitions:
+                head = _head(part, 0, read, committed)
+                if head is not None:
+                    heap.append(head)
+        heapq.heapify(heap)
+
+    chosen: list[Deletion] = []
+    chosen_bytes = 0
+    while heap and (excess > 0 or any(v > 0 for v in log_dir_excess.values())):
+        head = heapq.heappop(heap)
+        dir_need = log_dir_excess.get(head.log_dir, 0)
+        if excess <= 0 and dir_need <= 0:
+            # Neither this filesystem nor this log dir needs bytes: drop the partition.
+            continue
+        reason = "disk_usage_percent" if excess > 0 else "max_bytes"
+        size = head.info.bytes
+        chosen.append(
+            Deletion(
+                log_dir=head.log_dir,
+                topic=head.topic,
+                partition=head.partition,
+                base_offset=head.base_offset,
+                next_offset=head.next_offset,
+                max_timestamp_ms=head.max_timestamp_ms,
+                bytes=size,
+                files=head.info.files,
+                mount=fs.usage.mount,
+                timestamp_source=head.info.timestamp_source,
+                reason=reason,
+                unconsumed_records=unconsumed_records(
+                    committed.get((head.topic, head.partition), {}), head.base_offset, head.next_offset
+                ),
+            )
+        )
+        chosen_bytes += size
+        excess -= size
+        if head.log_dir in log_dir_excess:
+            log_dir_excess[head.log_dir] -= size
+        nxt = _head(head.part, head.index + 1, read, committed)
+        if nxt is not None:
+            heapq.heappush(heap, nxt)
+
+    unreachable = max(0, excess) + sum(max(0, v) for v in log_dir_excess.values())
+    usage = fs.usage
+    plan = FilesystemPlan(
+        mount=usage.mount,
+        device=usage.device,
+        log_dirs=tuple(d.path for d in fs.log_dirs),
+        total_bytes=usage.total_bytes,
+        used_bytes=usage.used_bytes,
+        available_bytes=usage.available_bytes,
+        usage_percent=round(usage.usage_percent, 3),
+        limit_percent=limits.limit_percent,
+        target_percent=limits.target_percent,
+        pending_reclaim_bytes=fs.pending_reclaim_bytes,
+        excess_bytes=initial_excess + sum(initial_dir_excess.values()),
+        chosen_bytes=chosen_bytes,
+        chosen_count=len(chosen),
+        unreachable_bytes=unreachable,
+    )
+    return plan, chosen
+
+
+def _dir_excess(fs: Filesystem, limits: Limits) -> dict[str, int]:
+    """Per log dir: Kafka bytes over the ``max_bytes`` budget, net of pending reclaim."""
+    if limits.max_bytes is None:
+        return {}
+    out = {}
+    for log_dir in fs.log_dirs:
+        if log_dir.kafka_bytes is not None:
+            value = log_dir.kafka_bytes - limits.max_bytes - log_dir.pending_reclaim_bytes
+            if value > 0:
+                out[log_dir.path] = value
+    return out
+
+
+def _head(
+    part: Partition, index: int, read: SegmentReader, committed: CommittedOffsets
+) -> _Head | None:
+    if part.protected:
+        return None
+    candidates = part.candidates
+    if index >= len(candidates):
+        return None
+    base, nxt = candidates[index]
+    info = read(part, base)
+    groups = committed.get((part.topic, part.partition), {})
+    return _Head(
+        max_timestamp_ms=info.max_timestamp_ms,
+        has_unconsumed=any(offset < nxt for offset in groups.values()),
+        topic=part.topic,
+        partition=part.partition,
+        base_offset=base,
+        log_dir=part.log_dir,
+        index=index,
+        part=part,
+        info=info,
+        next_offset=nxt,
+    )
+
+
+def plan(
+    filesystems: Sequence[Filesystem],
+    limits_for: Callable[[Filesystem], Limits],
+    read: SegmentReader,
+    committed: CommittedOffsets | None = None,
+) -> Plan:
+    """Plan every filesystem; deletions are in deletion order (per filesystem, oldest first)."""
+    fs_plans: list[FilesystemPlan] = []
+    deletions: list[Deletion] = []
+    for fs in filesystems:
+        fs_plan, chosen = plan_filesystem(fs, limits_for(fs), read, committed)
+        fs_plans.append(fs_plan)
+        deletions.extend(chosen)
+    return Plan(tuple(fs_plans), tuple(deletions))

@@ -1,0 +1,355 @@
+"""Scanning real log dirs into the model (edge: all the disk reads live here).
+
+Cheap by design: listing names (``getdents``) is all a plan needs for most files; only the
+heads the planner pops are stat'ed and have their ``.timeindex`` read (``SegmentFileReader``).
+A *full* scan (snapshots, ``max_bytes``) stats every file, still without reading contents.
+
+Safety rules from Kafka's own ``LogManager``: never follow a symlink out of a log dir, skip
+``-delete``/``-future``/``-stray`` dirs (their bytes are pending reclaim or other), tolerate
+files vanishing mid-scan (the broker deletes and rolls while we look).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from diskguard import fsusage, offsetindex, recordbatch, timeindex
+from diskguard.model import (
+    DELETED_SUFFIX,
+    SEGMENT_FILE_SUFFIXES,
+    Filesystem,
+    LogDir,
+    Partition,
+    PartitionDirKind,
+    SegmentInfo,
+    parse_partition_dir,
+    parse_segment_file,
+    segment_file_name,
+)
+
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+
+
+@dataclass(frozen=True)
+class TopicUsage:
+    partitions: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """Filesystems with their log dirs, plus what a full scan measured."""
+
+    filesystems: tuple[Filesystem, ...]
+    #: topic -> usage, per mount; only filled by a full scan.
+    topics_by_mount: Mapping[str, Mapping[str, TopicUsage]] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+def allocated_bytes(st: os.stat_result) -> int:
+    """Bytes a file really occupies: sparse preallocated indexes count only written blocks."""
+    return st.st_blocks * 512
+
+
+def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """Kafka's ``OffsetCheckpointFile``: version 0, a count, then ``topic partition offset``.
+
+    A missing file is normal (new broker); a malformed one raises ValueError naming it.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    lines = text.splitlines()
+    if len(lines) < 2 or lines[0].strip() != "0" or not lines[1].strip().isdigit():
+        raise ValueError(f"{path}: malformed checkpoint header")
+    count = int(lines[1])
+    out: dict[tuple[str, int], int] = {}
+    for line in lines[2 : 2 + count]:
+        parts = line.split()
+        if len(parts) != 3 or not parts[1].isdigit() or not re.fullmatch(r"-?\d+", parts[2]):
+            raise ValueError(f"{path}: malformed checkpoint line {line!r}")
+        out[(parts[0], int(parts[1]))] = int(parts[2])
+    if len(out) != count:
+        raise ValueError(f"{path}: checkpoint says {count} entries, has {len(out)}")
+    return out
+
+
+def _tree_bytes(path: str) -> int:
+    """Allocated bytes under ``path`` without following symlinks; vanishing files are fine."""
+    total = 0
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        total += _tree_bytes(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        total += allocated_bytes(entry.stat(follow_symlinks=False))
+                except FileNotFoundError:
+                    continue
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    return total
+
+
+@dataclass
+class _PartitionListing:
+    bases: set[int]
+    deleted_bytes: int
+    file_bytes: int
+
+
+def _list_partition(path: str, full: bool) -> _PartitionListing:
+    bases: set[int] = set()
+    deleted = 0
+    total = 0
+    with os.scandir(path) as entries:
+        for entry in entries:
+            name = entry.name
+            try:
+                if name.endswith(DELETED_SUFFIX):
+                    if entry.is_file(follow_symlinks=False):
+                        deleted += allocated_bytes(entry.stat(follow_symlinks=False))
+                    continue
+                parsed = parse_segment_file(name)
+                if parsed is not None and parsed[1] == ".log":
+                    if not entry.is_file(follow_symlinks=False):
+                        continue  # a symlink or dir named like a segment is never ours
+                    bases.add(parsed[0])
+                if full and entry.is_file(follow_symlinks=False):
+                    total += allocated_bytes(entry.stat(follow_symlinks=False))
+            except FileNotFoundError:
+                continue
+    return _PartitionListing(bases, deleted, total)
+
+
+def _is_protected(topic: str, patterns: Sequence[re.Pattern[str]], compacted: set[str]) -> bool:
+    return topic in compacted or any(p.search(topic) for p in patterns)
+
+
+def scan_log_dir(
+    log_dir: str,
+    mount: str,
+    protect: Sequence[re.Pattern[str]],
+    full: bool = False,
+    topics: dict[str, list[int]] | None = None,
+) -> LogDir:
+    """One log dir: its live partitions, pending reclaim and (if ``full``) its Kafka bytes.
+
+    ``topics`` (optional, out-parameter) receives ``topic -> [partitions, bytes]`` sums.
+    """
+    warnings: list[str] = []
+    root = Path(log_dir)
+    try:
+        log_start = read_checkpoint(root / LOG_START_CHECKPOINT)
+    except (ValueError, OSError) as exc:
+        warnings.append(f"{exc}; log start offsets unknown, no segment counted as reclaiming")
+        log_start = {}
+    try:
+        compacted = {tp[0] for tp in read_checkpoint(root / CLEANER_CHECKPOINT)}
+    except (ValueError, OSError) as exc:
+        warnings.append(f"{exc}; compacted topics unknown from the cleaner checkpoint")
+        compacted = set()
+
+    partitions: list[Partition] = []
+    pending = 0
+    kafka_bytes = 0
+    try:
+        entries = list(os.scandir(log_dir))
+    except OSError as exc:
+        return LogDir(
+            path=log_dir,
+            mount=mount,
+            partitions=(),
+            warnings=(f"{log_dir}: cannot list log dir: {exc.strerror or exc}",),
+            error=exc.strerror or str(exc),
+        )
+    for entry in entries:
+        try:
+            if entry.is_symlink():
+                warnings.append(f"{entry.path}: symlink in log dir, not followed")
+                continue
+            if not entry.is_dir(follow_symlinks=False):
+                if full and entry.is_file(follow_symlinks=False):
+                    kafka_bytes += allocated_bytes(entry.stat(follow_symlinks=False))
+                continue
+        except FileNotFoundError:
+            continue
+        name = parse_partition_dir(entry.name)
+        if name is None:
+            continue
+        if name.kind is PartitionDirKind.DELETE:
+            size = _tree_bytes(entry.path)
+            pending += size
+            kafka_bytes += size
+            continue
+        if name.kind is not PartitionDirKind.LIVE:
+            if full:
+                kafka_bytes += _tree_bytes(entry.path)
+            continue
+        try:
+            listing = _list_partition(entry.path, full)
+        except FileNotFoundError:
+            continue  # partition deleted while we looked
+        except OSError as exc:
+            warnings.append(f"{entry.path}: cannot list partition: {exc.strerror or exc}; skipped")
+            continue
+        part = Partition(
+            log_dir=log_dir,
+            topic=name.topic,
+            partition=name.partition,
+            path=entry.path,
+            base_offsets=tuple(sorted(listing.bases)),
+            log_start_offset=log_start.get((name.topic, name.partition)),
+            protected=_is_protected(name.topic, protect, compacted),
+        )
+        reclaiming_bytes = sum(_segment_bytes(part.path, base) for base in part.reclaiming)
+        pending += listing.deleted_bytes + reclaiming_bytes
+        kafka_bytes += listing.file_bytes + (listing.deleted_bytes if full else 0)
+        if topics is not None:
+            acc = topics.setdefault(name.topic, [0, 0])
+            acc[0] += 1
+            acc[1] += listing.file_bytes + listing.deleted_bytes
+        partitions.append(part)
+    partitions.sort(key=lambda p: (p.topic, p.partition))
+    return LogDir(
+        path=log_dir,
+        mount=mount,
+        partitions=tuple(partitions),
+        pending_reclaim_bytes=pending,
+        kafka_bytes=kafka_bytes if full else None,
+        warnings=tuple(warnings),
+    )
+
+
+def _segment_paths(partition_dir: str, base: int) -> list[str]:
+    return [os.path.join(partition_dir, segment_file_name(base, sfx)) for sfx in SEGMENT_FILE_SUFFIXES]
+
+
+def _segment_bytes(partition_dir: str, base: int) -> int:
+    total = 0
+    for path in _segment_paths(partition_dir, base):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            total += allocated_bytes(st)
+    return total
+
+
+class SegmentFileReader:
+    """The planner's ``SegmentReader`` over real files; collects warnings as it goes.
+
+    The age key mirrors Kafka's ``LogSegment.largestTimestamp``: the max timestamp the segment
+    holds (last ``.timeindex`` entry, or the last batch of the ``.log`` when the index is empty
+    or unreadable), falling back to the ``.log`` mtime only when no record carries a timestamp.
+    """
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.reads = 0
+
+    def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo:
+        self.reads += 1
+        files: list[str] = []
+        size = 0
+        log_mtime_ms = 0
+        for path in _segment_paths(partition.path, base_offset):
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            files.append(path)
+            size += allocated_bytes(st)
+            if path.endswith(".log"):
+                log_mtime_ms = st.st_mtime_ns // 1_000_000
+        ts, source = self._max_timestamp(partition.path, base_offset)
+        if ts is None:
+            ts, source = log_mtime_ms, "mtime"
+        return SegmentInfo(bytes=size, max_timestamp_ms=ts, timestamp_source=source, files=tuple(files))
+
+    def _max_timestamp(self, partition_dir: str, base: int) -> tuple[int | None, str]:
+        ti_path = os.path.join(partition_dir, segment_file_name(base, ".timeindex"))
+        problem = ""
+        try:
+            entry = timeindex.last_entry(ti_path)
+            if entry is not None and entry.timestamp_ms >= 0:
+                return entry.timestamp_ms, "timeindex"
+            problem = "empty"
+        except FileNotFoundError:
+            problem = "missing"
+        except (ValueError, OSError) as exc:
+            problem = str(exc)
+        log_path = os.path.join(partition_dir, segment_file_name(base, ".log"))
+        start = 0
+        try:
+            last = offsetindex.last_entry(os.path.join(partition_dir, segment_file_name(base, ".index")))
+            if last is not None:
+                start = last.position
+        except (ValueError, OSError):
+            start = 0
+        try:
+            ts = recordbatch.last_batch_max_timestamp(log_path, start)
+            if ts is None and start:
+                ts = recordbatch.last_batch_max_timestamp(log_path, 0)
+        except (ValueError, OSError) as exc:
+            self.warnings.append(
+                f"{log_path}: no usable timestamp (timeindex {problem}; log: {exc}); using mtime"
+            )
+            return None, "mtime"
+        if ts is not None and ts >= 0:
+            if problem not in ("empty", "missing"):
+                self.warnings.append(f"{ti_path}: {problem}; max timestamp read from the .log")
+            return ts, "log"
+        self.warnings.append(f"{ti_path}: {problem} and no record timestamps; using .log mtime")
+        return None, "mtime"
+
+
+def group_by_filesystem(log_dirs: Iterable[str]) -> dict[str, list[str]]:
+    """mount point -> log dirs on it (several log dirs may share one filesystem)."""
+    out: dict[str, list[str]] = {}
+    for log_dir in log_dirs:
+        mount, _device = fsusage.mount_of(log_dir)
+        out.setdefault(mount, []).append(log_dir)
+    return out
+
+
+def scan(
+    log_dirs: Sequence[str | Path],
+    protect_topics: Sequence[str],
+    full: bool = False,
+) -> ScanResult:
+    """Scan every log dir and group them by filesystem with ``df``-exact usage."""
+    protect = [re.compile(p) for p in protect_topics]
+    by_mount: dict[str, list[LogDir]] = {}
+    topics_by_mount: dict[str, dict[str, TopicUsage]] = {}
+    warnings: list[str] = []
+    usages = {}
+    for raw in log_dirs:
+        log_dir = str(raw)
+        mount, device = fsusage.mount_of(log_dir)
+        topic_acc: dict[str, list[int]] = {}
+        scanned = scan_log_dir(log_dir, mount, protect, full=full, topics=topic_acc if full else None)
+        warnings.extend(scanned.warnings)
+        by_mount.setdefault(mount, []).append(scanned)
+        if full:
+            merged = topics_by_mount.setdefault(mount, {})
+            for topic, (parts, size) in topic_acc.items():
+                prev = merged.get(topic, TopicUsage(0, 0))
+                merged[topic] = TopicUsage(prev.partitions + parts, prev.bytes + size)
+        if mount not in usages:
+            usages[mount] = replace(fsusage.filesystem_usage(log_dir), mount=mount, device=device)
+    filesystems = tuple(
+        Filesystem(usage=usages[mount], log_dirs=tuple(dirs)) for mount, dirs in sorted(by_mount.items())
+    )
+    return ScanResult(filesystems, topics_by_mount, tuple(warnings))

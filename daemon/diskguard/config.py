@@ -67,6 +67,9 @@ class RetentionConfig(_Section):
     mode: Literal["auto", "broker", "offline", "dry-run"] = "auto"
     protect_topics: list[str] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_TOPICS))
     check_interval: Duration = 5.0
+    #: How often the daemon re-reads each filesystem's usage (one statvfs, microseconds) between
+    #: inotify hints: what keeps the reaction time under a second even when events are lost.
+    usage_poll_interval: Duration = 0.25
     #: Offline rescue only: extra free space left for the broker's own log recovery
     #: (producer snapshots, checkpoints, index rebuilds write before it can serve).
     offline_headroom: Size = 256 * 1024**2

@@ -140,10 +140,14 @@ def scan_log_dir(
     protect: Sequence[re.Pattern[str]],
     full: bool = False,
     topics: dict[str, list[int]] | None = None,
+    requested_log_start: Mapping[tuple[str, int], int] | None = None,
 ) -> LogDir:
     """One log dir: its live partitions, pending reclaim and (if ``full``) its Kafka bytes.
 
     ``topics`` (optional, out-parameter) receives ``topic -> [partitions, bytes]`` sums.
+    ``requested_log_start`` holds log start offsets diskguard asked the broker for
+    (DeleteRecords) that the broker may not have checkpointed yet: segments below them are
+    pending reclaim too, or the next cycle would delete the same bytes again.
     """
     warnings: list[str] = []
     root = Path(log_dir)
@@ -207,7 +211,10 @@ def scan_log_dir(
             partition=name.partition,
             path=entry.path,
             base_offsets=tuple(sorted(listing.bases)),
-            log_start_offset=log_start.get((name.topic, name.partition)),
+            log_start_offset=_max_known(
+                log_start.get((name.topic, name.partition)),
+                (requested_log_start or {}).get((name.topic, name.partition)),
+            ),
             protected=_is_protected(name.topic, protect, compacted),
         )
         reclaiming_bytes = sum(_segment_bytes(part.path, base) for base in part.reclaiming)
@@ -227,6 +234,12 @@ def scan_log_dir(
         kafka_bytes=kafka_bytes if full else None,
         warnings=tuple(warnings),
     )
+
+
+def _max_known(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
 
 
 def _segment_paths(partition_dir: str, base: int) -> list[str]:
@@ -328,8 +341,12 @@ def scan(
     log_dirs: Sequence[str | Path],
     protect_topics: Sequence[str],
     full: bool = False,
+    requested_log_start: Mapping[str, Mapping[tuple[str, int], int]] | None = None,
 ) -> ScanResult:
-    """Scan every log dir and group them by filesystem with ``df``-exact usage."""
+    """Scan every log dir and group them by filesystem with ``df``-exact usage.
+
+    ``requested_log_start``: log dir -> (topic, partition) -> offset asked of the broker.
+    """
     protect = [re.compile(p) for p in protect_topics]
     by_mount: dict[str, list[LogDir]] = {}
     topics_by_mount: dict[str, dict[str, TopicUsage]] = {}
@@ -339,7 +356,14 @@ def scan(
         log_dir = str(raw)
         mount, device = fsusage.mount_of(log_dir)
         topic_acc: dict[str, list[int]] = {}
-        scanned = scan_log_dir(log_dir, mount, protect, full=full, topics=topic_acc if full else None)
+        scanned = scan_log_dir(
+            log_dir,
+            mount,
+            protect,
+            full=full,
+            topics=topic_acc if full else None,
+            requested_log_start=(requested_log_start or {}).get(log_dir),
+        )
         warnings.extend(scanned.warnings)
         by_mount.setdefault(mount, []).append(scanned)
         if full:

@@ -1,0 +1,19 @@
+"""``diskguard run``: the daemon (what the systemd unit starts)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from diskguard.cli import cli, config_option, load_or_exit, no_traceback
+
+
+@cli.command("run")
+@config_option
+@no_traceback
+def run_command(config_path: Path) -> None:
+    """Run the daemon: watch the log dirs, enforce limits, flow control, snapshots."""
+    config = load_or_exit(config_path)
+    from diskguard.daemon import run_daemon
+
+    sys.exit(run_daemon(config))

@@ -1,0 +1,238 @@
+"""One KIP-61 retention cycle: scan, decide the mode, plan, act, account. Shared by
+``plan`` (nothing acts), ``enforce --once`` and the daemon loop, so all three apply the same
+safety rules.
+
+The mode decision is where safety lives: with the broker running, files are deleted only
+through the broker (DeleteRecords) because unlinking a segment the broker holds open frees
+nothing and corrupts its view; direct deletion happens only while no other process holds
+the log dir's ``.lock``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diskguard.atomicfile import read_json, write_json_atomic
+from diskguard.config import Config
+from diskguard.model import Filesystem
+from diskguard.planner import CommittedOffsets, Deletion, Limits, Plan, plan
+from diskguard.scan import ScanResult, SegmentFileReader, scan
+
+DRY_RUN = "dry-run"
+BROKER = "broker"
+OFFLINE = "offline"
+REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class ModeDecision:
+    mode: str
+    reason: str
+
+
+def decide_mode(
+    configured: str, broker_reachable: bool | None, locked_log_dirs: Sequence[str]
+) -> ModeDecision:
+    """Pure: which executor may act now.
+
+    ``broker_reachable`` is None when no bootstrap servers are configured.
+    """
+    if configured == DRY_RUN:
+        return ModeDecision(DRY_RUN, "mode = dry-run")
+    if configured == BROKER:
+        if broker_reachable is None:
+            return ModeDecision(REFUSED, "mode = broker but broker.bootstrap_servers is not set")
+        return ModeDecision(BROKER, "mode = broker")
+    if configured == OFFLINE:
+        if locked_log_dirs:
+            return ModeDecision(
+                REFUSED,
+                f"mode = offline but another process holds {locked_log_dirs[0]}/.lock "
+                "(is the broker running?)",
+            )
+        return ModeDecision(OFFLINE, "mode = offline, no process holds the log dirs' .lock")
+    # auto
+    if broker_reachable:
+        return ModeDecision(BROKER, "auto: broker reachable")
+    if not locked_log_dirs:
+        why = "broker not reachable" if broker_reachable is False else "no bootstrap servers"
+        return ModeDecision(OFFLINE, f"auto: {why} and no process holds the log dirs' .lock")
+    return ModeDecision(
+        REFUSED,
+        f"auto: {locked_log_dirs[0]}/.lock is held by another process but the broker is "
+        "not reachable through bootstrap_servers; refusing to delete files under a live broker",
+    )
+
+
+def limits_for(config: Config, mode: str) -> Limits:
+    retention = config.retention
+    return Limits(
+        limit_percent=retention.disk_usage_percent,
+        target_percent=retention.effective_target_percent,
+        max_bytes=retention.max_bytes,
+        headroom_bytes=retention.offline_headroom if mode == OFFLINE else 0,
+    )
+
+
+class RequestedLogStart:
+    """Log start offsets diskguard asked the broker for, until the broker has acted on them.
+
+    The broker checkpoints its log start offsets only every minute and removes files only at
+    its next retention check; without remembering our own requests the next cycle, a second
+    later, would see the same bytes still in excess and delete more. Persisted so that
+    ``enforce --once`` run from cron behaves the same as the daemon.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        raw: dict[str, dict[str, int]] = read_json(path, {})
+        self._by_dir: dict[str, dict[tuple[str, int], int]] = {}
+        for log_dir, parts in raw.items():
+            for key, offset in parts.items():
+                topic, _, partition = key.rpartition("-")
+                self._by_dir.setdefault(log_dir, {})[(topic, int(partition))] = int(offset)
+
+    def as_mapping(self) -> Mapping[str, Mapping[tuple[str, int], int]]:
+        return self._by_dir
+
+    def record(self, deletions: Sequence[Deletion]) -> None:
+        for d in deletions:
+            parts = self._by_dir.setdefault(d.log_dir, {})
+            key = (d.topic, d.partition)
+            parts[key] = max(parts.get(key, 0), d.next_offset)
+        self._save()
+
+    def prune(self, result: ScanResult) -> None:
+        """Forget requests the broker has carried out (its first segment is past them)."""
+        live: dict[str, dict[tuple[str, int], int]] = {}
+        for fs in result.filesystems:
+            for log_dir in fs.log_dirs:
+                wanted = self._by_dir.get(log_dir.path, {})
+                for part in log_dir.partitions:
+                    offset = wanted.get((part.topic, part.partition))
+                    if offset is not None and part.base_offsets and part.base_offsets[0] < offset:
+                        live.setdefault(log_dir.path, {})[(part.topic, part.partition)] = offset
+        if live != self._by_dir:
+            self._by_dir = live
+            self._save()
+
+    def _save(self) -> None:
+        data = {
+            log_dir: {f"{t}-{p}": off for (t, p), off in sorted(parts.items())}
+            for log_dir, parts in sorted(self._by_dir.items())
+        }
+        write_json_atomic(self.path, data)
+
+
+@dataclass(frozen=True)
+class CycleOutcome:
+    mode: ModeDecision
+    scan: ScanResult
+    plan: Plan
+    results: tuple[Any, ...] = ()
+    warnings: tuple[str, ...] = ()
+    duration_s: float = 0.0
+
+    @property
+    def refused(self) -> bool:
+        return self.mode.mode == REFUSED and bool(self.plan.deletions)
+
+    @property
+    def failed(self) -> tuple[Any, ...]:
+        return tuple(r for r in self.results if not r.ok)
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(r.freed_bytes for r in self.results if r.ok)
+
+    def exit_code(self) -> int:
+        """``enforce --once``: 0 under limit (or covered), 1 unreachable, 3 refused."""
+        if self.refused:
+            return 3
+        if not self.plan.reachable or self.failed:
+            return 1
+        if self.mode.mode == DRY_RUN and self.plan.deletions:
+            return 1
+        return 0
+
+
+def plan_json(outcome_plan: Plan) -> dict[str, Any]:
+    """The ``plan --json`` contract."""
+    return {
+        "filesystems": [
+            {
+                "mount": fs.mount,
+                "device": fs.device,
+                "log_dirs": list(fs.log_dirs),
+                "total_bytes": fs.total_bytes,
+                "used_bytes": fs.used_bytes,
+                "available_bytes": fs.available_bytes,
+                "usage_percent": fs.usage_percent,
+                "limit_percent": fs.limit_percent,
+                "target_percent": fs.target_percent,
+                "pending_reclaim_bytes": fs.pending_reclaim_bytes,
+                "excess_bytes": fs.excess_bytes,
+                "chosen_bytes": fs.chosen_bytes,
+                "unreachable_bytes": fs.unreachable_bytes,
+            }
+            for fs in outcome_plan.filesystems
+        ],
+        "deletions": [
+            {
+                "log_dir": d.log_dir,
+                "topic": d.topic,
+                "partition": d.partition,
+                "base_offset": d.base_offset,
+                "next_offset": d.next_offset,
+                "max_timestamp_ms": d.max_timestamp_ms,
+                "bytes": d.bytes,
+                "files": list(d.files),
+                "mount": d.mount,
+                "reason": d.reason,
+                "timestamp_source": d.timestamp_source,
+                "unconsumed_records": dict(d.unconsumed_records),
+            }
+            for d in outcome_plan.deletions
+        ],
+    }
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=False)
+
+
+@dataclass
+class Planner:
+    """Scan + plan with the config's rules; the I/O half of a cycle that never deletes."""
+
+    config: Config
+    requested: RequestedLogStart | None = None
+    committed: CommittedOffsets = field(default_factory=dict)
+
+    def scan(self, full: bool = False) -> ScanResult:
+        cfg = self.config
+        return scan(
+            [str(d) for d in cfg.broker.log_dirs],
+            cfg.retention.protect_topics,
+            full=full or cfg.retention.max_bytes is not None,
+            requested_log_start=self.requested.as_mapping() if self.requested else None,
+        )
+
+    def plan(self, result: ScanResult, mode: str) -> tuple[Plan, list[str]]:
+        reader = SegmentFileReader()
+        limits = limits_for(self.config, mode)
+
+        def _limits(_fs: Filesystem) -> Limits:
+            return limits
+
+        chosen = plan(result.filesystems, _limits, reader, self.committed)
+        return chosen, reader.warnings
+
+
+def monotonic() -> float:
+    return time.monotonic()

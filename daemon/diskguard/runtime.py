@@ -1,0 +1,240 @@
+"""The long-lived edge objects a retention cycle needs, wired once from the config.
+
+``plan``, ``enforce --once`` and the daemon all run ``Runtime.cycle`` so they share one set of
+safety rules; ``plan`` just never acts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from diskguard import fsusage, lockfile
+from diskguard.audit import AuditLog, AuditWriteFailed
+from diskguard.brokerclient import BrokerClient
+from diskguard.config import Config
+from diskguard.enforcement import (
+    BROKER,
+    DRY_RUN,
+    OFFLINE,
+    REFUSED,
+    CycleOutcome,
+    ModeDecision,
+    Planner,
+    RequestedLogStart,
+    decide_mode,
+)
+from diskguard.logs import get_logger
+from diskguard.offline import OfflineExecutor
+from diskguard.planner import Deletion, Plan
+from diskguard.scan import ScanResult
+
+log = get_logger("diskguard.retention")
+
+
+class Runtime:
+    """Executors, audit log and broker client for one config."""
+
+    def __init__(self, config: Config, read_only: bool = False) -> None:
+        self.config = config
+        self.read_only = read_only
+        state_dir = Path(config.daemon.state_dir)
+        if not read_only:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        self.requested = RequestedLogStart(state_dir / "requested-log-start.json")
+        self.broker: BrokerClient | None = None
+        if config.broker.bootstrap_servers:
+            self.broker = BrokerClient(
+                config.broker.bootstrap_servers, dict(config.broker.client), timeout=5.0
+            )
+        self.audit = AuditLog(state_dir / "audit.jsonl")
+        self.offline = OfflineExecutor(state_dir, self.audit)
+        self.planner = Planner(config, self.requested)
+        self._reachable_cache: tuple[float, bool] | None = None
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.broker is not None:
+            self.broker.close()
+
+    # -- mode -----------------------------------------------------------------
+    def locked_log_dirs(self) -> list[str]:
+        return [str(d) for d in self.config.broker.log_dirs if lockfile.held_by_other(d)]
+
+    def broker_reachable(self, max_age: float = 10.0) -> bool | None:
+        """Cached for ``max_age`` s: probing a dead broker costs its timeout every call."""
+        if self.broker is None:
+            return None
+        now = time.monotonic()
+        if self._reachable_cache and now - self._reachable_cache[0] < max_age:
+            return self._reachable_cache[1]
+        ok = self.broker.reachable()
+        self._reachable_cache = (now, ok)
+        return ok
+
+    def decide(self, need_broker: bool) -> ModeDecision:
+        configured = self.config.retention.mode
+        locked = self.locked_log_dirs()
+        reachable: bool | None
+        if configured == DRY_RUN:
+            reachable = None
+        elif need_broker or configured == BROKER:
+            reachable = self.broker_reachable()
+        else:
+            # Nothing to delete: avoid a network round trip, assume what the lock says.
+            reachable = (bool(locked) or None) if self.broker is not None else None
+        return decide_mode(configured, reachable, locked)
+
+    # -- cycle ----------------------------------------------------------------
+    def cycle(self, act: bool = True, full: bool = False) -> CycleOutcome:
+        started = time.monotonic()
+        result = self.planner.scan(full=full)
+        if not self.read_only:
+            self.requested.prune(result)
+        # The daemon skips the broker probe while nothing needs deleting; `plan` always asks.
+        mode = self.decide(need_broker=self.read_only)
+        chosen, warnings = self.planner.plan(result, mode.mode)
+        if chosen.deletions and mode.mode != DRY_RUN:
+            decided = self.decide(need_broker=True)
+            if decided.mode == BROKER and self.config.retention.consumer_aware and self.broker:
+                topics = sorted({d.topic for d in chosen.deletions})
+                self.planner.committed = self.broker.committed_offsets(topics)
+            if decided != mode or self.planner.committed:
+                mode = decided
+                chosen, warnings = self.planner.plan(result, mode.mode)
+        all_warnings = [*result.warnings, *warnings]
+        results: tuple[Any, ...] = ()
+        if act and chosen.deletions:
+            results = self._act(mode, chosen, result)
+        outcome = CycleOutcome(
+            mode=mode,
+            scan=result,
+            plan=chosen,
+            results=results,
+            warnings=tuple(all_warnings),
+            duration_s=time.monotonic() - started,
+        )
+        if act:
+            self._log_cycle(outcome)
+        return outcome
+
+    def _act(self, mode: ModeDecision, chosen: Plan, result: ScanResult) -> tuple[Any, ...]:
+        usage_before = {fs.mount: fs.usage_percent for fs in chosen.filesystems}
+        if mode.mode == REFUSED:
+            log.error(
+                "retention_refused",
+                reason=mode.reason,
+                segments=len(chosen.deletions),
+                bytes=sum(d.bytes for d in chosen.deletions),
+            )
+            return ()
+        if mode.mode == DRY_RUN:
+            return ()
+        for d in chosen.deletions:
+            if d.unconsumed_records:
+                log.warning(
+                    "unconsumed_data_deleted",
+                    topic=d.topic,
+                    partition=d.partition,
+                    base_offset=d.base_offset,
+                    unconsumed_records=dict(d.unconsumed_records),
+                )
+        if mode.mode == OFFLINE:
+            return tuple(self.offline.execute(list(chosen.deletions), usage_before))
+        return self._act_broker(chosen.deletions, usage_before)
+
+    def _act_broker(
+        self, deletions: Sequence[Deletion], usage_before: dict[str, float]
+    ) -> tuple[Any, ...]:
+        assert self.broker is not None
+        ids = []
+        try:
+            for d in deletions:
+                ids.append(
+                    self.audit.before(d, _why(d), usage_before.get(d.mount, 0.0), BROKER)
+                )
+        except AuditWriteFailed as exc:
+            log.error("retention_refused", reason=f"audit log not writable: {exc}")
+            return ()
+        results = self.broker.delete_records(list(deletions))
+        for action_id, res in zip(ids, results, strict=True):
+            try:
+                self.audit.after(action_id, res.ok, res.freed_bytes, res.error)
+            except AuditWriteFailed as exc:
+                log.error("audit_write_failed", error=str(exc))
+        self.requested.record([r.deletion for r in results if r.ok])
+        return tuple(results)
+
+    def _log_cycle(self, outcome: CycleOutcome) -> None:
+        for res in outcome.results:
+            d = res.deletion
+            if res.ok:
+                log.info(
+                    "segment_deleted",
+                    topic=d.topic,
+                    partition=d.partition,
+                    base_offset=d.base_offset,
+                    next_offset=d.next_offset,
+                    bytes=d.bytes,
+                    mode=res.mode,
+                    log_dir=d.log_dir,
+                    mount=d.mount,
+                )
+            else:
+                log.error(
+                    "segment_delete_failed",
+                    topic=d.topic,
+                    partition=d.partition,
+                    base_offset=d.base_offset,
+                    mode=res.mode,
+                    error=res.error,
+                )
+        for fs in outcome.plan.filesystems:
+            if not fs.over_limit and not fs.chosen_count:
+                continue
+            after = fs.usage_percent
+            if outcome.mode.mode == OFFLINE and outcome.results:
+                try:
+                    after = round(fsusage.filesystem_usage(fs.mount).usage_percent, 3)
+                except OSError:
+                    pass
+            log.info(
+                "retention_cycle",
+                mount=fs.mount,
+                mode=outcome.mode.mode,
+                usage_before=fs.usage_percent,
+                usage_after=after,
+                limit_percent=fs.limit_percent,
+                target_percent=fs.target_percent,
+                pending_reclaim_bytes=fs.pending_reclaim_bytes,
+                excess_bytes=fs.excess_bytes,
+                chosen_count=fs.chosen_count,
+                chosen_bytes=fs.chosen_bytes,
+                duration_ms=round(outcome.duration_s * 1000, 1),
+            )
+            if not fs.reachable:
+                log.error(
+                    "retention_target_unreachable",
+                    mount=fs.mount,
+                    unreachable_bytes=fs.unreachable_bytes,
+                    reason="only active or protected segments are left",
+                )
+
+
+def _why(d: Deletion) -> str:
+    if d.reason == "max_bytes":
+        return "log dir over retention.max_bytes; globally oldest closed segment"
+    return "filesystem over retention.disk_usage_percent; globally oldest closed segment"

@@ -12,7 +12,12 @@ from typing import Any, TextIO
 
 import structlog
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def configure_logging(fmt: str = "json", level: str = "info", stream: TextIO | None = None) -> None:
@@ -38,5 +43,6 @@ def configure_logging(fmt: str = "json", level: str = "info", stream: TextIO | N
 
 
 def get_logger(name: str | None = None) -> Any:
-    """A structlog logger; ``name`` becomes the ``logger`` key so events can be traced to a module."""
-    return structlog.get_logger(logger=name) if name else structlog.get_logger()
+    """A structlog logger; ``name`` becomes the ``logger`` key, tracing events to a module."""
+    # Not get_logger(logger=name): ``logger`` is wrap_logger's own first parameter.
+    return structlog.get_logger().bind(logger=name) if name else structlog.get_logger()

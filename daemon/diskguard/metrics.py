@@ -1,0 +1,303 @@
+"""Prometheus metrics and the ``/healthz`` probe, served over HTTP (edge).
+
+Names follow node_exporter's filesystem metrics (``node_filesystem_size_bytes`` ...) with a
+``diskguard_`` prefix and the same ``mountpoint``/``device`` labels, so a dashboard can join
+diskguard's view with node_exporter's and an alert can be written once for both. The alert
+level mirrors Redpanda's ``storage_disk_free_space_alert`` (0 ok, 1 low, 2 degraded).
+
+A private ``CollectorRegistry`` keeps the process-wide default registry (and whatever a
+library registers there) out of the scrape, and lets tests run several instances at once.
+The server is a small ``http.server`` rather than ``prometheus_client.start_http_server``
+because it also serves ``/healthz``: 200 while the daemon loop completes cycles, 503 once it
+has stalled — a liveness signal a load balancer or Kubernetes probe can use without systemd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
+
+from diskguard import __version__
+from diskguard.model import FilesystemUsage
+
+__all__ = ["DELETE_MODES", "KNOWN_ACTUATORS", "Metrics", "parse_listen"]
+
+#: Label values pre-created at 0 so ``rate()``/``increase()`` work from the first scrape.
+DELETE_MODES: tuple[str, ...] = ("broker", "offline")
+KNOWN_ACTUATORS: tuple[str, ...] = ("exec", "quota", "acl", "hook")
+
+_FS_LABELS = ("mountpoint", "device")
+_SCAN_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``"127.0.0.1:9309"``, ``"[::1]:9309"``, ``":9309"`` -> ``(host, port)``; ValueError if bad.
+
+    An empty host means every IPv4 address (``0.0.0.0``), as node_exporter's ``:9100``.
+    """
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f'expected HOST:PORT such as "127.0.0.1:9309", got {listen!r}')
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return (host or "0.0.0.0"), int(port)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # A restart must not fail on a port still in TIME_WAIT.
+    allow_reuse_address = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class Metrics:
+    """Everything the daemon loop reports, and the HTTP endpoint that serves it.
+
+    ``stale_after`` is how long after the last completed cycle ``/healthz`` still says ok;
+    pick a few times the loop's ``check_interval``. Before the first cycle it says 503.
+    """
+
+    def __init__(
+        self, stale_after: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.stale_after = stale_after
+        self._clock = clock
+        self._last_cycle_monotonic: float | None = None
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        r = self.registry
+
+        def fs_gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, _FS_LABELS, registry=r)
+
+        self.size_bytes = fs_gauge(
+            "diskguard_filesystem_size_bytes", "Filesystem size in bytes (statvfs f_blocks)."
+        )
+        self.avail_bytes = fs_gauge(
+            "diskguard_filesystem_avail_bytes",
+            "Bytes a non-root process may still write (statvfs f_bavail), as df's Avail.",
+        )
+        self.used_bytes = fs_gauge(
+            "diskguard_filesystem_used_bytes",
+            "Bytes in use by anything (f_blocks - f_bfree), as df's Used.",
+        )
+        self.usage_ratio = fs_gauge(
+            "diskguard_filesystem_usage_ratio",
+            "used / (used + avail): df's Use% as a ratio, what disk_usage_percent limits.",
+        )
+        self.limit_ratio = fs_gauge(
+            "diskguard_filesystem_limit_ratio",
+            "Configured retention.disk_usage_percent as a ratio (1 = no limit).",
+        )
+        self.pending_reclaim_bytes = fs_gauge(
+            "diskguard_filesystem_pending_reclaim_bytes",
+            "Bytes already on their way out (*.deleted, -delete dirs, below log start offset).",
+        )
+        self.overfull = fs_gauge(
+            "diskguard_filesystem_overfull",
+            "1 while flow control is enforced (overfull), 0 once underfull again.",
+        )
+        self.free_space_alert = fs_gauge(
+            "diskguard_filesystem_free_space_alert",
+            "0 ok, 1 low free space, 2 degraded (below min_free_bytes).",
+        )
+        self.deleted_open_bytes = fs_gauge(
+            "diskguard_filesystem_deleted_open_bytes",
+            "Bytes held by deleted-but-still-open files: counted by df, invisible to du.",
+        )
+        self.segments_deleted = Counter(
+            "diskguard_segments_deleted",
+            "Log segments deleted (broker: DeleteRecords; offline: unlinked).",
+            ["mode"],
+            registry=r,
+        )
+        self.deleted_bytes = Counter(
+            "diskguard_deleted_bytes",
+            "Allocated bytes of the log segments deleted.",
+            ["mode"],
+            registry=r,
+        )
+        self.scan_duration = Histogram(
+            "diskguard_scan_duration_seconds",
+            "Wall time of one log-dir scan.",
+            buckets=_SCAN_BUCKETS,
+            registry=r,
+        )
+        self.last_cycle = Gauge(
+            "diskguard_last_cycle_timestamp_seconds",
+            "Unix time the daemon loop last completed a cycle.",
+            registry=r,
+        )
+        self.actuator_failures = Counter(
+            "diskguard_actuator_failures",
+            "Flow-control actuator runs that failed (exec exit != 0, quota/ACL API errors).",
+            ["actuator"],
+            registry=r,
+        )
+        build = Info("diskguard_build", "diskguard version.", registry=r)
+        build.info({"version": __version__})
+        for mode in DELETE_MODES:
+            self.segments_deleted.labels(mode)
+            self.deleted_bytes.labels(mode)
+        for actuator in KNOWN_ACTUATORS:
+            self.actuator_failures.labels(actuator)
+
+    # -- what the daemon loop calls ------------------------------------------------------
+
+    def observe_filesystem(
+        self,
+        usage: FilesystemUsage,
+        limit_percent: float,
+        pending_reclaim_bytes: int,
+        overfull: bool,
+        alert_level: int,
+        deleted_open_bytes: int | None = None,
+    ) -> None:
+        """Record one filesystem's state after a cycle; labels are its mount and device."""
+        labels = (usage.mount, usage.device)
+        self.size_bytes.labels(*labels).set(usage.total_bytes)
+        self.avail_bytes.labels(*labels).set(usage.available_bytes)
+        self.used_bytes.labels(*labels).set(usage.used_bytes)
+        self.usage_ratio.labels(*labels).set(usage.usage_percent / 100.0)
+        self.limit_ratio.labels(*labels).set(limit_percent / 100.0)
+        self.pending_reclaim_bytes.labels(*labels).set(pending_reclaim_bytes)
+        self.overfull.labels(*labels).set(1 if overfull else 0)
+        self.free_space_alert.labels(*labels).set(alert_level)
+        if deleted_open_bytes is not None:
+            self.deleted_open_bytes.labels(*labels).set(deleted_open_bytes)
+
+    def forget_filesystem(self, mount: str, device: str) -> None:
+        """Drop a filesystem's series (a log dir removed by a config reload)."""
+        for gauge in (
+            self.size_bytes,
+            self.avail_bytes,
+            self.used_bytes,
+            self.usage_ratio,
+            self.limit_ratio,
+            self.pending_reclaim_bytes,
+            self.overfull,
+            self.free_space_alert,
+            self.deleted_open_bytes,
+        ):
+            with contextlib.suppress(KeyError):
+                gauge.remove(mount, device)
+
+    def count_deleted(self, mode: str, segments: int, bytes: int) -> None:
+        """Segments handed to the broker (``broker``) or unlinked (``offline``)."""
+        self.segments_deleted.labels(mode).inc(segments)
+        self.deleted_bytes.labels(mode).inc(bytes)
+
+    def observe_scan(self, seconds: float) -> None:
+        self.scan_duration.observe(seconds)
+
+    def cycle_done(self, ts: float | None = None) -> None:
+        """The loop finished a cycle at Unix time ``ts`` (now if None); feeds ``/healthz``."""
+        self.last_cycle.set(time.time() if ts is None else ts)
+        self._last_cycle_monotonic = self._clock()
+
+    def actuator_failed(self, name: str) -> None:
+        self.actuator_failures.labels(name).inc()
+
+    # -- health ---------------------------------------------------------------------------
+
+    def health(self) -> tuple[bool, str]:
+        """``(healthy, reason)``: healthy while the last cycle is younger than stale_after."""
+        last = self._last_cycle_monotonic
+        if last is None:
+            return False, "no cycle completed yet"
+        age = self._clock() - last
+        if age > self.stale_after:
+            return False, f"last cycle {age:.0f}s ago (stale after {self.stale_after:.0f}s)"
+        return True, "ok"
+
+    def render(self) -> bytes:
+        """The exposition text, as a scrape would get it."""
+        return generate_latest(self.registry)
+
+    # -- HTTP -----------------------------------------------------------------------------
+
+    def start(self, listen: str) -> tuple[str, int]:
+        """Serve ``/metrics`` and ``/healthz`` on ``listen`` (port 0 = any free port).
+
+        Returns the bound ``(host, port)``. Raises ValueError for a malformed address and
+        OSError if the port cannot be bound, so the caller can name the config key.
+        """
+        if self._server is not None:
+            raise RuntimeError("metrics server already started")
+        host, port = parse_listen(listen)
+        server_cls: type[_Server] = _Server6 if ":" in host else _Server
+        server = server_cls((host, port), _handler_for(self))
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.5},
+            name="diskguard-metrics",
+            daemon=True,
+        )
+        self._thread.start()
+        bound = server.server_address
+        return str(bound[0]), int(bound[1])
+
+    @property
+    def port(self) -> int | None:
+        return int(self._server.server_address[1]) if self._server is not None else None
+
+    def stop(self) -> None:
+        """Stop serving and release the port; safe to call twice."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+
+def _handler_for(metrics: Metrics) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = f"diskguard/{__version__}"
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._reply(200, CONTENT_TYPE_LATEST, metrics.render())
+            elif path == "/healthz":
+                healthy, reason = metrics.health()
+                self._reply(200 if healthy else 503, "text/plain; charset=utf-8", reason + "\n")
+            elif path == "/":
+                body = '<html><body><a href="/metrics">metrics</a> <a href="/healthz">healthz</a>'
+                self._reply(200, "text/html; charset=utf-8", body + "</body></html>\n")
+            else:
+                self._reply(404, "text/plain; charset=utf-8", "not found\n")
+
+        def _reply(self, code: int, content_type: str, body: bytes | str) -> None:
+            data = body.encode() if isinstance(body, str) else body
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            # Scrapes every 15 s would flood the journal; errors surface in Prometheus.
+            return
+
+    return Handler

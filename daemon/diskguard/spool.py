@@ -37,6 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from diskguard.atomicfile import fsync_dir, write_json_atomic
 from diskguard.logs import get_logger
 from diskguard.snapshot import encode_record
 
@@ -66,14 +67,6 @@ class SpoolPosition:
 
 def _file_name(seq: int) -> str:
     return f"{seq:020d}{SUFFIX}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Spool:
@@ -243,7 +236,7 @@ class Spool:
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self._sizes.setdefault(self._seq, os.fstat(self._fd).st_size)
             if created:
-                _fsync_dir(self.dir)
+                fsync_dir(self.dir)
         return self._fd
 
     def _rotate(self) -> None:
@@ -335,17 +328,10 @@ class Spool:
         """Everything up to ``position`` was delivered: persist it, free rotated files."""
         if self._cursor is not None and position <= self._cursor:
             return
-        tmp = self.dir / (CURSOR_NAME + ".tmp")
-        data = json.dumps({"seq": position.seq, "offset": position.offset}).encode()
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.dir / CURSOR_NAME)
-            _fsync_dir(self.dir)
+            write_json_atomic(
+                self.dir / CURSOR_NAME, {"seq": position.seq, "offset": position.offset}
+            )
         except OSError as exc:
             # Not fatal: the cursor lives on in memory; a crash now only means duplicates.
             log.error("spool_cursor_write_failed", error=exc.strerror or str(exc))

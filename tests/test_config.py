@@ -36,7 +36,9 @@ def test_example_config_is_complete_and_valid(tmp_path: Path) -> None:
 
 
 def test_valid_config_exit_0(tmp_path: Path) -> None:
-    path = write(tmp_path, f'[broker]\nlog_dirs = ["{tmp_path}"]\n[retention]\ndisk_usage_percent = 85\n')
+    path = write(
+        tmp_path, f'[broker]\nlog_dirs = ["{tmp_path}"]\n[retention]\ndisk_usage_percent = 85\n'
+    )
     proc = run_cli("check-config", "-c", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "ok" in proc.stdout
@@ -102,7 +104,10 @@ def test_server_properties_supplies_log_dirs(tmp_path: Path) -> None:
 def test_target_must_not_exceed_ceiling(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(
-            {"broker": {"log_dirs": [str(tmp_path)]}, "retention": {"disk_usage_percent": 80, "target_percent": 90}},
+            {
+                "broker": {"log_dirs": [str(tmp_path)]},
+                "retention": {"disk_usage_percent": 80, "target_percent": 90},
+            },
             tmp_path / "c.toml",
         )
     assert "target_percent" in err.value.problems[0]

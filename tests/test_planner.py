@@ -109,7 +109,7 @@ def test_unconsumed_records_per_group() -> None:
 def test_max_bytes_budget_per_log_dir() -> None:
     segs = {("a", 0, 0): (10 * MiB, 1), ("a", 0, 10): (10 * MiB, 2)}
     fs = make_fs([part("a", 0, [0, 10, 20])], used=10 * MiB, avail=990 * MiB, kafka_bytes=35 * MiB)
-    fs_plan, chosen = plan_filesystem(fs, Limits(100.0, 100.0, max_bytes=20 * MiB), FakeReader(segs))
+    _, chosen = plan_filesystem(fs, Limits(100.0, 100.0, max_bytes=20 * MiB), FakeReader(segs))
     assert [d.base_offset for d in chosen] == [0, 10]
     assert all(d.reason == "max_bytes" for d in chosen)
 

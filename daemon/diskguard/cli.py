@@ -65,7 +65,7 @@ def no_traceback(func: F) -> F:
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
             fail(f"{exc.strerror or exc}{where}", EXIT_UNREACHABLE)
-        except Exception as exc:  # noqa: BLE001 - the last line of defence before the user
+        except Exception as exc:
             fail(f"unexpected error: {type(exc).__name__}: {exc}", EXIT_UNREACHABLE)
 
     return wrapper  # type: ignore[return-value]

@@ -179,9 +179,9 @@ class MetricsConfig(_Section):
     def _host_port(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        host, sep, port = value.rpartition(":")
+        _host, sep, port = value.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"expected HOST:PORT such as \"127.0.0.1:9309\", got {value!r}")
+            raise ValueError(f'expected HOST:PORT such as "127.0.0.1:9309", got {value!r}')
         return value
 
 
@@ -324,7 +324,9 @@ def _resolve(config: Config) -> Config:
         if not log_dir.is_absolute():
             problems.append(f"{source}: {key}: must be an absolute path, got {str(log_dir)!r}")
         elif not log_dir.is_dir():
-            problems.append(f"{source}: {key}: log dir {log_dir} does not exist or is not a directory")
+            problems.append(
+                f"{source}: {key}: log dir {log_dir} does not exist or is not a directory"
+            )
         else:
             resolved_dirs.append(Path(os.path.realpath(log_dir)))
     if len(set(resolved_dirs)) != len(resolved_dirs):

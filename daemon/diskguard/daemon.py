@@ -3,20 +3,23 @@
 One thread decides; everything else only wakes it. inotify (watchdog) events are *hints* —
 the kernel queue can overflow and watchdog hides that — so three clocks drive the loop:
 
-- a hint or the usage poll (``retention.usage_poll_interval``, one ``statvfs`` per filesystem,
-  microseconds) notices a crossing within a fraction of a second and runs a cycle at once;
-- the ``check_interval`` timer runs a full cycle regardless: the rescan is the truth;
-- the ``snapshots.interval`` timer runs a full (stat-every-file) scan for the snapshot.
+- a hint or the usage poll (``retention.usage_poll_interval``: one ``statvfs`` per
+  filesystem, microseconds) notices a crossing within a fraction of a second: flow control
+  steps at once and a retention cycle runs when a filesystem is over its ceiling;
+- the ``check_interval`` timer runs a retention cycle regardless: the rescan is the truth;
+- the ``snapshots.interval`` timer (and every flow/alert transition) runs a full scan
+  (stat of every file) for the usage snapshot.
 
 All timers use the monotonic clock, so wall-clock jumps never stall or rush the loop.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -24,12 +27,24 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from diskguard import fsusage
+from diskguard import fsusage, sdnotify
+from diskguard.actuators import Actuators
+from diskguard.atomicfile import write_json_atomic
+from diskguard.ballast import Ballast
 from diskguard.config import Config, ConfigError, load_config
+from diskguard.enforcement import CycleOutcome
+from diskguard.flowstate import FlowLimits, FlowState, Transition, step
+from diskguard.kafkasink import KafkaSink
 from diskguard.logs import configure_logging, get_logger
+from diskguard.metrics import Metrics
+from diskguard.model import FilesystemUsage
 from diskguard.runtime import Runtime
+from diskguard.snapshot import DeletedBytesCounter, build_snapshot
+from diskguard.spool import Spool
 
 log = get_logger("diskguard.daemon")
+
+STATE_FILE = "state.json"
 
 
 class _Hint(FileSystemEventHandler):
@@ -48,6 +63,16 @@ class _Timers:
     next_snapshot: float = 0.0
 
 
+@dataclass
+class _Memory:
+    """What the loop remembers between cycles (also written to ``state.json`` for `status`)."""
+
+    flow: dict[str, FlowState] = field(default_factory=dict)
+    last_deletion: dict[str, dict[str, Any]] = field(default_factory=dict)
+    usage: dict[str, FilesystemUsage] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)
+
+
 class Daemon:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -55,11 +80,47 @@ class Daemon:
         self._wake = threading.Event()
         self._reload = False
         self._observer: Any = None
+        self.memory = _Memory()
+        self._last_outcome: CycleOutcome | None = None
+        self.deleted = DeletedBytesCounter()
+        self.metrics = Metrics(stale_after=max(60.0, 6 * config.retention.check_interval))
+        self._build(config)
+
+    # -- wiring ---------------------------------------------------------------
+    def _build(self, config: Config) -> None:
+        """(Re)create everything that depends on the config."""
+        state_dir = Path(config.daemon.state_dir)
+        state_dir.mkdir(parents=True, exist_ok=True)
         self.runtime = Runtime(config)
+        self.mounts: dict[str, list[str]] = {}
+        self.devices: dict[str, str] = {}
+        for log_dir in config.broker.log_dirs:
+            mount, device = fsusage.mount_of(str(log_dir))
+            self.mounts.setdefault(mount, []).append(str(log_dir))
+            self.devices[mount] = device
+        self.actuators = Actuators(config, state_dir, on_failure=self.metrics.actuator_failed)
+        self.ballast = Ballast(config.ballast, state_dir) if config.ballast.path else None
+        self.spool = Spool(
+            state_dir / "spool", config.snapshots.spool_max_bytes, config.snapshots.spool_file_bytes
+        )
+        self.sink: KafkaSink | None = None
+        if config.snapshots.topic and config.broker.bootstrap_servers:
+            self.sink = KafkaSink(
+                config.broker.bootstrap_servers,
+                config.snapshots.topic,
+                dict(config.broker.client),
+                self.spool,
+            )
+
+    def _teardown(self) -> None:
+        if self.sink is not None:
+            self.sink.close(timeout=3.0)
+        self.spool.close()
+        self.actuators.close()
+        self.runtime.close()
 
     # -- signals --------------------------------------------------------------
     def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
-        log.info("daemon_stopping", signal=signal.Signals(signum).name)
         self._stop.set()
         self._wake.set()
 
@@ -93,83 +154,263 @@ class Daemon:
     # -- reload ---------------------------------------------------------------
     def _do_reload(self) -> None:
         self._reload = False
+        sdnotify.reloading()
         source = self.config.source
         try:
             new = load_config(Path(source))
         except ConfigError as exc:
-            log.error("config_reload_rejected", problems=exc.problems, config=str(source))
+            for problem in exc.problems:
+                log.error("config_reload_rejected", problem=problem, config=str(source))
+            sdnotify.ready("config reload rejected; previous config stays in force")
             return
-        self.runtime.close()
-        self.config = new
-        self.runtime = Runtime(new)
-        configure_logging(new.logging.format, new.logging.level)
         self._stop_watching()
+        self._teardown()
+        old_mounts = dict(self.devices)
+        self.config = new
+        configure_logging(new.logging.format, new.logging.level)
+        self._build(new)
+        for mount, device in old_mounts.items():
+            if mount not in self.devices:
+                self.metrics.forget_filesystem(mount, device)
+                self.memory.flow.pop(mount, None)
         self._start_watching()
         log.info("config_reloaded", config=str(source))
+        sdnotify.ready(self._status_line())
+
+    # -- one iteration ----------------------------------------------------------
+    def _read_usage(self) -> dict[str, FilesystemUsage]:
+        out = {}
+        for mount, dirs in self.mounts.items():
+            try:
+                usage = fsusage.filesystem_usage(dirs[0])
+            except OSError as exc:
+                log.error("usage_read_failed", mount=mount, error=exc.strerror or str(exc))
+                continue
+            out[mount] = replace(usage, mount=mount, device=self.devices[mount])
+        return out
+
+    def _flow(self, usages: dict[str, FilesystemUsage]) -> list[Transition]:
+        transitions: list[Transition] = []
+        for mount, usage in usages.items():
+            limits = FlowLimits.from_config(self.config, usage.total_bytes)
+            state, changes = step(self.memory.flow.get(mount, FlowState()), usage, limits)
+            self.memory.flow[mount] = state
+            for change in changes:
+                fields = change.fields()
+                if change.event == "overfull":
+                    log.warning("overfull", **fields)
+                elif change.event == "overfull_cleared":
+                    log.info("overfull_cleared", **fields)
+                else:
+                    log.info("disk_alert", **fields)
+                transitions.append(change)
+        return transitions
+
+    def _act_on_transitions(self, transitions: list[Transition]) -> None:
+        if not transitions:
+            return
+        topics = self._topics_by_mount()
+        for change in transitions:
+            self.actuators.apply(change, topics=topics.get(change.mount, []))
+            if self.ballast is not None:
+                self.ballast.on_transition(change)
+
+    def _topics_by_mount(self) -> dict[str, list[str]]:
+        last = self._last_outcome
+        out: dict[str, list[str]] = {}
+        if last is None:
+            return out
+        for fs in last.scan.filesystems:
+            out[fs.usage.mount] = sorted({p.topic for d in fs.log_dirs for p in d.partitions})
+        return out
+
+    def _over_retention_limit(self, usages: dict[str, FilesystemUsage]) -> bool:
+        limit = self.config.retention.disk_usage_percent
+        return any(u.usage_percent > limit for u in usages.values()) or len(usages) < len(
+            self.mounts
+        )
+
+    def _retention(self, full: bool = False) -> CycleOutcome | None:
+        try:
+            outcome = self.runtime.cycle(act=True, full=full)
+        except Exception as exc:
+            log.exception("cycle_failed", error=f"{type(exc).__name__}: {exc}")
+            return None
+        self._last_outcome = outcome
+        self.metrics.observe_scan(outcome.duration_s)
+        by_mode: dict[str, tuple[int, int]] = {}
+        for res in outcome.results:
+            if not res.ok:
+                continue
+            d = res.deletion
+            self.deleted.add(d.mount, res.freed_bytes)
+            count, size = by_mode.get(res.mode, (0, 0))
+            by_mode[res.mode] = (count + 1, size + res.freed_bytes)
+            self.memory.last_deletion[d.mount] = {
+                "ts": time.time(),
+                "topic": d.topic,
+                "partition": d.partition,
+                "base_offset": d.base_offset,
+                "bytes": d.bytes,
+                "mode": res.mode,
+            }
+        for mode, (count, size) in by_mode.items():
+            self.metrics.count_deleted(mode, count, size)
+        for fs in outcome.scan.filesystems:
+            self.memory.pending[fs.usage.mount] = fs.pending_reclaim_bytes
+        return outcome
+
+    def _snapshot(self) -> None:
+        outcome = self._retention(full=True)
+        if outcome is None:
+            return
+        ts_ms = int(time.time() * 1000)
+        for fs in outcome.scan.filesystems:
+            mount = fs.usage.mount
+            topics = outcome.scan.topics_by_mount.get(mount, {})
+            state = self.memory.flow.get(mount, FlowState())
+            record = build_snapshot(
+                host=self.config.snapshots.host,
+                ts_ms=ts_ms,
+                fs=fs,
+                topic_bytes={t: (u.partitions, u.bytes) for t, u in topics.items()},
+                kafka_bytes=sum(d.kafka_bytes or 0 for d in fs.log_dirs),
+                deleted_bytes=self.deleted.take(mount),
+                flow_state="overfull" if state.overfull else "normal",
+                alert_level=state.alert_level or 0,
+            )
+            self.spool.append(record)
+
+    def _observe(self, usages: dict[str, FilesystemUsage]) -> None:
+        for mount, usage in usages.items():
+            state = self.memory.flow.get(mount, FlowState())
+            self.metrics.observe_filesystem(
+                usage,
+                limit_percent=self.config.retention.disk_usage_percent,
+                pending_reclaim_bytes=self.memory.pending.get(mount, 0),
+                overfull=bool(state.overfull),
+                alert_level=state.alert_level or 0,
+            )
+        self.memory.usage = usages
+        self.metrics.cycle_done()
+
+    def _write_state(self) -> None:
+        data = {
+            "pid": os.getpid(),
+            "updated": time.time(),
+            "filesystems": {
+                mount: {
+                    "flow_state": "overfull" if st.overfull else "normal",
+                    "alert_level": st.alert_level or 0,
+                    "last_deletion": self.memory.last_deletion.get(mount),
+                    "pending_reclaim_bytes": self.memory.pending.get(mount, 0),
+                }
+                for mount, st in self.memory.flow.items()
+            },
+        }
+        try:
+            write_json_atomic(Path(self.config.daemon.state_dir) / STATE_FILE, data)
+        except OSError as exc:
+            log.warning("state_write_failed", error=exc.strerror or str(exc))
+
+    def _status_line(self) -> str:
+        parts = []
+        for mount, usage in sorted(self.memory.usage.items()):
+            st = self.memory.flow.get(mount, FlowState())
+            flag = " OVERFULL" if st.overfull else ""
+            parts.append(f"{mount} {usage.usage_percent:.1f}%{flag}")
+        return "; ".join(parts) or "starting"
 
     # -- the loop -------------------------------------------------------------
-    def _over_any_limit(self) -> bool:
-        """The cheap check run on every wake: one statvfs per log dir."""
-        limit = self.config.retention.disk_usage_percent
-        for log_dir in self.config.broker.log_dirs:
-            try:
-                usage = fsusage.filesystem_usage(str(log_dir))
-            except OSError:
-                return True  # let a full cycle report it
-            if usage.usage_percent > limit:
-                return True
-        return False
-
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         self._recover()
-        first = self.runtime.cycle(act=True, full=True)
+        usages = self._read_usage()
+        transitions = self._flow(usages)
+        self._snapshot()  # the first full scan; also runs a retention cycle
+        first = self._last_outcome
+        self.actuators.reconcile(
+            {m: bool(s.overfull) for m, s in self.memory.flow.items()}, self._topics_by_mount()
+        )
+        self._act_on_transitions(transitions)
+        self._observe(usages)
+        self._write_state()
         log.info(
             "daemon_started",
             config=str(self.config.source),
             log_dirs=[str(d) for d in self.config.broker.log_dirs],
-            filesystems=[fs.mount for fs in first.plan.filesystems],
-            partitions=sum(len(d.partitions) for fs in first.scan.filesystems for d in fs.log_dirs),
-            mode=first.mode.mode,
+            filesystems=sorted(self.mounts),
+            partitions=(
+                sum(len(d.partitions) for fs in first.scan.filesystems for d in fs.log_dirs)
+                if first
+                else 0
+            ),
+            mode=first.mode.mode if first else "unknown",
         )
         self._start_watching()
+        sdnotify.ready(self._status_line())
+        watchdog_every = sdnotify.watchdog_interval()
         timers = _Timers()
         now = time.monotonic()
         timers.next_full = now + self.config.retention.check_interval
-        poll = self.config.retention.usage_poll_interval
+        timers.next_snapshot = now + self.config.snapshots.interval
         try:
             while not self._stop.is_set():
-                now = time.monotonic()
-                timeout = max(0.0, min(timers.next_full - now, poll))
-                hinted = self._wake.wait(timeout)
-                self._wake.clear()
-                if self._stop.is_set():
-                    break
-                if self._reload:
-                    self._do_reload()
-                now = time.monotonic()
-                full_due = now >= timers.next_full
-                # Every wake (hint or poll tick) costs one statvfs per log dir; a cycle runs
-                # only when a limit is crossed or the periodic rescan is due.
-                needs_bytes = hinted and self.config.retention.max_bytes is not None
-                if full_due or needs_bytes or self._over_any_limit():
-                    self._cycle()
-                    if full_due:
-                        timers.next_full = time.monotonic() + self.config.retention.check_interval
+                self._iteration(timers, watchdog_every)
         finally:
+            sdnotify.stopping()
             self._stop_watching()
-            self.runtime.close()
+            self._teardown()
             log.info("daemon_stopped")
         return 0
 
-    def _cycle(self) -> None:
-        try:
-            self.runtime.cycle(act=True, full=False)
-        except Exception as exc:  # noqa: BLE001 - the loop must survive anything one cycle hits
-            log.exception("cycle_failed", error=f"{type(exc).__name__}: {exc}")
-            time.sleep(0.2)
+    def _iteration(self, timers: _Timers, watchdog_every: float | None) -> None:
+        cfg = self.config
+        now = time.monotonic()
+        poll = cfg.retention.usage_poll_interval
+        if watchdog_every:
+            poll = min(poll, watchdog_every / 2)
+        timeout = max(0.0, min(timers.next_full - now, timers.next_snapshot - now, poll))
+        hinted = self._wake.wait(timeout)
+        self._wake.clear()
+        if self._stop.is_set():
+            return
+        if self._reload:
+            self._do_reload()
+            timers.next_full = 0.0
+        now = time.monotonic()
+        usages = self._read_usage()
+        transitions = self._flow(usages)
+        full_due = now >= timers.next_full
+        snapshot_due = now >= timers.next_snapshot or bool(transitions)
+        needs_bytes = hinted and cfg.retention.max_bytes is not None
+        changed = False
+        if snapshot_due:
+            self._snapshot()
+            timers.next_snapshot = time.monotonic() + cfg.snapshots.interval
+            timers.next_full = time.monotonic() + cfg.retention.check_interval
+            changed = True
+        elif full_due or needs_bytes or self._over_retention_limit(usages):
+            self._retention()
+            timers.next_full = time.monotonic() + cfg.retention.check_interval
+            changed = True
+        self._act_on_transitions(transitions)
+        if changed and self.ballast is not None:
+            fresh = self._read_usage()
+            for mount, usage in fresh.items():
+                if fsusage_contains(mount, self.ballast.path):
+                    self.ballast.ensure(usage, FlowLimits.from_config(cfg, usage.total_bytes))
+        if self.sink is not None:
+            self.sink.ship()
+        else:
+            self.spool.flush_queue()
+        self._observe(usages)
+        if changed or transitions:
+            self._write_state()
+            sdnotify.status(self._status_line())
+        sdnotify.watchdog()
 
     def _recover(self) -> None:
         """Finish half-done offline deletions from a previous run before anything else."""
@@ -177,13 +418,28 @@ class Daemon:
             return
         try:
             done = self.runtime.offline.recover([str(d) for d in self.config.broker.log_dirs])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("offline_recover_failed", error=str(exc))
             return
         if done:
             log.info("offline_recovered", segments=len(done))
 
 
+def fsusage_contains(mount: str, path: Path | None) -> bool:
+    if path is None:
+        return False
+    try:
+        return fsusage.mount_of(str(path.parent))[0] == mount
+    except OSError:
+        return False
+
+
 def run_daemon(config: Config) -> int:
     configure_logging(config.logging.format, config.logging.level)
-    return Daemon(config).run()
+    daemon = Daemon(config)
+    if config.metrics.listen:
+        daemon.metrics.start(config.metrics.listen)
+    try:
+        return daemon.run()
+    finally:
+        daemon.metrics.stop()

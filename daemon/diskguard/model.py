@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 #: Files that make up one segment and go when the segment goes (Kafka's LogSegment.deleteIfExists).
 SEGMENT_FILE_SUFFIXES: tuple[str, ...] = (".log", ".index", ".timeindex", ".txnindex")
@@ -22,14 +22,15 @@ DELETED_SUFFIX = ".deleted"
 TRANSIENT_SUFFIXES: tuple[str, ...] = (".cleaned", ".swap")
 
 _SEGMENT_NAME = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)$")
-# Kafka: "topic-partition" with a ".uniqueId-delete" / "-future" / "-stray" suffix for non-live dirs.
+# Kafka: "topic-partition", plus ".uniqueId-delete" / "-future" / "-stray" for non-live dirs.
 _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+?)-(?P<partition>\d+)$")
 _NON_LIVE_DIR = re.compile(
-    r"^(?P<topic>[a-zA-Z0-9._-]+?)-(?P<partition>\d+)\.(?P<uid>[a-zA-Z0-9_-]+)-(?P<kind>delete|future|stray)$"
+    r"^(?P<topic>[a-zA-Z0-9._-]+?)-(?P<partition>\d+)\.(?P<uid>[a-zA-Z0-9_-]+)"
+    r"-(?P<kind>delete|future|stray)$"
 )
 
 
-class PartitionDirKind(str, Enum):
+class PartitionDirKind(StrEnum):
     LIVE = "live"
     DELETE = "delete"
     FUTURE = "future"
@@ -154,7 +155,9 @@ class Partition:
         skip = len(self.reclaiming)
         return tuple(
             (base, nxt)
-            for base, nxt in zip(self.base_offsets[skip:], self.base_offsets[skip + 1 :], strict=False)
+            for base, nxt in zip(
+                self.base_offsets[skip:], self.base_offsets[skip + 1 :], strict=False
+            )
         )
 
 

@@ -130,7 +130,9 @@ def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
     target_used = usage.used_bytes_at(limits.target_percent)
     if limits.headroom_bytes:
         # Leave ``headroom_bytes`` free in addition to the target.
-        target_used = min(target_used, usage.used_bytes + usage.available_bytes - limits.headroom_bytes)
+        target_used = min(
+            target_used, usage.used_bytes + usage.available_bytes - limits.headroom_bytes
+        )
     excess = usage.used_bytes - target_used - fs.pending_reclaim_bytes
     return max(0, excess), True
 
@@ -201,7 +203,9 @@ def plan_filesystem(
                 timestamp_source=head.info.timestamp_source,
                 reason=reason,
                 unconsumed_records=unconsumed_records(
-                    committed.get((head.topic, head.partition), {}), head.base_offset, head.next_offset
+                    committed.get((head.topic, head.partition), {}),
+                    head.base_offset,
+                    head.next_offset,
                 ),
             )
         )

@@ -6,6 +6,7 @@ safety rules; ``plan`` just never acts.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,7 +82,7 @@ class Runtime:
         now = time.monotonic()
         if self._reachable_cache and now - self._reachable_cache[0] < max_age:
             return self._reachable_cache[1]
-        ok = self.broker.reachable()
+        ok = bool(self.broker.reachable())
         self._reachable_cache = (now, ok)
         return ok
 
@@ -163,9 +164,7 @@ class Runtime:
         ids = []
         try:
             for d in deletions:
-                ids.append(
-                    self.audit.before(d, _why(d), usage_before.get(d.mount, 0.0), BROKER)
-                )
+                ids.append(self.audit.before(d, _why(d), usage_before.get(d.mount, 0.0), BROKER))
         except AuditWriteFailed as exc:
             log.error("retention_refused", reason=f"audit log not writable: {exc}")
             return ()
@@ -207,10 +206,8 @@ class Runtime:
                 continue
             after = fs.usage_percent
             if outcome.mode.mode == OFFLINE and outcome.results:
-                try:
+                with contextlib.suppress(OSError):
                     after = round(fsusage.filesystem_usage(fs.mount).usage_percent, 3)
-                except OSError:
-                    pass
             log.info(
                 "retention_cycle",
                 mount=fs.mount,

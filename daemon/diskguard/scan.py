@@ -243,7 +243,9 @@ def _max_known(a: int | None, b: int | None) -> int | None:
 
 
 def _segment_paths(partition_dir: str, base: int) -> list[str]:
-    return [os.path.join(partition_dir, segment_file_name(base, sfx)) for sfx in SEGMENT_FILE_SUFFIXES]
+    return [
+        os.path.join(partition_dir, segment_file_name(base, sfx)) for sfx in SEGMENT_FILE_SUFFIXES
+    ]
 
 
 def _segment_bytes(partition_dir: str, base: int) -> int:
@@ -289,7 +291,9 @@ class SegmentFileReader:
         ts, source = self._max_timestamp(partition.path, base_offset)
         if ts is None:
             ts, source = log_mtime_ms, "mtime"
-        return SegmentInfo(bytes=size, max_timestamp_ms=ts, timestamp_source=source, files=tuple(files))
+        return SegmentInfo(
+            bytes=size, max_timestamp_ms=ts, timestamp_source=source, files=tuple(files)
+        )
 
     def _max_timestamp(self, partition_dir: str, base: int) -> tuple[int | None, str]:
         ti_path = os.path.join(partition_dir, segment_file_name(base, ".timeindex"))
@@ -306,7 +310,9 @@ class SegmentFileReader:
         log_path = os.path.join(partition_dir, segment_file_name(base, ".log"))
         start = 0
         try:
-            last = offsetindex.last_entry(os.path.join(partition_dir, segment_file_name(base, ".index")))
+            last = offsetindex.last_entry(
+                os.path.join(partition_dir, segment_file_name(base, ".index"))
+            )
             if last is not None:
                 start = last.position
         except (ValueError, OSError):
@@ -374,6 +380,7 @@ def scan(
         if mount not in usages:
             usages[mount] = replace(fsusage.filesystem_usage(log_dir), mount=mount, device=device)
     filesystems = tuple(
-        Filesystem(usage=usages[mount], log_dirs=tuple(dirs)) for mount, dirs in sorted(by_mount.items())
+        Filesystem(usage=usages[mount], log_dirs=tuple(dirs))
+        for mount, dirs in sorted(by_mount.items())
     )
     return ScanResult(filesystems, topics_by_mount, tuple(warnings))

@@ -23,7 +23,17 @@ def _ts(ms: int) -> str:
 def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> None:
     console = Console(file=sys.stdout, width=max(Console().width, 120))
     fs_table = Table(title=f"Filesystems (mode: {mode} — {reason})", title_justify="left")
-    for col in ("mount", "device", "used", "avail", "usage", "limit", "target", "pending", "excess"):
+    for col in (
+        "mount",
+        "device",
+        "used",
+        "avail",
+        "usage",
+        "limit",
+        "target",
+        "pending",
+        "excess",
+    ):
         fs_table.add_column(col, justify="right" if col not in ("mount", "device") else "left")
     for fs in chosen.filesystems:
         fs_table.add_row(
@@ -41,8 +51,18 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
     if not chosen.deletions:
         console.print("Nothing to delete: every filesystem is within its limit.")
     else:
-        table = Table(title="Would delete, in this order (globally oldest first)", title_justify="left")
-        for col in ("#", "topic-partition", "base offset", "next offset", "newest record", "bytes", "why"):
+        table = Table(
+            title="Would delete, in this order (globally oldest first)", title_justify="left"
+        )
+        for col in (
+            "#",
+            "topic-partition",
+            "base offset",
+            "next offset",
+            "newest record",
+            "bytes",
+            "why",
+        ):
             table.add_column(col)
         for i, d in enumerate(chosen.deletions, 1):
             why = d.reason

@@ -1,0 +1,163 @@
+"""``diskguard status``: what each guarded filesystem looks like right now.
+
+Live numbers (statvfs, a names-only scan for pending reclaim, /proc for deleted-but-open
+files) plus what the running daemon last wrote to ``<state_dir>/state.json`` (flow state,
+alert level, last deletion). Works without the daemon: flow state is then computed from the
+current usage and marked as such.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from diskguard.atomicfile import read_json
+from diskguard.cli import cli, config_option, load_or_exit, no_traceback
+from diskguard.config import Config
+from diskguard.enforcement import dumps
+from diskguard.flowstate import FlowLimits, FlowState, step
+from diskguard.openfiles import bytes_by_device, scan_deleted_open_files
+from diskguard.scan import scan
+from diskguard.units import format_bytes
+
+STATE_FILE = "state.json"
+
+
+def _daemon_state(config: Config) -> dict[str, Any] | None:
+    try:
+        state = read_json(Path(config.daemon.state_dir) / STATE_FILE, None)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    pid = state.get("pid")
+    try:
+        if isinstance(pid, int):
+            os.kill(pid, 0)
+        else:
+            return None
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return state
+
+
+def collect_status(config: Config) -> dict[str, Any]:
+    result = scan([str(d) for d in config.broker.log_dirs], config.retention.protect_topics)
+    daemon = _daemon_state(config)
+    open_scan = scan_deleted_open_files([fs.usage.mount for fs in result.filesystems])
+    held = bytes_by_device(open_scan.files)
+    filesystems = []
+    for fs in result.filesystems:
+        usage = fs.usage
+        limits = FlowLimits.from_config(config, usage.total_bytes)
+        saved = (daemon or {}).get("filesystems", {}).get(usage.mount)
+        if saved:
+            flow_state, alert_level = saved["flow_state"], saved["alert_level"]
+            last_deletion = saved.get("last_deletion")
+            source = "daemon"
+        else:
+            state, _ = step(FlowState(), usage, limits)
+            flow_state = "overfull" if state.overfull else "normal"
+            alert_level = state.alert_level or 0
+            last_deletion = None
+            source = "computed now (daemon not running)"
+        device_id = os.stat(usage.mount).st_dev
+        open_files = [
+            {"pid": f.pid, "comm": f.comm, "fd": f.fd, "path": f.path, "bytes": f.bytes}
+            for f in open_scan.files
+            if f.device == device_id
+        ]
+        filesystems.append(
+            {
+                "mount": usage.mount,
+                "device": usage.device,
+                "log_dirs": [d.path for d in fs.log_dirs],
+                "total_bytes": usage.total_bytes,
+                "used_bytes": usage.used_bytes,
+                "available_bytes": usage.available_bytes,
+                "usage_percent": round(usage.usage_percent, 3),
+                "limit_percent": config.retention.disk_usage_percent,
+                "target_percent": config.retention.effective_target_percent,
+                "overfull_percent": limits.overfull_percent,
+                "underfull_percent": limits.underfull_percent,
+                "min_free_bytes": limits.min_free_bytes,
+                "flow_state": flow_state,
+                "alert_level": alert_level,
+                "flow_state_source": source,
+                "pending_reclaim_bytes": fs.pending_reclaim_bytes,
+                "last_deletion": last_deletion,
+                "deleted_open_bytes": held.get(device_id, 0),
+                "deleted_open_files": open_files,
+            }
+        )
+    return {
+        "daemon_running": daemon is not None,
+        "filesystems": filesystems,
+        "unreadable_processes": open_scan.denied_pids,
+        "warnings": list(result.warnings),
+    }
+
+
+def _render(status: dict[str, Any]) -> None:
+    console = Console(file=sys.stdout, width=max(Console().width, 120))
+    running = "running" if status["daemon_running"] else "NOT running"
+    table = Table(title=f"diskguard status (daemon {running})", title_justify="left")
+    for col in (
+        "mount",
+        "usage",
+        "limit",
+        "flow",
+        "alert",
+        "pending",
+        "deleted-open",
+        "last deletion",
+    ):
+        table.add_column(col)
+    for fs in status["filesystems"]:
+        last = fs["last_deletion"]
+        last_text = "-"
+        if last:
+            when = dt.datetime.fromtimestamp(last["ts"], tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+            last_text = f"{when} {last['topic']}-{last['partition']}@{last['base_offset']}"
+        table.add_row(
+            fs["mount"],
+            f"{fs['usage_percent']:.2f}% ({format_bytes(fs['available_bytes'])} free)",
+            f"{fs['limit_percent']:g}%",
+            fs["flow_state"],
+            str(fs["alert_level"]),
+            format_bytes(fs["pending_reclaim_bytes"]),
+            format_bytes(fs["deleted_open_bytes"]),
+            last_text,
+        )
+    console.print(table)
+    for fs in status["filesystems"]:
+        for f in fs["deleted_open_files"][:10]:
+            console.print(
+                f"{fs['mount']}: {format_bytes(f['bytes'])} held by deleted file {f['path']} "
+                f"open in pid {f['pid']} ({f['comm']}) fd {f['fd']} — df counts it, du does not"
+            )
+    for warning in status["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
+
+
+@cli.command("status")
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@no_traceback
+def status_command(config_path: Path, as_json: bool) -> None:
+    """Usage, limits, flow state, alert level, pending reclaim, deleted-but-open files."""
+    config = load_or_exit(config_path)
+    status = collect_status(config)
+    if as_json:
+        click.echo(dumps(status))
+    else:
+        _render(status)

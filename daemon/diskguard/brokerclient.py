@@ -1,0 +1,240 @@
+"""The broker edge: DeleteRecords, reachability and committed consumer offsets, through
+confluent-kafka's ``AdminClient``.
+
+With the broker running, segments are deleted *through* it: ``DeleteRecords`` moves the
+partition's log start offset to the end of the chosen segments, and the broker removes the
+files itself at its next retention check (``log.retention.check.interval.ms``) plus
+``log.segment.delete.delay.ms``. So a successful result's ``freed_bytes`` is what the broker
+*will* reclaim (the segment's bytes), not space already free — the planner counts it as
+pending reclaim until the files are gone.
+
+Nothing here raises into the daemon loop: every broker answer, error or timeout becomes a
+result (or an empty answer plus a warning). The admin client is injected (``admin=``) so the
+request/response handling is tested at the AdminClient boundary with a fake that returns
+futures shaped like confluent-kafka's.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+
+from diskguard.audit import DeletionResult
+from diskguard.logs import get_logger
+from diskguard.planner import Deletion
+
+__all__ = ["MODE", "AdminApi", "BrokerClient", "DeletionResult", "describe_error"]
+
+log = get_logger("diskguard.broker")
+
+MODE = "broker"
+
+
+class AdminApi(Protocol):
+    """The part of ``confluent_kafka.admin.AdminClient`` diskguard uses."""
+
+    def list_topics(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def delete_records(
+        self, topic_partition_offsets: list[TopicPartition], **kwargs: Any
+    ) -> Mapping[TopicPartition, concurrent.futures.Future[Any]]: ...
+
+    def list_consumer_groups(self, **kwargs: Any) -> concurrent.futures.Future[Any]: ...
+
+    def list_consumer_group_offsets(
+        self, list_consumer_group_offsets_request: list[ConsumerGroupTopicPartitions], **kwargs: Any
+    ) -> Mapping[str, concurrent.futures.Future[Any]]: ...
+
+
+#: Hints for the answers an operator is most likely to meet.
+_HINTS = {
+    "UNSUPPORTED_VERSION": "the broker does not support DeleteRecords",
+    "_TRANSPORT": "connection to the broker lost (a broker that does not implement "
+    "DeleteRecords may drop the connection)",
+    "NOT_LEADER_FOR_PARTITION": "this broker is not the partition leader; retried next cycle",
+    "TOPIC_AUTHORIZATION_FAILED": "the client lacks DELETE permission on the topic",
+    "UNKNOWN_TOPIC_OR_PART": "the broker does not know this topic/partition",
+    "REQUEST_TIMED_OUT": "the broker did not answer in time",
+    "_TIMED_OUT": "the broker did not answer in time",
+}
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an admin-call failure: Kafka's error name, its text and a hint."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        err = exc.args[0]
+        name = err.name()
+        hint = _HINTS.get(name)
+        text = f"{name}: {err.str()}"
+        return f"{text} ({hint})" if hint else text
+    if isinstance(exc, concurrent.futures.TimeoutError | TimeoutError):
+        return "timed out waiting for the broker's answer"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _StructlogBridge(logging.Handler):
+    """librdkafka's own log lines (connection refused, ...) as structlog debug events instead
+    of raw ``%3|...`` lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log.debug("librdkafka", message=record.getMessage(), level=record.levelname)
+
+
+def _rdkafka_logger() -> logging.Logger:
+    logger = logging.getLogger("diskguard.librdkafka")
+    if not logger.handlers:
+        logger.addHandler(_StructlogBridge())
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+    return logger
+
+
+class BrokerClient:
+    """One AdminClient for the local broker's cluster."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        client_settings: Mapping[str, str | int | float | bool] | None = None,
+        timeout: float = 5.0,
+        admin: AdminApi | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.timeout = timeout
+        if admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            conf: dict[str, str | int | float | bool] = {
+                "bootstrap.servers": bootstrap,
+                "client.id": "diskguard",
+                **dict(client_settings or {}),
+            }
+            admin = AdminClient(conf, logger=_rdkafka_logger())
+        self._admin: AdminApi = admin
+
+    def close(self) -> None:
+        """Serve pending log callbacks; the AdminClient itself has no close."""
+        self._serve_logs()
+
+    def _serve_logs(self) -> None:
+        poll = getattr(self._admin, "poll", None)
+        if poll is not None:
+            with contextlib.suppress(Exception):
+                poll(0)
+
+    # -- reachability --------------------------------------------------------------------
+    def reachable(self) -> bool:
+        """Metadata round trip within ``timeout``: is a broker answering at ``bootstrap``?"""
+        try:
+            self._admin.list_topics(timeout=self.timeout)
+            return True
+        except Exception as exc:
+            log.info("broker_unreachable", bootstrap=self.bootstrap, error=describe_error(exc))
+            return False
+        finally:
+            self._serve_logs()
+
+    # -- DeleteRecords -------------------------------------------------------------------
+    def delete_records(self, deletions: Sequence[Deletion]) -> list[DeletionResult]:
+        """One DeleteRecords request for all partitions (up to each partition's highest
+        ``next_offset``); one result per deletion, in input order. Never raises."""
+        if not deletions:
+            return []
+        wanted: dict[tuple[str, int], int] = {}
+        for d in deletions:
+            key = (d.topic, d.partition)
+            wanted[key] = max(wanted.get(key, 0), d.next_offset)
+        request = [TopicPartition(t, p, off) for (t, p), off in wanted.items()]
+        outcome: dict[tuple[str, int], tuple[int | None, str | None]] = {}
+        try:
+            futures = self._admin.delete_records(
+                request, request_timeout=self.timeout, operation_timeout=self.timeout
+            )
+        except Exception as exc:
+            local_error = describe_error(exc)
+            futures = {}
+            for key in wanted:
+                outcome[key] = (None, local_error)
+        deadline = time.monotonic() + self.timeout + 2.0
+        for tp, future in futures.items():
+            key = (tp.topic, tp.partition)
+            try:
+                answer = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                outcome[key] = (None, describe_error(exc))
+                continue
+            low = getattr(answer, "low_watermark", None)
+            if not isinstance(low, int):
+                outcome[key] = (None, f"unexpected DeleteRecords answer {answer!r}")
+            elif low < wanted[key]:
+                outcome[key] = (
+                    None,
+                    f"broker kept low watermark {low} below the requested offset {wanted[key]}",
+                )
+            else:
+                outcome[key] = (low, None)
+        self._serve_logs()
+        results = []
+        for d in deletions:
+            low, error = outcome.get(
+                (d.topic, d.partition), (None, "no answer for this partition from the broker")
+            )
+            if error is None:
+                results.append(DeletionResult(d, True, d.bytes, MODE))
+            else:
+                results.append(DeletionResult(d, False, 0, MODE, error))
+        for (topic, partition), (low, error) in outcome.items():
+            if error is None:
+                log.info("delete_records", topic=topic, partition=partition, low_watermark=low)
+            else:
+                log.warning("delete_records_failed", topic=topic, partition=partition, error=error)
+        return results
+
+    # -- consumer offsets ----------------------------------------------------------------
+    def committed_offsets(self, topics: Iterable[str]) -> dict[tuple[str, int], dict[str, int]]:
+        """``(topic, partition) -> {group: committed offset}`` for ``topics``, across every
+        consumer group. Errors give what could be read (possibly ``{}``) plus a warning: the
+        planner then just cannot prefer consumed segments."""
+        wanted = set(topics)
+        out: dict[tuple[str, int], dict[str, int]] = {}
+        if not wanted:
+            return out
+        deadline = time.monotonic() + self.timeout + 2.0
+        try:
+            listing = self._admin.list_consumer_groups(request_timeout=self.timeout).result(
+                timeout=max(0.0, deadline - time.monotonic())
+            )
+        except Exception as exc:
+            log.warning("consumer_groups_unavailable", error=describe_error(exc))
+            return out
+        for err in getattr(listing, "errors", None) or []:
+            log.warning("consumer_groups_partial", error=describe_error(err))
+        groups = sorted({g.group_id for g in getattr(listing, "valid", None) or []})
+        futures: dict[str, concurrent.futures.Future[Any]] = {}
+        for group in groups:
+            # The API takes one group per request.
+            try:
+                futures.update(
+                    self._admin.list_consumer_group_offsets(
+                        [ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout
+                    )
+                )
+            except Exception as exc:
+                log.warning("consumer_offsets_unavailable", group=group, error=describe_error(exc))
+        for group, future in futures.items():
+            try:
+                answer = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                log.warning("consumer_offsets_unavailable", group=group, error=describe_error(exc))
+                continue
+            for tp in getattr(answer, "topic_partitions", None) or []:
+                if tp.topic in wanted and tp.error is None and tp.offset >= 0:
+                    out.setdefault((tp.topic, tp.partition), {})[group] = tp.offset
+        self._serve_logs()
+        return out

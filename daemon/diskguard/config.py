@@ -247,7 +247,11 @@ def read_server_properties(path: Path) -> ServerProperties:
         raw = props.get(key)
         return int(raw) if raw is not None and raw.strip().isdigit() else None
 
-    return ServerProperties(log_dirs, _int("log.segment.bytes"), _int("segment.index.bytes"))
+    # The broker-level key for a topic's segment.index.bytes is log.index.size.max.bytes.
+    index_bytes = _int("log.index.size.max.bytes")
+    if index_bytes is None:
+        index_bytes = _int("segment.index.bytes")
+    return ServerProperties(log_dirs, _int("log.segment.bytes"), index_bytes)
 
 
 def _split_prop(line: str) -> tuple[str, str, str]:

@@ -161,3 +161,22 @@ def test_garbage_gives_an_entry_or_index_corrupt(data: bytes) -> None:
             assert str(path) in str(exc)
         else:
             assert result is None or isinstance(result, TimeIndexEntry)
+
+
+@pytest.mark.parametrize("claimed_hole", [0, 1, 12, 4096])
+def test_a_wrong_seek_hole_answer_does_not_lose_entries(
+    tmp_path: Path, claimed_hole: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a filesystem reports a hole too early, the result is still the true last entry."""
+    path = tmp_path / "0.timeindex"
+    entries = [(1000 + i, i) for i in range(2000)]
+    _write(path, entries, preallocate=TEN_MIB)
+    real_lseek = os.lseek
+
+    def lying_lseek(fd: int, pos: int, how: int) -> int:
+        if how == os.SEEK_HOLE:
+            return claimed_hole
+        return real_lseek(fd, pos, how)
+
+    monkeypatch.setattr(indexfile.os, "lseek", lying_lseek)
+    assert timeindex.last_entry(path) == TimeIndexEntry(2999, 1999)

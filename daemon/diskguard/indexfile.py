@@ -57,10 +57,14 @@ def used_slots(fd: int, entry_size: int, *, first_may_be_zero: bool = False) -> 
     total = size // entry_size
     if total == 0:
         return 0
-    data_end = _data_end(fd, size)
-    # Slots starting at or after data_end lie in a hole: all zeros.
-    hi = min(total, -(-data_end // entry_size))
     zero = bytes(entry_size)
+    data_end = _data_end(fd, size)
+    # Slots starting at or after data_end lie in a hole: all zeros. Trust the filesystem's
+    # answer only after checking the first slot it calls a hole (one read), so a filesystem
+    # that misreports holes costs speed, never a missed entry.
+    hi = min(total, -(-data_end // entry_size))
+    if hi < total and read_slot(fd, hi, entry_size) != zero:
+        hi = total
     lo = 1 if first_may_be_zero else 0
     if hi <= lo:
         # Nothing or only slot 0 can hold data (a lone all-zero slot 0 is not an entry).

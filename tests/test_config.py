@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "diskguard.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "diskguard", *args], capture_output=True, text=True, timeout=60
     )
 
 

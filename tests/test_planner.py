@@ -114,11 +114,16 @@ def test_max_bytes_budget_per_log_dir() -> None:
     assert all(d.reason == "max_bytes" for d in chosen)
 
 
-def test_offline_headroom_raises_the_excess() -> None:
-    fs = make_fs([], used=80 * MiB, avail=20 * MiB)
-    assert filesystem_excess(fs, Limits(90.0, 90.0))[0] == 0
-    excess, over = filesystem_excess(fs, Limits(90.0, 90.0, headroom_bytes=30 * MiB))
-    assert over and excess == 10 * MiB
+def test_offline_headroom_applies_only_over_the_ceiling_and_is_capped() -> None:
+    fs = make_fs([], used=80 * GiB, avail=20 * GiB)
+    # under the ceiling: headroom never triggers a deletion (KIP-61 off means off)
+    assert filesystem_excess(fs, Limits(100.0, 100.0, headroom_bytes=30 * GiB)) == (0, False)
+    assert filesystem_excess(fs, Limits(90.0, 90.0, headroom_bytes=30 * GiB)) == (0, False)
+    # over the ceiling: leave the headroom free too, but at most 5% of the disk
+    full = make_fs([], used=97 * GiB, avail=3 * GiB)
+    assert filesystem_excess(full, Limits(96.0, 96.0)) == (1 * GiB, True)
+    assert filesystem_excess(full, Limits(96.0, 96.0, headroom_bytes=1 * GiB)) == (1 * GiB, True)
+    assert filesystem_excess(full, Limits(96.0, 96.0, headroom_bytes=30 * GiB)) == (2 * GiB, True)
 
 
 # -- property: the chosen set is a global-oldest prefix set, minimal, safe --------------------

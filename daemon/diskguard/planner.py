@@ -99,6 +99,9 @@ class Plan:
         return all(fs.reachable for fs in self.filesystems)
 
 
+#: The offline headroom never asks for more than this share of a filesystem.
+HEADROOM_CAP_FRACTION = 0.05
+
 #: (topic, partition) -> group -> committed offset.
 CommittedOffsets = Mapping[tuple[str, int], Mapping[str, int]]
 
@@ -119,20 +122,18 @@ def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
     """``(excess_bytes, over_ceiling)`` for the usage-percent rule.
 
     KIP-61 triggers above the ceiling (``limit_percent``) and then deletes down to
-    ``target_percent``; what is already pending reclaim counts as deleted.
+    ``target_percent``; what is already pending reclaim counts as deleted. Only once over the
+    ceiling, ``headroom_bytes`` (offline rescue) must also be left free, capped at
+    ``HEADROOM_CAP_FRACTION`` of the filesystem so a small disk is never emptied for it.
     """
     usage = fs.usage
-    over = usage.usage_percent > limits.limit_percent or (
-        limits.headroom_bytes > 0 and usage.available_bytes < limits.headroom_bytes
-    )
-    if not over:
+    if usage.usage_percent <= limits.limit_percent:
         return 0, False
     target_used = usage.used_bytes_at(limits.target_percent)
     if limits.headroom_bytes:
-        # Leave ``headroom_bytes`` free in addition to the target.
-        target_used = min(
-            target_used, usage.used_bytes + usage.available_bytes - limits.headroom_bytes
-        )
+        capacity = usage.used_bytes + usage.available_bytes
+        headroom = min(limits.headroom_bytes, int(capacity * HEADROOM_CAP_FRACTION))
+        target_used = min(target_used, capacity - headroom)
     excess = usage.used_bytes - target_used - fs.pending_reclaim_bytes
     return max(0, excess), True
 

@@ -75,8 +75,9 @@ class KafkaSink:
             "enable.idempotence": True,
         }
         settings.setdefault("client.id", "diskguard-snapshots")
+        self._settings = settings
         try:
-            self._producer = Producer(settings)
+            self._producer = self._new_producer()
         except KafkaException as exc:
             raise ValueError(f"kafka producer settings: {exc.args[0]}") from None
         self._in_flight: deque[_InFlight] = deque()
@@ -102,9 +103,13 @@ class KafkaSink:
         self._producer.poll(0)
         shipped = self._advance()
         if self._failed and not self._in_flight and time.monotonic() >= self._retry_at:
-            # Every report is in: replay everything after the cursor, in order.
+            # Every report is in: replay everything after the cursor, in order, from a fresh
+            # producer. After in-flight timeouts the idempotent producer bumps its epoch, and
+            # brokers that do not implement KIP-360 (tansu) answer PRODUCER_FENCED forever; a
+            # new producer id is the one recovery that works against every broker.
             self._failed = False
             self._sent_upto = None
+            self._producer = self._new_producer()
         if not self._failed:
             self._produce(max_records)
         self._producer.poll(timeout if self._in_flight else 0)
@@ -121,6 +126,19 @@ class KafkaSink:
         if remaining:
             log.warning("snapshot_ship_unfinished", in_flight=remaining)
         return shipped
+
+    def _new_producer(self) -> Producer:
+        return Producer({**self._settings, "error_cb": self._on_error})
+
+    def _on_error(self, err: KafkaError) -> None:
+        """Client-level errors (all brokers down, fatal idempotence errors)."""
+        if err.fatal():
+            # The producer is unusable; fail everything so ship() builds a new one.
+            log.error("snapshot_ship_failed", topic=self.topic, error=err.str(), fatal=True)
+            self._failed = True
+            for entry in self._in_flight:
+                if entry.delivered is None:
+                    entry.delivered = False
 
     def _produce(self, max_records: int) -> None:
         room = min(max_records, self.max_in_flight - len(self._in_flight))

@@ -109,9 +109,13 @@ def append_line(path: Path, data: bytes, make_room: Any = None) -> None:
 
 
 def _append_once(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     try:
         size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            # A torn line from a crash/power loss: end it, so it stays one unparseable line
+            # (readers skip it) instead of swallowing the line written now.
+            data = b"\n" + data
         try:
             view = memoryview(data)
             while view:
@@ -264,3 +268,41 @@ def read_audit(path: Path) -> Iterator[dict[str, Any]]:
                 continue
             if isinstance(value, dict):
                 yield value
+
+
+@dataclass(frozen=True)
+class AuditAction:
+    """One action as the log tells it: its intent (absent for a bare ``refused`` line) and
+    its outcome (absent when the process died in between, or the outcome line was lost)."""
+
+    action_id: str
+    intent: Mapping[str, Any] | None
+    outcome: Mapping[str, Any] | None
+
+    @property
+    def first(self) -> Mapping[str, Any]:
+        line = self.intent or self.outcome
+        assert line is not None
+        return line
+
+    @property
+    def lines(self) -> tuple[Mapping[str, Any], ...]:
+        return tuple(x for x in (self.intent, self.outcome) if x is not None)
+
+
+def pair_actions(lines: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> list[AuditAction]:
+    """Intent and outcome lines joined by ``action_id``, in the order actions started. Pure."""
+    intents: dict[str, dict[str, Any]] = {}
+    outcomes: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    for line in lines:
+        action_id = str(line.get("action_id", ""))
+        if not action_id:
+            continue
+        if action_id not in intents and action_id not in outcomes:
+            order.append(action_id)
+        if line.get("phase") == INTENT:
+            intents[action_id] = line
+        else:
+            outcomes[action_id] = line
+    return [AuditAction(a, intents.get(a), outcomes.get(a)) for a in order]

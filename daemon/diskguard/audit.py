@@ -85,6 +85,8 @@ def deletion_fields(d: Deletion) -> dict[str, Any]:
         "next_offset": d.next_offset,
         "bytes": d.bytes,
         "max_timestamp_ms": d.max_timestamp_ms,
+        #: The planner's rule ("disk_usage_percent" | "max_bytes"); ``reason`` is the prose.
+        "rule": d.reason,
     }
 
 

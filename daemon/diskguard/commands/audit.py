@@ -88,7 +88,7 @@ def render(actions: list[AuditAction]) -> None:
             f"{line.get('topic', '?')}-{line.get('partition', '?')}",
             str(line.get("base_offset", "?")),
             format_bytes(int(line.get("bytes") or 0)),
-            str(line.get("reason", "")),
+            str(line.get("rule") or line.get("reason", "")),
             _outcome(action),
             _unconsumed(line),
         )

@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from diskguard.brokerclient import _rdkafka_logger
 from diskguard.logs import get_logger
 from diskguard.snapshot import encode_record
 from diskguard.spool import Spool, SpoolPosition
@@ -100,6 +101,8 @@ class KafkaSink:
 
         Waits at most about ``timeout`` seconds for delivery reports.
         """
+        if self.spool.queued_in_memory:
+            self.spool.flush_queue()  # records waiting for disk space only ship once durable
         self._producer.poll(0)
         shipped = self._advance()
         if self._failed and not self._in_flight and time.monotonic() >= self._retry_at:
@@ -128,7 +131,7 @@ class KafkaSink:
         return shipped
 
     def _new_producer(self) -> Producer:
-        return Producer({**self._settings, "error_cb": self._on_error})
+        return Producer({**self._settings, "error_cb": self._on_error}, logger=_rdkafka_logger())
 
     def _on_error(self, err: KafkaError) -> None:
         """Client-level errors (all brokers down, fatal idempotence errors)."""

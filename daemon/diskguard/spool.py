@@ -30,6 +30,7 @@ import errno
 import fcntl
 import json
 import os
+import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -90,6 +91,8 @@ class Spool:
         #: Appends that failed to reach the disk (each retried later from memory).
         self.write_failures = 0
         self._queue: deque[bytes] = deque()
+        self._failing_since: float | None = None
+        self._last_failure_log = 0.0
         self._fd: int | None = None
         self._lock_fd: int | None = None
         try:
@@ -189,15 +192,30 @@ class Spool:
                 position = self._write_line(line)
             except OSError as exc:
                 self.write_failures += 1
-                log.error(
-                    "spool_write_failed",
-                    path=str(self.dir / _file_name(self._seq)),
-                    error=exc.strerror or str(exc),
-                    errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
-                    queued=len(self._queue),
-                )
+                now = time.monotonic()
+                # Once when the trouble starts, then at most once a minute: a full disk
+                # retried every cycle must not flood the journal on that same disk.
+                if self._failing_since is None or now - self._last_failure_log >= 60.0:
+                    self._last_failure_log = now
+                    log.error(
+                        "spool_write_failed",
+                        path=str(self.dir / _file_name(self._seq)),
+                        error=exc.strerror or str(exc),
+                        errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+                        queued=len(self._queue),
+                        failures=self.write_failures,
+                    )
+                if self._failing_since is None:
+                    self._failing_since = now
                 return None
             self._queue.popleft()
+        if self._failing_since is not None:
+            log.info(
+                "spool_write_recovered",
+                failed_for_s=round(time.monotonic() - self._failing_since, 3),
+                failures=self.write_failures,
+            )
+            self._failing_since = None
         return position
 
     def _write_line(self, line: bytes) -> SpoolPosition:

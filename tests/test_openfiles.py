@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,23 +33,6 @@ HOLDER = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"cannot mount tmpfs (tests need root): {result.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def _used(mnt: Path) -> int:
     st = os.statvfs(mnt)
     return (st.f_blocks - st.f_bfree) * st.f_frsize
@@ -63,14 +46,15 @@ def _walked(mnt: Path) -> int:
     return total
 
 
-def test_unlinked_file_held_open_is_found(tmpfs: Path) -> None:
-    (tmpfs / "visible.log").write_bytes(b"v" * 4096)
+def test_unlinked_file_held_open_is_found(tmpfs: Callable[[int], Path]) -> None:
+    mnt = tmpfs(64 * MiB)
+    (mnt / "visible.log").write_bytes(b"v" * 4096)
     # A live file whose *name* ends like the kernel's marker must not be reported.
-    (tmpfs / "tricky (deleted)").write_bytes(b"t" * 4096)
-    tricky = open(tmpfs / "tricky (deleted)", "rb")  # noqa: SIM115 - held across the test
-    before = _used(tmpfs)
+    (mnt / "tricky (deleted)").write_bytes(b"t" * 4096)
+    tricky = open(mnt / "tricky (deleted)", "rb")  # noqa: SIM115 - held across the test
+    before = _used(mnt)
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(tmpfs / "00000000000000000000.log")],
+        [sys.executable, "-c", HOLDER, str(mnt / "00000000000000000000.log")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -78,45 +62,46 @@ def test_unlinked_file_held_open_is_found(tmpfs: Path) -> None:
     try:
         assert holder.stdout is not None
         fd, dup = (int(x) for x in holder.stdout.readline().split())
-        assert not (tmpfs / "00000000000000000000.log").exists()
+        assert not (mnt / "00000000000000000000.log").exists()
 
-        files = deleted_open_files({str(tmpfs)})
+        files = deleted_open_files({str(mnt)})
         mine = [f for f in files if f.pid == holder.pid]
         assert {f.fd for f in mine} == {fd, dup}
-        assert all(f.path == str(tmpfs / "00000000000000000000.log") for f in mine)
+        assert all(f.path == str(mnt / "00000000000000000000.log") for f in mine)
         assert all(f.comm.startswith("python") for f in mine)
         assert all(f.bytes == 5 * MiB and f.size == 5 * MiB for f in mine)
-        assert all(f.device == os.stat(tmpfs).st_dev for f in mine)
+        assert all(f.device == os.stat(mnt).st_dev for f in mine)
         assert [f for f in files if "tricky" in f.path] == []
 
         # Two descriptors, one inode: the space is held once.
-        assert bytes_by_device(files)[os.stat(tmpfs).st_dev] == 5 * MiB
-        assert scan_deleted_open_files([os.stat(tmpfs).st_dev]).total_bytes == 5 * MiB
+        assert bytes_by_device(files)[os.stat(mnt).st_dev] == 5 * MiB
+        assert scan_deleted_open_files([os.stat(mnt).st_dev]).total_bytes == 5 * MiB
         # Narrowed to the holder's pid, by device id.
-        only = scan_deleted_open_files([os.stat(tmpfs).st_dev], pids=[holder.pid])
+        only = scan_deleted_open_files([os.stat(mnt).st_dev], pids=[holder.pid])
         assert {f.pid for f in only.files} == {holder.pid}
 
         # df sees the space, a directory walk does not: the gap the report explains.
-        assert _used(tmpfs) - before >= 5 * MiB
-        assert _walked(tmpfs) == 2 * 4096
+        assert _used(mnt) - before >= 5 * MiB
+        assert _walked(mnt) == 2 * 4096
 
         # Another filesystem is not reported.
         assert [f for f in deleted_open_files({"/proc"}) if f.pid == holder.pid] == []
     finally:
         holder.communicate("", timeout=10)
         tricky.close()
-    assert deleted_open_files({str(tmpfs)}) == []
-    assert _used(tmpfs) - before < MiB
+    assert deleted_open_files({str(mnt)}) == []
+    assert _used(mnt) - before < MiB
 
 
-def test_other_users_processes_are_counted_not_fatal(tmpfs: Path) -> None:
+def test_other_users_processes_are_counted_not_fatal(tmpfs: Callable[[int], Path]) -> None:
     """As nobody, root's descriptors are off limits: counted in denied_pids, no exception.
 
     A forked child drops to uid 65534 (exec'ing the venv's python as nobody is not possible:
     it lives under /root).
     """
+    mnt = tmpfs(64 * MiB)
     parent = os.getpid()
-    device = os.stat(tmpfs).st_dev  # the child may not traverse root's 0700 tmp dir
+    device = os.stat(mnt).st_dev  # the child may not traverse root's 0700 tmp dir
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the child
@@ -141,9 +126,10 @@ def test_other_users_processes_are_counted_not_fatal(tmpfs: Path) -> None:
     assert found == 0
 
 
-def test_exited_pid_is_ignored(tmpfs: Path) -> None:
+def test_exited_pid_is_ignored(tmpfs: Callable[[int], Path]) -> None:
+    mnt = tmpfs(64 * MiB)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(timeout=30)
     # A pid that no longer exists (reaped above): nothing, no error, not counted as denied.
-    scan = scan_deleted_open_files([str(tmpfs)], pids=[gone.pid])
+    scan = scan_deleted_open_files([str(mnt)], pids=[gone.pid])
     assert (scan.files, scan.denied_pids) == ((), 0)

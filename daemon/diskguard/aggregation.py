@@ -1,0 +1,222 @@
+"""Fleet aggregation math on plain Python data: the reference for what the Spark job computes.
+
+The Spark job (``sparkjob``) expresses the same rules with Spark SQL functions so that raw
+snapshots never travel to the driver; this module states the rules once, in a form a unit
+test can check exactly, and the Spark tests compare the distributed results against it.
+
+Conventions shared with the Spark job:
+
+- Growth is the least-squares slope of used bytes over time (bytes per hour), so one noisy
+  snapshot or a deletion burst moves the trend far less than a two-point difference would.
+- Hours to full is measured from the *last* snapshot: ``available / growth``. "Full" means
+  available reaches zero (``df``'s view), not ``used == total``: root-reserved blocks are
+  never available to the broker. ``None`` when the disk is not growing.
+- Overfull time is a step function: the state seen in a snapshot holds until the next
+  snapshot. The last snapshot contributes no time (we do not know how long it lasted).
+- An episode is a normal -> overfull transition; a window that *starts* overfull counts the
+  first snapshot as the start of an episode (it was overfull before we looked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA_VERSION = 1
+MS_PER_HOUR = 3_600_000.0
+OVERFULL = "overfull"
+NORMAL = "normal"
+
+
+def least_squares_slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Slope of the ordinary least-squares line through ``(xs, ys)``.
+
+    Centred sums (two passes) rather than the textbook ``n*Sxy - Sx*Sy`` form: timestamps
+    in ms are ~1.7e12 and their squares lose every significant digit in a double. ``None``
+    when there are fewer than two distinct x values: no trend can be told from one moment.
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"xs and ys differ in length ({len(xs)} != {len(ys)})")
+    n = len(xs)
+    if n < 2:
+        return None
+    mean_x = sum(xs) / n
+    mean_y = sum(ys) / n
+    sxx = 0.0
+    sxy = 0.0
+    for x, y in zip(xs, ys, strict=True):
+        dx = x - mean_x
+        sxx += dx * dx
+        sxy += dx * (y - mean_y)
+    if sxx == 0.0:
+        return None
+    return sxy / sxx
+
+
+def growth_bytes_per_hour(ts_ms: Sequence[int], used_bytes: Sequence[int]) -> float | None:
+    """Least-squares growth of ``used_bytes`` in bytes per hour (x in hours, not ms)."""
+    return least_squares_slope([t / MS_PER_HOUR for t in ts_ms], [float(u) for u in used_bytes])
+
+
+def hours_to_full(available_bytes: int | float, growth: float | None) -> float | None:
+    """Hours until ``available_bytes`` is used up at ``growth`` bytes/hour; None if not growing."""
+    if growth is None or growth <= 0:
+        return None
+    return max(float(available_bytes), 0.0) / growth
+
+
+def used_ratio(used_bytes: int | float, available_bytes: int | float) -> float | None:
+    """``df``'s Use%: used / (used + available to non-root); None for an empty filesystem."""
+    denominator = float(used_bytes) + float(available_bytes)
+    if denominator <= 0:
+        return None
+    return float(used_bytes) / denominator
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One overfull stretch: from the first overfull snapshot to the first snapshot after it
+    that is normal (or to the last snapshot, when the window ends overfull)."""
+
+    start_ts_ms: int
+    end_ts_ms: int
+    open: bool  # still overfull at the last snapshot
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ts_ms - self.start_ts_ms) / 1000.0
+
+
+@dataclass(frozen=True)
+class OverfullHistory:
+    episodes: tuple[Episode, ...]
+    seconds: float
+
+    @property
+    def count(self) -> int:
+        return len(self.episodes)
+
+
+def overfull_history(points: Iterable[tuple[int, str]]) -> OverfullHistory:
+    """Episodes and total overfull seconds from ``(ts_ms, flow_state)`` snapshots of one disk.
+
+    Points may come in any order (a spool replay or a Kafka partition need not be sorted);
+    duplicates of the same timestamp must already be removed.
+    """
+    ordered = sorted(points, key=lambda p: p[0])
+    episodes: list[Episode] = []
+    seconds = 0.0
+    start: int | None = None
+    for i, (ts, state) in enumerate(ordered):
+        overfull = state == OVERFULL
+        if overfull and start is None:
+            start = ts
+        elif not overfull and start is not None:
+            episodes.append(Episode(start, ts, open=False))
+            start = None
+        if overfull and i + 1 < len(ordered):
+            seconds += (ordered[i + 1][0] - ts) / 1000.0
+    if start is not None:
+        episodes.append(Episode(start, ordered[-1][0], open=True))
+    return OverfullHistory(tuple(episodes), seconds)
+
+
+@dataclass(frozen=True)
+class DiskSummary:
+    """One row of ``disks.parquet``, computed the slow, obvious way."""
+
+    host: str
+    mount: str
+    snapshots: int
+    first_ts_ms: int
+    last_ts_ms: int
+    total_bytes: int
+    used_bytes: int
+    available_bytes: int
+    kafka_bytes: int
+    growth_bytes_per_hour: float | None
+    hours_to_full: float | None
+    overfull_episodes: int
+    overfull_seconds: float
+    deleted_bytes: int
+    peak_alert_level: int
+
+
+def dedup_snapshots(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Keep the first record per ``(host, mount, ts_ms)``: the shipper delivers at least once."""
+    seen: set[tuple[str, str, int]] = set()
+    unique: list[Mapping[str, Any]] = []
+    for record in records:
+        key = (str(record["host"]), str(record["mount"]), int(record["ts_ms"]))
+        if key not in seen:
+            seen.add(key)
+            unique.append(record)
+    return unique
+
+
+def summarize_disk(records: Sequence[Mapping[str, Any]]) -> DiskSummary:
+    """The summary of one disk's (deduplicated) snapshots; raises ValueError when empty."""
+    if not records:
+        raise ValueError("no snapshots for this disk")
+    ordered = sorted(records, key=lambda r: int(r["ts_ms"]))
+    last = ordered[-1]
+    ts = [int(r["ts_ms"]) for r in ordered]
+    growth = growth_bytes_per_hour(ts, [int(r["used_bytes"]) for r in ordered])
+    history = overfull_history((int(r["ts_ms"]), str(r["flow_state"])) for r in ordered)
+    return DiskSummary(
+        host=str(last["host"]),
+        mount=str(last["mount"]),
+        snapshots=len(ordered),
+        first_ts_ms=ts[0],
+        last_ts_ms=ts[-1],
+        total_bytes=int(last["total_bytes"]),
+        used_bytes=int(last["used_bytes"]),
+        available_bytes=int(last["available_bytes"]),
+        kafka_bytes=int(last.get("kafka_bytes") or 0),
+        growth_bytes_per_hour=growth,
+        hours_to_full=hours_to_full(int(last["available_bytes"]), growth),
+        overfull_episodes=history.count,
+        overfull_seconds=history.seconds,
+        deleted_bytes=sum(int(r.get("deleted_bytes") or 0) for r in ordered),
+        peak_alert_level=max(int(r.get("alert_level") or 0) for r in ordered),
+    )
+
+
+def summarize_disks(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], DiskSummary]:
+    """Deduplicate, group by ``(host, mount)`` and summarize each disk."""
+    by_disk: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for record in dedup_snapshots(records):
+        by_disk.setdefault((str(record["host"]), str(record["mount"])), []).append(record)
+    return {key: summarize_disk(rows) for key, rows in sorted(by_disk.items())}
+
+
+def fleet_skew(ratios: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Each host's used ratio divided by the fleet mean ratio (1.0 = average, 2.0 = twice).
+
+    The mean is over hosts, not bytes: one huge host must not define "normal" for the rest.
+    """
+    known = [r for r in ratios.values() if r is not None]
+    mean = sum(known) / len(known) if known else 0.0
+    return {host: (r / mean if r is not None and mean > 0 else None) for host, r in ratios.items()}
+
+
+def forecast_full_ts_ms(last_ts_ms: int, hours: float | None) -> int | None:
+    """When the disk fills, as epoch ms, or None when it is not growing."""
+    if hours is None:
+        return None
+    return int(last_ts_ms + hours * MS_PER_HOUR)
+
+
+def downsample_bucket(ts_ms: int, first_ts_ms: int, last_ts_ms: int, buckets: int) -> int:
+    """Which of ``buckets`` equal time slices of ``[first, last]`` holds ``ts_ms``.
+
+    The Spark job computes the same expression in SQL to bound the points per disk it sends
+    to the driver for the report; this is the reference for it.
+    """
+    if buckets < 1:
+        raise ValueError(f"buckets must be at least 1, got {buckets}")
+    span = last_ts_ms - first_ts_ms
+    if span <= 0:
+        return 0
+    return min(int((ts_ms - first_ts_ms) * buckets // span), buckets - 1)

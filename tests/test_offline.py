@@ -410,6 +410,37 @@ def test_recover_abandons_when_a_broker_got_the_lock_first(loop_ext4: Callable[.
     assert executor(state).pending() == 0
 
 
+def test_recover_rechecks_a_segment_whose_log_was_not_renamed_yet(
+    loop_ext4: Callable[..., Path],
+) -> None:
+    """Crash before the ``.log`` rename, then a broker ran (and e.g. the topic was re-created):
+    the journal's segment is now the ACTIVE one and must not be deleted."""
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=1, segments=1)
+    active = parts[0].active
+    names = [active.log_path.name, active.index_path.name]
+    fields = {"topic": "orders", "partition": 0, "base_offset": 0, "next_offset": 500}
+    _journal(
+        state,
+        [
+            {
+                "op": "intent",
+                "action_id": "a1",
+                "log_dir_real": str(logs),
+                "partition_dir": str(logs / "orders-0"),
+                "names": names,
+                "fields": fields,
+            }
+        ],
+    )
+    before = tree(logs)
+    [result] = executor(state).recover([logs])
+    assert not result.ok and "active" in (result.error or "")
+    assert tree(logs) == before
+    assert executor(state).pending() == 0
+
+
 def test_recover_can_sweep_leftover_deleted_segment_files(loop_ext4: Callable[..., Path]) -> None:
     mnt = loop_ext4(64 * MiB)
     logs, state = mnt / "logs", mnt / "state"

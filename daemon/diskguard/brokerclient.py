@@ -161,7 +161,7 @@ class BrokerClient:
             futures = {}
             for key in wanted:
                 outcome[key] = (None, local_error)
-        deadline = time.monotonic() + self.timeout + 2.0
+        deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
         for tp, future in futures.items():
             key = (tp.topic, tp.partition)
             try:
@@ -205,7 +205,7 @@ class BrokerClient:
         out: dict[tuple[str, int], dict[str, int]] = {}
         if not wanted:
             return out
-        deadline = time.monotonic() + self.timeout + 2.0
+        deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
         try:
             listing = self._admin.list_consumer_groups(request_timeout=self.timeout).result(
                 timeout=max(0.0, deadline - time.monotonic())

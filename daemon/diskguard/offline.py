@@ -295,8 +295,16 @@ class OfflineExecutor:
         names = [str(n) for n in entry.get("names", [])]
         try:
             _check_journal_entry(str(entry.get("log_dir_real", "")), partition_dir, names)
+            log_name = next((n for n in names if n.endswith(".log")), None)
+            if log_name is not None and os.path.lexists(os.path.join(partition_dir, log_name)):
+                # The segment is still whole to Kafka's eyes: if a broker ran since the crash
+                # it may have been taken back, rolled or re-created; act only if it still
+                # passes every guard rail (closed, next segment where the plan said).
+                check_deletion(d)
         except Refused as exc:
             return self._abandon(entry, f"abandoned: {exc}")
+        except OSError as exc:
+            return self._abandon(entry, f"abandoned: cannot inspect {partition_dir}: {exc}")
         freed = 0
         try:
             if os.path.lexists(partition_dir):

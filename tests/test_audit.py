@@ -93,7 +93,7 @@ def _fill(mount: Path) -> None:
 
 
 def test_enospc_uses_the_reserve(tmpfs: Callable[[int], Path]) -> None:
-    mnt = tmpfs(1024 * KiB)
+    mnt = tmpfs(4096 * KiB)
     audit = AuditLog(mnt / "audit.jsonl", reserve_bytes=256 * KiB)
     assert audit.ensure_reserve()
     _fill(mnt)

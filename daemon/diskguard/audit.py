@@ -155,6 +155,10 @@ class AuditLog:
             have = os.fstat(fd).st_size
             if have >= self.reserve_bytes:
                 return True
+            st = os.fstatvfs(fd)
+            if st.f_bavail * st.f_frsize < 8 * (self.reserve_bytes - have):
+                # Not while space is short: a failed fallocate may keep what it grabbed.
+                return False
             os.posix_fallocate(fd, 0, self.reserve_bytes)
             os.fsync(fd)
             return True

@@ -10,10 +10,14 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from diskguard.spool import CURSOR_NAME, Spool, SpoolError, SpoolPosition
@@ -300,3 +304,70 @@ def test_enospc_is_logged_not_raised_and_recovers_when_space_returns(tmp_path: P
         if spool is not None:
             spool.close()
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+@pytest.fixture()
+def property_root(tmpfs: Callable[[int], Path]) -> Path:
+    """One tmpfs shared by all examples: the property checks bookkeeping, not durability,
+    and fsync costs nothing there."""
+    return tmpfs(64 << 20)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.integers(0, 1200)),
+            st.tuples(st.just("append"), st.integers(0, 1200)),
+            st.tuples(st.just("append"), st.integers(0, 1200)),
+            st.tuples(st.just("ship"), st.integers(0, 4)),
+            st.tuples(st.just("reopen"), st.just(0)),
+        ),
+        min_size=10,
+        max_size=60,
+    )
+)
+def test_property_pending_is_always_a_contiguous_unshipped_suffix(
+    property_root: Path, ops: list[tuple[str, int]]
+) -> None:
+    """Whatever the mix of appends, shipping and restarts: pending is exactly the records
+    after the last shipped one, minus an oldest prefix the bound dropped (and counted)."""
+    spool_dir = property_root / uuid.uuid4().hex / "spool"
+    max_bytes, file_bytes = 4000, 1500
+    spool = Spool(spool_dir, max_bytes=max_bytes, file_bytes=file_bytes)
+    appended = 0
+    shipped = -1  # last shipped id
+    dropped = 0
+    lost: set[int] = set()
+    try:
+        for op, arg in ops:
+            if op == "append":
+                assert spool.append(_record(appended, pad=arg)) is not None
+                appended += 1
+                assert spool.total_bytes <= max_bytes
+            elif op == "ship":
+                pending = list(spool.pending())[:arg]
+                if pending:
+                    spool.mark_shipped(pending[-1][0])
+                    shipped = pending[-1][1]["i"]
+            else:
+                dropped += spool.dropped_records
+                spool.close()
+                spool = Spool(spool_dir, max_bytes=max_bytes, file_bytes=file_bytes)
+            ids = _pending_ids(spool)
+            if ids:
+                assert ids == list(range(ids[0], appended))
+                assert ids[0] > shipped
+                # Records between the cursor and the first pending one were dropped...
+                lost.update(range(shipped + 1, ids[0]))
+            else:
+                assert shipped == appended - 1
+            # ...and every one of them was counted, none twice.
+            assert len(lost) == dropped + spool.dropped_records
+            on_disk = sum(f.stat().st_size for f in spool_dir.glob("*.jsonl"))
+            assert on_disk == spool.total_bytes
+        event(f"dropped records: {'some' if lost else 'none'}")
+    finally:
+        spool.close()

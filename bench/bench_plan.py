@@ -1,0 +1,329 @@
+"""Cold ``diskguard plan`` against cold ``du -s`` on the same 3M-file tree.
+
+Issue contract: over 1,000 partitions x 1,000 segments (3M files) a cold ``diskguard plan``
+must take less wall time than ``du -s`` of the same tree, measured in the same run, with a
+peak RSS under 200 MB.
+
+The tree lives on a loop-mounted ext4 image of its own (``gen_tree.py`` writes it). The plan's
+config puts ``retention.disk_usage_percent`` just below the filesystem's current usage so the
+plan really has to choose segments (``--choose``, a few thousand), globally oldest first.
+Before every timed command: ``sync`` and ``echo 3 > /proc/sys/vm/drop_caches`` (cold). The two
+commands alternate ``--runs`` times; medians are reported. Peak RSS comes from GNU time
+(``%M``). The plan's output is checked: chosen segments must be exactly the
+globally oldest prefix set, so the timing is of real work.
+
+Writes ``bench/results/plan.json``. ``--partitions 100 --segments 100`` is a one-minute smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gen_tree
+import loopfs
+from machine import RESULTS, ROOT, machine_info
+
+DISKGUARD = ROOT / ".venv" / "bin" / "diskguard"
+RSS_LIMIT_MB = 200.0
+TIME = "/usr/bin/time"
+
+
+@dataclass(frozen=True)
+class Run:
+    command: str
+    wall_s: float
+    max_rss_mb: float
+    returncode: int
+    cold: bool
+
+
+def timed(cmd: list[str], stdout: Any, stderr: Any, cold: bool) -> Run:
+    """Wall time and peak RSS of one command.
+
+    RSS comes from GNU time (``%M``), a tiny parent: a child forked from this Python process
+    would report this process's RSS as its own peak (Linux keeps the pre-exec high-water mark).
+    """
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        started = time.perf_counter()
+        proc = subprocess.run(
+            [TIME, "-f", "%M", "-o", tf.name, *cmd], stdout=stdout, stderr=stderr, check=False
+        )
+        wall = time.perf_counter() - started
+        lines = [ln for ln in tf.read().splitlines() if ln.strip()]
+    rss_kb = int(lines[-1]) if lines and lines[-1].strip().isdigit() else 0
+    return Run(
+        command=os.path.basename(cmd[0]),
+        wall_s=wall,
+        max_rss_mb=rss_kb / 1024.0,
+        returncode=proc.returncode,
+        cold=cold,
+    )
+
+
+def segment_bytes(tree: Path) -> int:
+    """Allocated bytes of one closed segment (all closed segments are alike)."""
+    part = next(p for p in sorted(tree.iterdir()) if p.is_dir())
+    stem = f"{0:020d}"
+    return sum(
+        os.stat(part / f"{stem}{sfx}").st_blocks * 512 for sfx in (".log", ".index", ".timeindex")
+    )
+
+
+def write_config(path: Path, tree: Path, limit_percent: float, state_dir: Path) -> None:
+    path.write_text(
+        "[broker]\n"
+        f'log_dirs = ["{tree}"]\n\n'
+        "[retention]\n"
+        f"disk_usage_percent = {limit_percent!r}\n"
+        'mode = "auto"\n'
+        "offline_headroom = 0\n\n"
+        "[daemon]\n"
+        f'state_dir = "{state_dir}"\n\n'
+        "[logging]\n"
+        'level = "warning"\n'
+    )
+
+
+def verify_plan(
+    output: dict[str, Any], partitions: int, segments: int, want: int
+) -> dict[str, Any]:
+    """The chosen set must be a per-partition prefix and exactly the globally oldest segments."""
+    chosen: dict[tuple[str, int], list[int]] = {}
+    for d in output["deletions"]:
+        chosen.setdefault((d["topic"], d["partition"]), []).append(d["base_offset"])
+    records = gen_tree.RECORDS_PER_SEGMENT
+    newest_chosen = max((d["max_timestamp_ms"] for d in output["deletions"]), default=None)
+    oldest_left: int | None = None
+    problems: list[str] = []
+    for p in range(partitions):
+        name = gen_tree.partition_name(p, partitions)
+        bases = sorted(chosen.get(name, []))
+        k = len(bases)
+        if bases != [s * records for s in range(k)]:
+            problems.append(f"{name}: chosen {bases[:5]}... is not a prefix")
+        if k < segments - 1:
+            ts = gen_tree.segment_timestamp(p, k, segments)
+            oldest_left = ts if oldest_left is None else min(oldest_left, ts)
+    if newest_chosen is not None and oldest_left is not None and newest_chosen > oldest_left:
+        problems.append(f"a segment of age {oldest_left} was left while {newest_chosen} was chosen")
+    stamps = [d["max_timestamp_ms"] for d in output["deletions"]]
+    if stamps != sorted(stamps):
+        problems.append("deletions are not in oldest-first order")
+    count = len(output["deletions"])
+    if abs(count - want) > max(2, want // 100):
+        problems.append(f"chose {count} segments, expected about {want}")
+    return {"chosen_segments": count, "ok": not problems, "problems": problems[:10]}
+
+
+def profile_plan(config: Path, out: Path, cold: bool) -> str:
+    """cProfile one plan in-process-like (a child running the real CLI entry point)."""
+    prof = out.with_suffix(".prof")
+    script = (
+        "import sys\nfrom diskguard.cli import main\n"
+        f"sys.argv = ['diskguard', 'plan', '-c', {str(config)!r}, '--json']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+        fh.write(script)
+    if cold:
+        loopfs.drop_caches()
+    subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "-m", "cProfile", "-o", str(prof), fh.name],
+        stdout=subprocess.DEVNULL,
+        check=False,
+    )
+    os.unlink(fh.name)
+    buf = io.StringIO()
+    stats = pstats.Stats(str(prof), stream=buf)
+    stats.sort_stats("cumulative").print_stats(30)
+    stats.sort_stats("tottime").print_stats(20)
+    text = buf.getvalue()
+    out.write_text(text)
+    return text
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    parts, segs = args.partitions, args.segments
+    image_dir = Path(args.image_dir)
+    image = image_dir / f"plan-{parts}x{segs}.img"
+    mnt = image_dir / f"plan-{parts}x{segs}.mnt"
+    n_segments = parts * segs
+    size = max(1 << 30, n_segments * 40 * 1024)  # 40 GiB for 1M segments: ~25% used
+    inodes = max(65536, n_segments * 4 + parts * 4)
+    marker_want = {"partitions": parts, "segments": segs, "generator": 2}
+    result: dict[str, Any] = {"benchmark": "plan", "partitions": parts, "segments": segs}
+    with loopfs.loop_fs(image, mnt, size, inodes, reuse=args.keep, keep=args.keep) as reused:
+        tree = mnt / "kafka-logs"
+        marker = mnt / "bench-tree.json"
+        have = json.loads(marker.read_text()) if marker.exists() else None
+        if not (reused and have and {k: have.get(k) for k in marker_want} == marker_want):
+            if reused:
+                print("cached image does not hold this tree; making a new one", flush=True)
+                loopfs.umount(mnt)
+                loopfs.make_image(image, size, inodes)
+                loopfs.mount(image, mnt)
+            print(f"generating {parts} x {segs} segments ({n_segments * 3:,} files)...", flush=True)
+            gen_s = gen_tree.generate(str(tree), parts, segs, workers=args.workers)
+            os.sync()
+            marker.write_text(json.dumps({**marker_want, "generate_s": round(gen_s, 1)}))
+            print(f"  generated in {gen_s:.1f} s", flush=True)
+            have = json.loads(marker.read_text())
+        result["generate_s"] = have.get("generate_s")
+        result["tree_reused"] = bool(reused)
+
+        per_segment = segment_bytes(tree)
+        used, avail, pct = loopfs.statvfs_usage(mnt)
+        excess = int((args.choose - 0.5) * per_segment)
+        limit = 100.0 * (used - excess) / (used + avail)
+        result.update(
+            filesystem={
+                "size_bytes": used + avail,
+                "used_bytes": used,
+                "usage_percent": round(pct, 4),
+                "inodes": inodes,
+            },
+            limit_percent=limit,
+            segment_bytes=per_segment,
+            files=n_segments * 3,
+        )
+        work = Path(tempfile.mkdtemp(prefix="diskguard-bench-plan-"))
+        config = work / "diskguard.toml"
+        write_config(config, tree, limit, work / "state")
+        plan_out = work / "plan.json"
+        plan_err = work / "plan.err"
+        du_cmd = ["du", "-s", str(tree)]
+        plan_cmd = [str(DISKGUARD), "plan", "-c", str(config), "--json"]
+
+        cold_note = loopfs.drop_caches()
+        cold = cold_note is None
+        if not cold:
+            print(f"WARNING: {cold_note}: numbers below are WARM (cached)", flush=True)
+        runs: list[Run] = []
+        du_kb: str | None = None
+        for i in range(args.runs):
+            order = ("du", "plan") if i % 2 == 0 else ("plan", "du")
+            for which in order:
+                if cold:
+                    loopfs.drop_caches()
+                if which == "du":
+                    with open(work / "du.out", "w") as out:
+                        r = timed(du_cmd, out, subprocess.DEVNULL, cold)
+                    du_kb = (work / "du.out").read_text().split()[0]
+                else:
+                    with open(plan_out, "w") as out, open(plan_err, "w") as err:
+                        r = timed(plan_cmd, out, err, cold)
+                runs.append(r)
+                print(
+                    f"  run {i + 1} {which:4}: {r.wall_s:7.2f} s  rss {r.max_rss_mb:6.1f} MB"
+                    f"  rc={r.returncode}",
+                    flush=True,
+                )
+                if which == "plan" and r.returncode != 0:
+                    err_text = plan_err.read_text()[-3000:]
+                    result["plan_error"] = err_text
+                    print(f"plan FAILED (rc={r.returncode}):\n{err_text}", flush=True)
+                    result["runs"] = [asdict(x) for x in runs]
+                    return result
+        # One warm run of each, for reference.
+        with open(work / "du.out", "w") as out:
+            warm_du = timed(du_cmd, out, subprocess.DEVNULL, False)
+        with open(plan_out, "w") as out, open(plan_err, "w") as err:
+            warm_plan = timed(plan_cmd, out, err, False)
+
+        output = json.loads(plan_out.read_text())
+        check = verify_plan(output, parts, segs, args.choose)
+        du_walls = [r.wall_s for r in runs if r.command == "du"]
+        plan_walls = [r.wall_s for r in runs if r.command != "du"]
+        plan_rss = max(r.max_rss_mb for r in runs if r.command != "du")
+        du_med, plan_med = median(du_walls), median(plan_walls)
+        result.update(
+            cold=cold,
+            cold_note=cold_note,
+            runs=[asdict(r) for r in runs],
+            du_kib=int(du_kb) if du_kb else None,
+            du_median_s=round(du_med, 3),
+            plan_median_s=round(plan_med, 3),
+            ratio_plan_over_du=round(plan_med / du_med, 3),
+            plan_peak_rss_mb=round(plan_rss, 1),
+            warm={"du_s": round(warm_du.wall_s, 3), "plan_s": round(warm_plan.wall_s, 3)},
+            plan_check=check,
+            plan_stderr=plan_err.read_text()[-2000:],
+            targets={
+                "plan_faster_than_du": plan_med < du_med,
+                f"rss_under_{RSS_LIMIT_MB:g}_mb": plan_rss < RSS_LIMIT_MB,
+            },
+        )
+        if args.profile:
+            prof_txt = RESULTS / "plan-profile.txt"
+            profile_plan(config, prof_txt, cold)
+            result["profile"] = str(prof_txt.relative_to(ROOT))
+    return result
+
+
+def print_table(r: dict[str, Any]) -> None:
+    if "du_median_s" not in r:
+        return
+    mode = "cold" if r["cold"] else "WARM (could not drop caches)"
+    print()
+    print(
+        f"plan vs du, {r['partitions']} x {r['segments']} segments = {r['files']:,} files ({mode})"
+    )
+    print(f"{'':16}{'median wall':>12}{'peak RSS':>12}{'warm wall':>12}")
+    du_rss = max(x["max_rss_mb"] for x in r["runs"] if x["command"] == "du")
+    print(f"{'du -s':16}{r['du_median_s']:>11.2f}s{du_rss:>10.1f}MB{r['warm']['du_s']:>11.2f}s")
+    print(
+        f"{'diskguard plan':16}{r['plan_median_s']:>11.2f}s{r['plan_peak_rss_mb']:>10.1f}MB"
+        f"{r['warm']['plan_s']:>11.2f}s"
+    )
+    print(f"ratio plan/du = {r['ratio_plan_over_du']:.3f}   (target < 1; RSS target < 200 MB)")
+    check = r["plan_check"]
+    print(f"plan chose {check['chosen_segments']} segments; globally-oldest check ok={check['ok']}")
+    for p in check["problems"]:
+        print(f"  problem: {p}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--partitions", type=int, default=1000)
+    ap.add_argument("--segments", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--choose", type=int, default=3000, help="segments the plan must choose")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--image-dir", default="/var/tmp/diskguard-bench")
+    ap.add_argument("--keep", action="store_true", help="keep (and reuse) the image")
+    ap.add_argument("--profile", action="store_true", help="cProfile one cold plan")
+    ap.add_argument("--out", default=str(RESULTS / "plan.json"))
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_plan needs root (loop mounts, drop_caches)", file=sys.stderr)
+        return 2
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result = run(args)
+    result["machine"] = machine_info()
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print_table(result)
+    print(f"wrote {args.out}")
+    ok = "du_median_s" in result and result["plan_check"]["ok"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -232,6 +232,14 @@ def test_a_file_vanished_since_planning_counts_zero(loop_ext4: Callable[..., Pat
     assert not seg.log_path.exists() and not seg.index_path.exists()
 
 
+def test_a_missing_log_dir_is_refused_not_raised(tmp_path: Path) -> None:
+    gone = tmp_path / "no-such-log-dir"
+    d = Deletion(str(gone), "orders", 0, 0, 10, 0, 100, (str(gone / "orders-0" / "x.log"),), "/")
+    [result] = executor(tmp_path / "state").execute([d], {})
+    assert result.refused and "cannot lock" in (result.error or "")
+    assert not gone.exists()
+
+
 # ----------------------------------------------------------------------------- kill -9
 
 _CHILD = r"""

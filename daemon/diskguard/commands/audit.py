@@ -108,7 +108,8 @@ def audit_command(config_path: Path, as_json: bool, since: str | None, limit: in
     path = Path(config.daemon.state_dir) / AUDIT_FILE
     actions = pair_actions(list(read_audit(path)))
     if not actions:
-        click.echo("no deletions recorded yet")
+        # On stderr with --json, so stdout stays a (here empty) stream of JSON lines.
+        click.echo("no deletions recorded yet", err=as_json)
         return
     if since_at is not None:
         actions = [a for a in actions if (when := _ts(a.first)) is not None and when >= since_at]

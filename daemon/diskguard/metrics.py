@@ -38,7 +38,7 @@ __all__ = ["DELETE_MODES", "KNOWN_ACTUATORS", "Metrics", "parse_listen"]
 
 #: Label values pre-created at 0 so ``rate()``/``increase()`` work from the first scrape.
 DELETE_MODES: tuple[str, ...] = ("broker", "offline")
-KNOWN_ACTUATORS: tuple[str, ...] = ("exec", "quota", "acl", "hook")
+KNOWN_ACTUATORS: tuple[str, ...] = ("exec", "quota", "acl")
 
 _FS_LABELS = ("mountpoint", "device")
 _SCAN_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

@@ -25,7 +25,6 @@ Rules that keep it safe:
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import json
@@ -91,6 +90,7 @@ class Spool:
         #: Appends that failed to reach the disk (each retried later from memory).
         self.write_failures = 0
         self._queue: deque[bytes] = deque()
+        self._read_failed = False
         self._failing_since: float | None = None
         self._last_failure_log = 0.0
         self._fd: int | None = None
@@ -109,10 +109,14 @@ class Spool:
         self._cursor = self._read_cursor()
         #: seq -> size in bytes of every spool file, oldest first.
         self._sizes: dict[int, int] = {}
-        for path in sorted(dir.glob("*" + SUFFIX)):
-            stem = path.name.removesuffix(SUFFIX)
-            if stem.isdigit():
-                self._sizes[int(stem)] = self._repair_tail(path)
+        try:
+            for path in sorted(dir.glob("*" + SUFFIX)):
+                stem = path.name.removesuffix(SUFFIX)
+                if stem.isdigit():
+                    self._sizes[int(stem)] = self._repair_tail(path)
+        except OSError as exc:
+            self.close()
+            raise SpoolError(f"spool file {exc.filename}: {exc.strerror or exc}") from None
         if self._sizes:
             self._seq = max(self._sizes)
         else:
@@ -300,8 +304,14 @@ class Spool:
             return 0
 
     def _remove(self, seq: int) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            (self.dir / _file_name(seq)).unlink()
+        path = self.dir / _file_name(seq)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            # Forget it anyway: retrying every cycle would not help and must not raise.
+            log.warning("spool_remove_failed", path=str(path), error=exc.strerror or str(exc))
         self._sizes.pop(seq, None)
 
     # -- reading and shipping --------------------------------------------------------------
@@ -322,7 +332,10 @@ class Spool:
             if start is not None and seq < start.seq:
                 continue
             offset = start.offset if start is not None and seq == start.seq else 0
+            self._read_failed = False
             yield from self._read_file(seq, offset)
+            if self._read_failed:
+                return
 
     def _read_file(self, seq: int, offset: int) -> Iterator[tuple[SpoolPosition, dict[str, Any]]]:
         path = self.dir / _file_name(seq)
@@ -341,6 +354,11 @@ class Spool:
                     yield SpoolPosition(seq, pos), record
         except FileNotFoundError:
             return  # dropped for the size bound while we were reading
+        except OSError as exc:
+            # Stop here rather than skip ahead: order is kept, and if the file stays
+            # unreadable the size bound eventually drops it (counted) and shipping resumes.
+            log.error("spool_read_failed", path=str(path), error=exc.strerror or str(exc))
+            self._read_failed = True
 
     def mark_shipped(self, position: SpoolPosition) -> None:
         """Everything up to ``position`` was delivered: persist it, free rotated files."""

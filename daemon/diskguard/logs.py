@@ -43,6 +43,10 @@ def configure_logging(fmt: str = "json", level: str = "info", stream: TextIO | N
 
 
 def get_logger(name: str | None = None) -> Any:
-    """A structlog logger; ``name`` becomes the ``logger`` key, tracing events to a module."""
-    # Not get_logger(logger=name): ``logger`` is wrap_logger's own first parameter.
-    return structlog.get_logger().bind(logger=name) if name else structlog.get_logger()
+    """A lazy structlog logger; ``name`` becomes the ``component`` key.
+
+    Lazy matters: modules create their logger at import time, before ``configure_logging``
+    runs; binding eagerly would freeze structlog's default (console) config into it. The key
+    is not ``logger`` because that is ``wrap_logger``'s own first parameter.
+    """
+    return structlog.get_logger(component=name) if name else structlog.get_logger()

@@ -334,6 +334,38 @@ def test_kill_9_at_any_step_then_recover_leaves_no_half_deleted_segment(
 # ----------------------------------------------------------------------------- recover
 
 
+class Crash(BaseException):
+    """Stands in for the process dying: nothing in the executor catches it."""
+
+
+def test_the_next_execute_in_that_log_dir_finishes_a_crashed_deletion(
+    loop_ext4: Callable[..., Path],
+) -> None:
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs)
+    first = deletion(logs, mnt, parts[0], parts[0].segments[0])
+    second = deletion(logs, mnt, parts[1], parts[1].segments[0])
+    before = tree(logs)
+
+    def crash(step: str) -> None:
+        if step.startswith("rename:") and step.endswith(".index"):
+            raise Crash(step)
+
+    with pytest.raises(Crash):
+        executor(state, on_step=crash).execute([first], {})
+    assert executor(state).pending() == 1
+    assert _segment_state(logs, first) == "partial"
+
+    assert [r.ok for r in executor(state).execute([second], {})] == [True]
+    gone = segment_names(first) | segment_names(second)
+    after = tree(logs)
+    assert set(before) - set(after) == gone
+    assert {k: v for k, v in before.items() if k not in gone} == after
+    assert executor(state).pending() == 0
+    assert not [k for k in after if k.endswith(".deleted")]
+
+
 def _journal(state: Path, entries: Sequence[dict[str, object]]) -> None:
     state.mkdir(parents=True, exist_ok=True)
     with open(state / JOURNAL_FILE, "w") as fh:

@@ -16,8 +16,9 @@ Crash safety (borg-style: say what you will do, durably, then do it):
 ``.log`` goes first because from that moment Kafka no longer sees the segment: if the broker
 starts before ``recover`` has run, its log loading deletes ``*.deleted`` files and orphaned
 index files by itself instead of rebuilding indexes of a half-deleted segment.
-``recover`` finishes every journal entry left open by a crash, touching only the files the
-journal names.
+``recover`` (daemon start-up) finishes every journal entry left open by a crash, touching
+only the files the journal names; the next ``execute`` in the same log dir does the same for
+that dir, so ``enforce --once`` from cron heals too.
 
 Guard rails, re-checked on disk right before each deletion because the plan may be stale:
 files must be the segment's own files inside ``<log_dir>/<topic>-<partition>`` (realpath
@@ -111,6 +112,7 @@ class OfflineExecutor:
             done_here: set[int] = set()
             try:
                 with lockfile.hold(log_dir):
+                    self._finish_open_entries(log_dir)
                     failed_partitions: set[tuple[str, int]] = set()
                     for i in indexes:
                         d = deletions[i]
@@ -195,6 +197,14 @@ class OfflineExecutor:
                 self._sweep(log_dir)
         self._compact_journal()
         return results
+
+    def _finish_open_entries(self, log_dir: str) -> None:
+        """A crash's leftovers in this log dir are finished the next time we hold its lock, so
+        ``enforce --once`` from cron heals as well as a daemon restart (``recover``) does."""
+        real = os.path.realpath(log_dir)
+        for entry in self._open_entries():
+            if entry.get("log_dir_real") == real:
+                self._recover_one(entry)
 
     # -- one deletion ----------------------------------------------------------------------
     def _delete_one(self, d: Deletion, usage: float) -> DeletionResult:

@@ -155,7 +155,7 @@ def test_alert_levels_follow_redpanda() -> None:
     # low_space_bytes alone (free < 20 GiB) gives level 1 even under the percent.
     bytes_only = FlowLimits(min_free_bytes=0, low_space_bytes=20 * GiB)
     state, transitions = step(FlowState(), usage(TOTAL - 19 * GiB), bytes_only)
-    assert state.alert_level == 1 and transitions[0].fields()["level"] == 1
+    assert state.alert_level == 1 and transitions[0].fields()["alert_level"] == 1
 
 
 def test_from_config_and_default_floor(tmp_path: Path) -> None:

@@ -203,8 +203,8 @@ class Transition:
         """Structured-log fields, the event's own set only (no Nones that do not belong)."""
         out: dict[str, Any] = {"mount": self.mount}
         if self.event == "disk_alert":
-            out["level"] = self.level
-            out["previous_level"] = self.previous_level
+            out["alert_level"] = self.level
+            out["previous_alert_level"] = self.previous_level
             out["usage_percent"] = round(self.usage_percent, 3)
             out["free_bytes"] = self.free_bytes
         else:

@@ -56,7 +56,7 @@ class LockHeld(Exception):
         super().__init__(f"another process{who} holds {self.log_dir}/{LOCK_FILE}")
 
 
-_registry_lock = threading.Lock()
+_registry_lock = threading.RLock()
 #: realpath of a held log dir -> (fd, nesting count).
 _held: dict[str, tuple[int, int]] = {}
 
@@ -73,10 +73,16 @@ def holder_pid(log_dir: str | os.PathLike[str]) -> int | None:
     answer gates deleting files, so doubt must mean "a broker may be running".
     """
     key = _key(log_dir)
+    # The whole probe runs under the registry lock: a ``hold`` taken by another thread between
+    # our open and close would otherwise be dropped by our close.
     with _registry_lock:
         if key in _held:
             # We hold it; opening another fd and closing it would release our own lock.
             return None
+        return _probe(key)
+
+
+def _probe(key: str) -> int | None:
     path = os.path.join(key, LOCK_FILE)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -113,17 +119,14 @@ def hold(log_dir: str | os.PathLike[str]) -> Iterator[None]:
     """Hold ``<log_dir>/.lock`` exclusively for the body; raise ``LockHeld`` if another process
     has it. Re-entrant within this process (a nested ``hold`` of the same dir is a no-op)."""
     key = _key(log_dir)
+    # Every open/close of a ``.lock`` in this process happens under the registry lock, so no
+    # thread's close can drop another thread's hold (POSIX locks belong to the process).
     with _registry_lock:
         if key in _held:
             fd, depth = _held[key]
             _held[key] = (fd, depth + 1)
-            nested = True
         else:
-            nested = False
-    if not nested:
-        fd = _acquire(key)
-        with _registry_lock:
-            _held[key] = (fd, 1)
+            _held[key] = (_acquire(key), 1)
     try:
         yield
     finally:
@@ -131,11 +134,9 @@ def hold(log_dir: str | os.PathLike[str]) -> Iterator[None]:
             fd, depth = _held[key]
             if depth > 1:
                 _held[key] = (fd, depth - 1)
-                fd = -1
             else:
                 del _held[key]
-        if fd >= 0:
-            os.close(fd)  # closing the only fd releases the lock
+                os.close(fd)  # closing the only fd releases the lock
 
 
 def _acquire(key: str) -> int:
@@ -146,7 +147,7 @@ def _acquire(key: str) -> int:
     except OSError as exc:
         os.close(fd)
         if exc.errno in (errno.EACCES, errno.EAGAIN):
-            raise LockHeld(key, holder_pid(key)) from None
+            raise LockHeld(key, _probe(key)) from None
         raise
     return fd
 

@@ -66,8 +66,9 @@ def _key(log_dir: str | os.PathLike[str]) -> str:
 
 
 def holder_pid(log_dir: str | os.PathLike[str]) -> int | None:
-    """The pid of another process holding ``.lock`` (0 if it lives in another pid namespace),
-    or None when nobody else holds it.
+    """The pid of another process holding ``.lock`` (0 if it lives in another pid namespace
+    or could not be probed, -1 for an open-file-description lock), or None when nobody else
+    holds it.
 
     An existing ``.lock`` that cannot be probed (permissions, a symlink) counts as held: the
     answer gates deleting files, so doubt must mean "a broker may be running".

@@ -281,3 +281,23 @@ def test_bad_client_settings_are_a_clear_error(tmp_path: Path) -> None:
     with Spool(tmp_path / "spool", 1 << 20, 64 << 10) as spool, pytest.raises(ValueError) as exc:
         KafkaSink("127.0.0.1:1", TOPIC, {"no.such.setting": 1}, spool)
     assert "no.such.setting" in str(exc.value)
+
+
+def test_oversized_record_is_stepped_over_not_blocking(tmp_path: Path) -> None:
+    """A snapshot bigger than the producer may send can never ship; later ones still must."""
+    with run_tansu() as broker, Spool(tmp_path / "spool", 1 << 22, 1 << 20) as spool:
+        _create_topic(broker.bootstrap, partitions=1)
+        sink = KafkaSink(broker.bootstrap, TOPIC, {**CLIENT, "message.max.bytes": 20_000}, spool)
+        huge = _snapshot("broker-a", 1)
+        huge["topics"] = [{"topic": f"t{n:05d}", "partitions": 1, "bytes": n} for n in range(2000)]
+        spool.append(_snapshot("broker-a", 0))
+        spool.append(huge)
+        spool.append(_snapshot("broker-a", 2))
+        with capture_logs() as logs:
+            _drain([sink])
+        sink.close(5)
+        assert sink.skipped_total == 1
+        skipped = [e for e in logs if e["event"] == "snapshot_ship_failed" and e.get("skipped")]
+        assert len(skipped) == 1
+        records = _read_all(broker.bootstrap, expected=2)
+        assert [r["ts_ms"] for r in records] == [_snapshot("broker-a", i)["ts_ms"] for i in (0, 2)]

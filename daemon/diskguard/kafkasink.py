@@ -40,6 +40,10 @@ DEFAULT_CLIENT_SETTINGS: dict[str, str | int | float | bool] = {
 }
 
 
+#: Errors no replay can fix; the record is logged and stepped over.
+_UNSHIPPABLE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE})
+
+
 @dataclass
 class _InFlight:
     position: SpoolPosition
@@ -91,6 +95,8 @@ class KafkaSink:
         self.shipped_total = 0
         #: Delivery reports that came back as errors.
         self.failed_total = 0
+        #: Records stepped over because no broker would ever accept them (too large).
+        self.skipped_total = 0
 
     @property
     def in_flight(self) -> int:
@@ -160,8 +166,12 @@ class KafkaSink:
             except BufferError:
                 break  # librdkafka's own queue is full; the rest goes next cycle
             except KafkaException as exc:
-                self._fail(entry, str(exc.args[0]))
-                break
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and error.code() in _UNSHIPPABLE:
+                    self._skip(entry, error)  # done as far as the cursor is concerned
+                else:
+                    self._fail(entry, str(error))
+                    break
             self._in_flight.append(entry)
             self._sent_upto = position
             room -= 1
@@ -172,11 +182,28 @@ class KafkaSink:
         def on_delivery(err: KafkaError | None, _msg: Message) -> None:
             if err is None:
                 entry.delivered = True
+            elif err.code() in _UNSHIPPABLE:
+                self._skip(entry, err)
             else:
                 entry.delivered = False
                 self._fail(entry, err.str())
 
         return on_delivery
+
+    def _skip(self, entry: _InFlight, error: KafkaError) -> None:
+        """A record no retry can deliver (bigger than the broker accepts): step over it,
+        or it would block every later snapshot forever."""
+        self.skipped_total += 1
+        log.error(
+            "snapshot_ship_failed",
+            topic=self.topic,
+            error=error.str(),
+            skipped=True,
+            seq=entry.position.seq,
+            offset=entry.position.offset,
+            hint="raise message.max.bytes in [broker.client] and on the topic",
+        )
+        entry.delivered = True
 
     def _fail(self, entry: _InFlight, error: str) -> None:
         self.failed_total += 1

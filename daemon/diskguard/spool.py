@@ -229,6 +229,7 @@ class Spool:
             size = 0
         self._enforce_bound(len(line))
         fd = self._open_current()
+        size = self._sizes[self._seq]
         written = 0
         try:
             view = memoryview(line)
@@ -256,7 +257,7 @@ class Spool:
             path = self.dir / _file_name(self._seq)
             created = not path.exists()
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            self._sizes.setdefault(self._seq, os.fstat(self._fd).st_size)
+            self._sizes[self._seq] = os.fstat(self._fd).st_size
             if created:
                 fsync_dir(self.dir)
         return self._fd

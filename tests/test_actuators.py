@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from kafka.admin import ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourceType
 from kafka.errors import NoError, for_code
 from kafka.protocol.admin import (
@@ -59,10 +60,15 @@ CLIENT_DEFAULT: QuotaEntity = (("client-id", None),)
 
 @pytest.fixture()
 def logs() -> Iterator[io.StringIO]:
+    """The daemon's real JSON logging into a buffer; the previous config objects restored
+    afterwards (loggers bound elsewhere keep references to them, e.g. for capture_logs)."""
+    saved = structlog.get_config()
     buf = io.StringIO()
     configure_logging("json", "debug", stream=buf)
-    yield buf
-    configure_logging("json", "info")
+    try:
+        yield buf
+    finally:
+        structlog.configure(**saved)
 
 
 def events(buf: io.StringIO, name: str) -> list[dict[str, Any]]:

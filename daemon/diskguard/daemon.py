@@ -82,6 +82,7 @@ class Daemon:
         self._observer: Any = None
         self.memory = _Memory()
         self._last_outcome: CycleOutcome | None = None
+        self._next_watchdog = 0.0
         self.deleted = DeletedBytesCounter()
         self.metrics = Metrics(stale_after=max(60.0, 6 * config.retention.check_interval))
         self._build(config)
@@ -327,6 +328,8 @@ class Daemon:
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         self._recover()
+        # Keep a little space for audit lines even when the disk fills up later.
+        self.runtime.audit.ensure_reserve()
         usages = self._read_usage()
         transitions = self._flow(usages)
         self._snapshot()  # the first full scan; also runs a retention cycle
@@ -410,12 +413,16 @@ class Daemon:
         if changed or transitions:
             self._write_state()
             sdnotify.status(self._status_line())
-        sdnotify.watchdog()
+        if watchdog_every and time.monotonic() >= self._next_watchdog:
+            # Pinged from the loop itself: a stuck loop stops pinging and systemd restarts it.
+            sdnotify.watchdog()
+            self._next_watchdog = time.monotonic() + watchdog_every / 3
 
     def _recover(self) -> None:
-        """Finish half-done offline deletions from a previous run before anything else."""
-        if self.runtime.locked_log_dirs():
-            return
+        """Finish half-done offline deletions from a previous run before anything else.
+
+        ``recover`` skips (and records) entries of log dirs another process holds.
+        """
         try:
             done = self.runtime.offline.recover([str(d) for d in self.config.broker.log_dirs])
         except Exception as exc:

@@ -214,13 +214,18 @@ class Planner:
     requested: RequestedLogStart | None = None
     committed: CommittedOffsets = field(default_factory=dict)
 
-    def scan(self, full: bool = False) -> ScanResult:
+    def scan(self, full: bool = False, offline: bool = False) -> ScanResult:
+        """``offline``: no broker will remove segments below the log start offset, so they are
+        candidates (the oldest of all) instead of pending reclaim."""
         cfg = self.config
         return scan(
             [str(d) for d in cfg.broker.log_dirs],
             cfg.retention.protect_topics,
             full=full or cfg.retention.max_bytes is not None,
-            requested_log_start=self.requested.as_mapping() if self.requested else None,
+            requested_log_start=(
+                self.requested.as_mapping() if self.requested and not offline else None
+            ),
+            use_log_start=not offline,
         )
 
     def plan(self, result: ScanResult, mode: str) -> tuple[Plan, list[str]]:

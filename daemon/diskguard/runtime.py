@@ -102,11 +102,13 @@ class Runtime:
     # -- cycle ----------------------------------------------------------------
     def cycle(self, act: bool = True, full: bool = False) -> CycleOutcome:
         started = time.monotonic()
-        result = self.planner.scan(full=full)
-        if not self.read_only:
-            self.requested.prune(result)
         # The daemon skips the broker probe while nothing needs deleting; `plan` always asks.
         mode = self.decide(need_broker=self.read_only)
+        if act and mode.mode == OFFLINE:
+            self._sweep_offline()
+        result = self.planner.scan(full=full, offline=mode.mode == OFFLINE)
+        if not self.read_only:
+            self.requested.prune(result)
         chosen, warnings = self.planner.plan(result, mode.mode)
         if chosen.deletions and mode.mode != DRY_RUN:
             decided = self.decide(need_broker=True)
@@ -114,6 +116,10 @@ class Runtime:
                 topics = sorted({d.topic for d in chosen.deletions})
                 self.planner.committed = self.broker.committed_offsets(topics)
             if decided != mode or self.planner.committed:
+                if (decided.mode == OFFLINE) != (mode.mode == OFFLINE):
+                    if act and decided.mode == OFFLINE:
+                        self._sweep_offline()
+                    result = self.planner.scan(full=full, offline=decided.mode == OFFLINE)
                 mode = decided
                 chosen, warnings = self.planner.plan(result, mode.mode)
         all_warnings = [*result.warnings, *warnings]
@@ -131,6 +137,23 @@ class Runtime:
         if act:
             self._log_cycle(outcome)
         return outcome
+
+    def _sweep_offline(self) -> None:
+        """Offline, nobody else will reclaim what is "on its way out": finish it now.
+
+        Half-done deletions from the journal and leftover ``*.deleted`` segment files are
+        exactly what Kafka removes itself at start-up, so removing them first frees space
+        without choosing a single live segment.
+        """
+        try:
+            done = self.offline.recover(
+                [str(d) for d in self.config.broker.log_dirs], sweep_deleted=True
+            )
+        except OSError as exc:
+            log.error("offline_recover_failed", error=exc.strerror or str(exc))
+            return
+        if done:
+            log.info("offline_recovered", segments=len(done))
 
     def _act(self, mode: ModeDecision, chosen: Plan, result: ScanResult) -> tuple[Any, ...]:
         usage_before = {fs.mount: fs.usage_percent for fs in chosen.filesystems}

@@ -141,6 +141,7 @@ def scan_log_dir(
     full: bool = False,
     topics: dict[str, list[int]] | None = None,
     requested_log_start: Mapping[tuple[str, int], int] | None = None,
+    use_log_start: bool = True,
 ) -> LogDir:
     """One log dir: its live partitions, pending reclaim and (if ``full``) its Kafka bytes.
 
@@ -152,7 +153,7 @@ def scan_log_dir(
     warnings: list[str] = []
     root = Path(log_dir)
     try:
-        log_start = read_checkpoint(root / LOG_START_CHECKPOINT)
+        log_start = read_checkpoint(root / LOG_START_CHECKPOINT) if use_log_start else {}
     except (ValueError, OSError) as exc:
         warnings.append(f"{exc}; log start offsets unknown, no segment counted as reclaiming")
         log_start = {}
@@ -348,6 +349,7 @@ def scan(
     protect_topics: Sequence[str],
     full: bool = False,
     requested_log_start: Mapping[str, Mapping[tuple[str, int], int]] | None = None,
+    use_log_start: bool = True,
 ) -> ScanResult:
     """Scan every log dir and group them by filesystem with ``df``-exact usage.
 
@@ -369,6 +371,7 @@ def scan(
             full=full,
             topics=topic_acc if full else None,
             requested_log_start=(requested_log_start or {}).get(log_dir),
+            use_log_start=use_log_start,
         )
         warnings.extend(scanned.warnings)
         by_mount.setdefault(mount, []).append(scanned)

@@ -49,8 +49,11 @@ def notify(*lines: str) -> bool:
     payload = "\n".join(lines).encode("utf-8", errors="replace")
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            # Never block the daemon loop on a receiver that is not reading (a full queue):
+            # a dropped STATUS or WATCHDOG datagram is harmless, a stuck guard is not.
+            sock.setblocking(False)
             sock.connect(address)
-            sock.sendall(payload)
+            sock.send(payload)
     except OSError:
         return False
     return True

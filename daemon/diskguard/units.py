@@ -41,32 +41,34 @@ _NUMBER_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 def parse_size(value: int | float | str) -> int:
     """Bytes from ``1073741824``, ``"1GiB"``, ``"512 MB"``; raises ValueError with the reason."""
     if isinstance(value, bool):
-        raise ValueError("expected a size such as 1073741824 or \"1GiB\", got a boolean")
+        raise ValueError('expected a size such as 1073741824 or "1GiB", got a boolean')
     if isinstance(value, int | float):
         if value < 0:
             raise ValueError(f"size must not be negative, got {value}")
         return int(value)
     match = _NUMBER_UNIT.match(value)
     if not match:
-        raise ValueError(f"expected a size such as \"50GiB\" or \"512MB\", got {value!r}")
+        raise ValueError(f'expected a size such as "50GiB" or "512MB", got {value!r}')
     number, unit = match.groups()
     factor = _SIZE_UNITS.get(unit.lower())
     if factor is None:
-        raise ValueError(f"unknown size unit {unit!r} in {value!r} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+        raise ValueError(
+            f"unknown size unit {unit!r} in {value!r} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+        )
     return int(float(number) * factor)
 
 
 def parse_duration(value: int | float | str) -> float:
     """Seconds from ``5``, ``"5s"``, ``"250ms"``, ``"1m"``; raises ValueError with the reason."""
     if isinstance(value, bool):
-        raise ValueError("expected a duration such as \"5s\", got a boolean")
+        raise ValueError('expected a duration such as "5s", got a boolean')
     if isinstance(value, int | float):
         if value < 0:
             raise ValueError(f"duration must not be negative, got {value}")
         return float(value)
     match = _NUMBER_UNIT.match(value)
     if not match:
-        raise ValueError(f"expected a duration such as \"5s\" or \"250ms\", got {value!r}")
+        raise ValueError(f'expected a duration such as "5s" or "250ms", got {value!r}')
     number, unit = match.groups()
     factor = _DURATION_UNITS.get(unit.lower())
     if factor is None:

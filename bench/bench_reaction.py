@@ -39,7 +39,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,68 @@ def writer_main(
     stats.put({"written_bytes": written, "rolls": sum(p.rolls for p in parts), "enospc": enospc})
 
 
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Crossings:
+    samples: list[float] = field(default_factory=list)
+    windows: list[tuple[float, float]] = field(default_factory=list)
+    peak: float = 0.0
+    polls: int = 0
+    #: Every return under the limit, including dips inside one episode.
+    dips: int = 0
+    stuck: str | None = None
+
+
+def watch_crossings(
+    mount: Path,
+    limit: float,
+    wanted: int,
+    timeout: float,
+    debounce: float,
+    stuck_after: float,
+    writer_alive: Callable[[], bool],
+    t0: float,
+) -> Crossings:
+    """Poll df's Use% every ~1 ms; one sample per episode above ``limit``.
+
+    An episode starts at the first poll above the limit and ends at the first poll back at or
+    under it *that stays there for ``debounce`` s*: while the daemon deletes segment by segment
+    and the writer keeps writing, usage can dip under and pop over again within milliseconds;
+    that is still the same crossing, not a solved one.
+    """
+    out = Crossings()
+    over_since: float | None = None
+    under_since: float | None = None
+    deadline = time.monotonic() + timeout
+    while len(out.samples) < wanted and time.monotonic() < deadline:
+        _u, _a, pct = loopfs.statvfs_usage(mount)
+        now = time.monotonic()
+        out.polls += 1
+        if pct > limit:
+            out.peak = max(out.peak, pct)
+            if over_since is None:
+                over_since = now
+            under_since = None
+            if now - over_since > stuck_after:
+                out.stuck = f"usage stayed above {limit}% for {stuck_after:.0f} s (now {pct:.2f}%)"
+                break
+        elif over_since is not None:
+            if under_since is None:
+                under_since = now
+                out.dips += 1
+            elif now - under_since >= debounce:
+                out.samples.append(under_since - over_since)
+                out.windows.append((over_since - t0, under_since - t0))
+                over_since = under_since = None
+        if not writer_alive():
+            out.stuck = "writer died"
+            break
+        time.sleep(0.001)
+    return out
+
+
 # --------------------------------------------------------------------------- the daemon
 
 
@@ -314,12 +377,24 @@ def reaction(args: argparse.Namespace) -> dict[str, Any]:
         workdir("diskguard-bench-reaction-") as work,
     ):
         log_dir = mnt / "kafka-logs"
-        seg = kafkagen.SegmentSpec(records=200, payload_size=1000, records_per_batch=50)
+
+        # Segments of ~1 MiB (records of 1000 B), hours apart: the writer's are all newer.
+        def specs_for(n: int, records: int) -> list[kafkagen.SegmentSpec]:
+            return [
+                kafkagen.SegmentSpec(
+                    records=records,
+                    payload_size=1000,
+                    records_per_batch=50,
+                    first_timestamp_ms=kafkagen.DEFAULT_FIRST_TIMESTAMP_MS + k * 3_600_000,
+                )
+                for k in range(n)
+            ]
+
         specs = {}
         for i in range(args.writer_partitions):
-            specs[(f"hot-{i % 4}", i // 4)] = [seg] * 4
+            specs[(f"hot-{i % 4}", i // 4)] = specs_for(3, 1000)
         for i in range(args.idle_partitions):
-            specs[(f"cold-{i % 10}", i // 10)] = [seg] * 6
+            specs[(f"cold-{i % 10}", i // 10)] = specs_for(4, 1000)
         layout = kafkagen.write_log_dir(log_dir, specs)
         os.sync()
         _used, _avail, pct = loopfs.statvfs_usage(mnt)
@@ -352,33 +427,18 @@ def reaction(args: argparse.Namespace) -> dict[str, Any]:
                 daemon=True,
             )
             writer.start()
-            samples: list[float] = []
-            peak_over = 0.0
-            over_since: float | None = None
-            polls = 0
-            deadline = time.monotonic() + args.timeout
-            stuck: str | None = None
-            while len(samples) < args.crossings and time.monotonic() < deadline:
-                _u, _a, pct = loopfs.statvfs_usage(mnt)
-                now = time.monotonic()
-                polls += 1
-                if pct > args.limit:
-                    peak_over = max(peak_over, pct)
-                    if over_since is None:
-                        over_since = now
-                    elif now - over_since > args.stuck_after:
-                        stuck = (
-                            f"usage stayed above {args.limit}% for {args.stuck_after:.0f} s "
-                            f"(now {pct:.2f}%)"
-                        )
-                        break
-                elif over_since is not None:
-                    samples.append(now - over_since)
-                    over_since = None
-                if not writer.is_alive():
-                    stuck = f"writer died (exit code {writer.exitcode})"
-                    break
-                time.sleep(0.001)
+            watch = watch_crossings(
+                mnt,
+                args.limit,
+                args.crossings,
+                args.timeout,
+                args.debounce,
+                args.stuck_after,
+                writer.is_alive,
+                t0,
+            )
+            samples, windows = watch.samples, watch.windows
+            peak_over, polls, stuck, raw_under = watch.peak, watch.polls, watch.stuck, watch.dips
             elapsed = time.monotonic() - t0
             stop.set()
             writer.join(timeout=10)
@@ -387,6 +447,8 @@ def reaction(args: argparse.Namespace) -> dict[str, Any]:
             rc = daemon.stop()
         result.update(
             crossings=len(samples),
+            debounce_s=args.debounce,
+            raw_returns_under_limit=raw_under,
             polls=polls,
             poll_interval_ms=round(1000 * elapsed / max(1, polls), 3),
             p50_s=round(percentile(samples, 50), 4),
@@ -410,9 +472,19 @@ def reaction(args: argparse.Namespace) -> dict[str, Any]:
             },
             daemon_cycle_ms=_cycle_stats(daemon.all_events),
             daemon_stderr_tail=daemon.stderr[-10:],
+            daemon_log=_save_events(daemon.all_events, t0, args.daemon_log),
+            crossing_windows_s=[(round(a, 4), round(b, 4)) for a, b in windows],
             target_met=bool(samples) and percentile(samples, 99) < 1.0 and stuck is None,
         )
     return result
+
+
+def _save_events(events: list[dict[str, Any]], t0: float, path: str) -> str:
+    """The daemon's log lines, with ``_t`` = seconds since it was started, for analysis."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for e in events:
+            fh.write(json.dumps({**e, "_t": round(e["_t"] - t0, 4)}) + "\n")
+    return path
 
 
 def _cycle_stats(events: list[dict[str, Any]]) -> dict[str, float] | None:
@@ -544,18 +616,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=float, default=70.0)
     ap.add_argument("--target", type=float, default=65.0)
     ap.add_argument("--writer-partitions", type=int, default=8)
-    ap.add_argument("--idle-partitions", type=int, default=40)
+    ap.add_argument("--idle-partitions", type=int, default=20)
     ap.add_argument("--rate", type=float, default=30.0, help="writer MiB/s")
     ap.add_argument("--segment-mib", type=int, default=1)
     ap.add_argument("--crossings", type=int, default=100)
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--stuck-after", type=float, default=30.0)
+    ap.add_argument(
+        "--debounce", type=float, default=0.2, help="s under the limit that end a crossing"
+    )
     ap.add_argument("--idle-tree-partitions", type=int, default=1000)
     ap.add_argument("--idle-tree-segments", type=int, default=100)
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--idle-settle", type=float, default=5.0)
     ap.add_argument("--keep", action="store_true", help="keep (and reuse) the idle tree image")
     ap.add_argument("--only", choices=["reaction", "idle"])
+    ap.add_argument("--daemon-log", default="/var/tmp/diskguard-bench/reaction-daemon.jsonl")
     ap.add_argument("--out", default=str(RESULTS / "reaction.json"))
     args = ap.parse_args(argv)
     if os.geteuid() != 0:

@@ -40,7 +40,7 @@ from diskguard.metrics import Metrics
 from diskguard.model import FilesystemUsage
 from diskguard.runtime import Runtime
 from diskguard.snapshot import DeletedBytesCounter, build_snapshot
-from diskguard.spool import Spool
+from diskguard.spool import Spool, SpoolError
 
 log = get_logger("diskguard.daemon")
 
@@ -83,6 +83,7 @@ class Daemon:
         self.memory = _Memory()
         self._last_outcome: CycleOutcome | None = None
         self._next_watchdog = 0.0
+        self._next_budget_check = 0.0
         self.deleted = DeletedBytesCounter()
         self.metrics = Metrics(stale_after=max(60.0, 6 * config.retention.check_interval))
         self._build(config)
@@ -101,11 +102,18 @@ class Daemon:
             self.devices[mount] = device
         self.actuators = Actuators(config, state_dir, on_failure=self.metrics.actuator_failed)
         self.ballast = Ballast(config.ballast, state_dir) if config.ballast.path else None
-        self.spool = Spool(
-            state_dir / "spool", config.snapshots.spool_max_bytes, config.snapshots.spool_file_bytes
-        )
+        self.spool: Spool | None = None
+        try:
+            self.spool = Spool(
+                state_dir / "spool",
+                config.snapshots.spool_max_bytes,
+                config.snapshots.spool_file_bytes,
+            )
+        except SpoolError as exc:
+            # Snapshots are a report; guarding the disk is the job. Keep guarding.
+            log.error("spool_unavailable", error=str(exc), snapshots="disabled")
         self.sink: KafkaSink | None = None
-        if config.snapshots.topic and config.broker.bootstrap_servers:
+        if self.spool and config.snapshots.topic and config.broker.bootstrap_servers:
             self.sink = KafkaSink(
                 config.broker.bootstrap_servers,
                 config.snapshots.topic,
@@ -116,7 +124,8 @@ class Daemon:
     def _teardown(self) -> None:
         if self.sink is not None:
             self.sink.close(timeout=3.0)
-        self.spool.close()
+        if self.spool is not None:
+            self.spool.close()
         self.actuators.close()
         self.runtime.close()
 
@@ -280,7 +289,8 @@ class Daemon:
                 flow_state="overfull" if state.overfull else "normal",
                 alert_level=state.alert_level or 0,
             )
-            self.spool.append(record)
+            if self.spool is not None:
+                self.spool.append(record)
 
     def _observe(self, usages: dict[str, FilesystemUsage]) -> None:
         for mount, usage in usages.items():
@@ -388,7 +398,13 @@ class Daemon:
         transitions = self._flow(usages)
         full_due = now >= timers.next_full
         snapshot_due = now >= timers.next_snapshot or bool(transitions)
-        needs_bytes = hinted and cfg.retention.max_bytes is not None
+        # A byte budget needs a stat of every file to check: on a hint, but at most once a
+        # second, or a busy broker's stream of inotify events would keep us scanning.
+        needs_bytes = (
+            hinted and cfg.retention.max_bytes is not None and now >= self._next_budget_check
+        )
+        if needs_bytes:
+            self._next_budget_check = now + 1.0
         changed = False
         if snapshot_due:
             self._snapshot()
@@ -407,7 +423,7 @@ class Daemon:
                     self.ballast.ensure(usage, FlowLimits.from_config(cfg, usage.total_bytes))
         if self.sink is not None:
             self.sink.ship()
-        else:
+        elif self.spool is not None:
             self.spool.flush_queue()
         self._observe(usages)
         if changed or transitions:

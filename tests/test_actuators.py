@@ -536,3 +536,29 @@ def test_real_broker_without_quota_or_acl_support(tmp_path: Path, logs: io.Strin
             assert saved["acl"] == [{"principal": "User:*", "topic": "orders"}]
         finally:
             acts.close()
+
+
+def test_overfull_without_topics_keeps_recorded_topics(tmp_path: Path) -> None:
+    admin = FakeKafkaPythonAdmin()
+    acl_actuators(tmp_path, admin).apply(transition("overfull"), topics=["orders"])
+    restarted = acl_actuators(tmp_path, admin)
+    assert restarted.recorded_overfull_mounts() == {"/data"}
+    restarted.apply(transition("overfull"), topics=[])  # no scan yet after the restart
+    assert admin.topics() == {"orders"}
+
+
+def test_background_worker_retries_on_its_own(tmp_path: Path, logs: io.StringIO) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 4096.0})
+    broker.fail_next = [31, 31]  # two failed passes, then the broker accepts
+    cfg = make_config(tmp_path, actuators=["quota"], quota={"producer_byte_rate": 1024})
+    acts = Actuators(cfg, quota_admin=KafkaQuotaAdmin(broker.send), retry_interval_s=0.1)
+    try:
+        acts.apply(transition("overfull"))  # no reconcile follows: the worker must retry
+        deadline = time.monotonic() + 10
+        while not acts.converged and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert acts.converged
+        assert broker.quotas == {USER_DEFAULT: 1024.0, CLIENT_DEFAULT: 1024.0}
+        assert len(events(logs, "actuator_failed")) == 2
+    finally:
+        acts.close()

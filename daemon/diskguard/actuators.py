@@ -551,6 +551,7 @@ class Actuators:
         self._converged_generation = -1
         self._background = background
         self._retry_interval = retry_interval_s
+        self._failed_passes = 0
         self._wake = threading.Condition()
         self._pending = False
         self._running = False
@@ -584,7 +585,10 @@ class Actuators:
                 )
             with self._lock:
                 if transition.event == "overfull":
-                    self._applied.overfull[transition.mount] = sorted(set(topics))
+                    wanted = sorted(set(topics))
+                    # No topic list (no scan yet) must not drop ACLs recorded before a restart.
+                    if wanted or transition.mount not in self._applied.overfull:
+                        self._applied.overfull[transition.mount] = wanted
                 else:
                     self._applied.overfull.pop(transition.mount, None)
                 self._generation += 1
@@ -636,9 +640,19 @@ class Actuators:
             ok = self._sync_quota(confirmed)
             ok = self._sync_acl(confirmed) and ok
             with self._lock:
+                self._failed_passes = 0 if ok else self._failed_passes + 1
                 if ok:
                     self._converged_generation = generation
                 return ok and generation == self._generation
+
+    def recorded_overfull_mounts(self) -> set[str]:
+        """Mounts the last run recorded as overfull (from ``actuators.json`` at start-up).
+
+        A daemon may seed ``FlowState(overfull=True)`` for these, so a restart while the
+        disk sits *between* the limits continues the episode instead of releasing producers.
+        """
+        with self._lock:
+            return set(self._applied.overfull)
 
     def failure_counts(self) -> dict[str, int]:
         """Failures per actuator since start (for the metrics endpoint)."""
@@ -720,7 +734,7 @@ class Actuators:
         while True:
             with self._wake:
                 while not self._pending and not self._closed:
-                    if not self.converged and not self._wake.wait(self._retry_interval):
+                    if not self.converged and not self._wake.wait(self._retry_delay()):
                         self._pending = True  # retry the failed pass
                         break
                     if self.converged:
@@ -737,6 +751,13 @@ class Actuators:
                 with self._wake:
                     self._running = False
                     self._wake.notify_all()
+
+    def _retry_delay(self) -> float:
+        """Doubling after each failed pass, capped at 5 minutes: a broker that is down for
+        an hour gets a dozen ``actuator_failed`` lines, not hundreds."""
+        with self._lock:
+            streak = self._failed_passes
+        return min(300.0, self._retry_interval * float(2 ** max(0, min(streak - 1, 10))))
 
     def _broker_failed(self, actuator: str, action: str, exc: BaseException) -> None:
         if self._connection is not None:

@@ -1,0 +1,46 @@
+"""``diskguard aggregate``: the fleet Spark job, with an embedded ``local[*]`` Spark.
+
+The job itself lives in :mod:`diskguard.sparkjob` (which must also run under spark-submit
+without this CLI); this module only maps its outcomes to one-line messages and exit codes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from diskguard.cli import EXIT_UNREACHABLE, EXIT_USAGE, cli, fail, no_traceback
+
+
+@cli.command("aggregate")
+@click.option(
+    "--input",
+    "source",
+    required=True,
+    help="Spool directory, glob of JSONL files, or kafka://host:port/topic.",
+)
+@click.option(
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Directory for disks/topics/hosts.parquet, summary.json and report.html.",
+)
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@no_traceback
+def aggregate_command(source: str, output: Path, master: str) -> None:
+    """Aggregate usage snapshots: growth, time to full, overfull history, report."""
+    # Imported here: pyspark is heavy and every other command starts faster without it.
+    from diskguard.kafkasource import KafkaSourceError
+    from diskguard.sparkjob import NoInputError, SourceError, aggregate
+
+    try:
+        result = aggregate(source, output, master)
+    except (NoInputError, SourceError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    except KafkaSourceError as exc:
+        fail(str(exc), EXIT_UNREACHABLE)
+    click.echo(result.summary_line())
+    for path in result.paths.values():
+        click.echo(str(path))

@@ -340,6 +340,11 @@ class Daemon:
         self._recover()
         # Keep a little space for audit lines even when the disk fills up later.
         self.runtime.audit.ensure_reserve()
+        # A restart must not release producers of a disk still between the limits: continue
+        # the episode the actuators' state file says was open.
+        for mount in self.actuators.recorded_overfull_mounts():
+            if mount in self.mounts:
+                self.memory.flow[mount] = FlowState(overfull=True)
         usages = self._read_usage()
         transitions = self._flow(usages)
         self._snapshot()  # the first full scan; also runs a retention cycle
@@ -416,6 +421,12 @@ class Daemon:
             timers.next_full = time.monotonic() + cfg.retention.check_interval
             changed = True
         self._act_on_transitions(transitions)
+        if changed:
+            # Topics come and go: a topic created while its disk is overfull needs its ACL too.
+            self.actuators.reconcile(
+                {m: bool(s.overfull) for m, s in self.memory.flow.items()},
+                self._topics_by_mount(),
+            )
         if changed and self.ballast is not None:
             fresh = self._read_usage()
             for mount, usage in fresh.items():

@@ -164,6 +164,7 @@ state_dir = "{state}"
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert 'diskguard_filesystem_usage_ratio{device="' in body and str(disk) in body
         assert "diskguard_segments_deleted_total" in body
+        assert "diskguard_filesystem_deleted_open_bytes{" in body
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
 
         # Snapshots spooled on transitions and on the timer.

@@ -38,6 +38,7 @@ from diskguard.kafkasink import KafkaSink
 from diskguard.logs import configure_logging, get_logger
 from diskguard.metrics import Metrics
 from diskguard.model import FilesystemUsage
+from diskguard.openfiles import bytes_by_device, scan_deleted_open_files
 from diskguard.runtime import Runtime
 from diskguard.snapshot import DeletedBytesCounter, build_snapshot
 from diskguard.spool import Spool, SpoolError
@@ -71,6 +72,7 @@ class _Memory:
     last_deletion: dict[str, dict[str, Any]] = field(default_factory=dict)
     usage: dict[str, FilesystemUsage] = field(default_factory=dict)
     pending: dict[str, int] = field(default_factory=dict)
+    deleted_open: dict[str, int] = field(default_factory=dict)
 
 
 class Daemon:
@@ -274,6 +276,7 @@ class Daemon:
         outcome = self._retention(full=True)
         if outcome is None:
             return
+        self._measure_deleted_open()
         ts_ms = int(time.time() * 1000)
         for fs in outcome.scan.filesystems:
             mount = fs.usage.mount
@@ -292,6 +295,23 @@ class Daemon:
             if self.spool is not None:
                 self.spool.append(record)
 
+    def _measure_deleted_open(self) -> None:
+        """Space held by deleted-but-open files ("df says full, du says not"), per mount.
+
+        A walk of /proc/*/fd: done with the snapshot, not on every usage poll.
+        """
+        try:
+            found = scan_deleted_open_files(list(self.mounts))
+        except OSError as exc:
+            log.warning("open_files_scan_failed", error=exc.strerror or str(exc))
+            return
+        held = bytes_by_device(found.files)
+        for mount in self.mounts:
+            try:
+                self.memory.deleted_open[mount] = held.get(os.stat(mount).st_dev, 0)
+            except OSError:
+                continue
+
     def _observe(self, usages: dict[str, FilesystemUsage]) -> None:
         for mount, usage in usages.items():
             state = self.memory.flow.get(mount, FlowState())
@@ -301,6 +321,7 @@ class Daemon:
                 pending_reclaim_bytes=self.memory.pending.get(mount, 0),
                 overfull=bool(state.overfull),
                 alert_level=state.alert_level or 0,
+                deleted_open_bytes=self.memory.deleted_open.get(mount),
             )
         self.memory.usage = usages
         self.metrics.cycle_done()

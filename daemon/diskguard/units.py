@@ -43,9 +43,11 @@ def parse_size(value: int | float | str) -> int:
     if isinstance(value, bool):
         raise ValueError('expected a size such as 1073741824 or "1GiB", got a boolean')
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"size must not be negative, got {value}")
+        if not 0 <= value < float("inf"):
+            raise ValueError(f"size must be a finite number >= 0, got {value}")
         return int(value)
+    if not isinstance(value, str):
+        raise ValueError(f'expected a size such as "50GiB" or 1073741824, got {value!r}')
     match = _NUMBER_UNIT.match(value)
     if not match:
         raise ValueError(f'expected a size such as "50GiB" or "512MB", got {value!r}')
@@ -63,9 +65,11 @@ def parse_duration(value: int | float | str) -> float:
     if isinstance(value, bool):
         raise ValueError('expected a duration such as "5s", got a boolean')
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"duration must not be negative, got {value}")
+        if not 0 <= value < float("inf"):
+            raise ValueError(f"duration must be a finite number >= 0, got {value}")
         return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f'expected a duration such as "5s" or 5, got {value!r}')
     match = _NUMBER_UNIT.match(value)
     if not match:
         raise ValueError(f'expected a duration such as "5s" or "250ms", got {value!r}')

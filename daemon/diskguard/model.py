@@ -21,12 +21,12 @@ DELETED_SUFFIX = ".deleted"
 #: Transient suffixes Kafka uses while cleaning/swapping; never touched, counted as Kafka bytes.
 TRANSIENT_SUFFIXES: tuple[str, ...] = (".cleaned", ".swap")
 
-_SEGMENT_NAME = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)$")
+_SEGMENT_NAME = re.compile(r"^([0-9]{20})(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)\Z")
 # Kafka: "topic-partition", plus ".uniqueId-delete" / "-future" / "-stray" for non-live dirs.
-_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+?)-(?P<partition>\d+)$")
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+?)-(?P<partition>[0-9]+)\Z")
 _NON_LIVE_DIR = re.compile(
-    r"^(?P<topic>[a-zA-Z0-9._-]+?)-(?P<partition>\d+)\.(?P<uid>[a-zA-Z0-9_-]+)"
-    r"-(?P<kind>delete|future|stray)$"
+    r"^(?P<topic>[a-zA-Z0-9._-]+?)-(?P<partition>[0-9]+)\.(?P<uid>[a-zA-Z0-9_-]+)"
+    r"-(?P<kind>delete|future|stray)\Z"
 )
 
 

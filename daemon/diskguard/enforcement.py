@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,6 +213,8 @@ class Planner:
     config: Config
     requested: RequestedLogStart | None = None
     committed: CommittedOffsets = field(default_factory=dict)
+    #: Called once per partition dir scanned: drives a progress bar on a terminal.
+    on_partition: Callable[[float], None] | None = None
 
     def scan(self, full: bool = False, offline: bool = False) -> ScanResult:
         """``offline``: no broker will remove segments below the log start offset, so they are
@@ -226,6 +228,7 @@ class Planner:
                 self.requested.as_mapping() if self.requested and not offline else None
             ),
             use_log_start=not offline,
+            on_partition=self.on_partition,
         )
 
     def plan(self, result: ScanResult, mode: str) -> tuple[Plan, list[str]]:

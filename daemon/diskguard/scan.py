@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -142,6 +142,7 @@ def scan_log_dir(
     topics: dict[str, list[int]] | None = None,
     requested_log_start: Mapping[tuple[str, int], int] | None = None,
     use_log_start: bool = True,
+    on_partition: Callable[[float], None] | None = None,
 ) -> LogDir:
     """One log dir: its live partitions, pending reclaim and (if ``full``) its Kafka bytes.
 
@@ -190,6 +191,8 @@ def scan_log_dir(
         name = parse_partition_dir(entry.name)
         if name is None:
             continue
+        if on_partition is not None:
+            on_partition(1)
         if name.kind is PartitionDirKind.DELETE:
             size = _tree_bytes(entry.path)
             pending += size
@@ -350,6 +353,7 @@ def scan(
     full: bool = False,
     requested_log_start: Mapping[str, Mapping[tuple[str, int], int]] | None = None,
     use_log_start: bool = True,
+    on_partition: Callable[[float], None] | None = None,
 ) -> ScanResult:
     """Scan every log dir and group them by filesystem with ``df``-exact usage.
 
@@ -372,6 +376,7 @@ def scan(
             topics=topic_acc if full else None,
             requested_log_start=(requested_log_start or {}).get(log_dir),
             use_log_start=use_log_start,
+            on_partition=on_partition,
         )
         warnings.extend(scanned.warnings)
         by_mount.setdefault(mount, []).append(scanned)

@@ -9,6 +9,7 @@ import click
 
 from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
 from diskguard.logs import configure_logging
+from diskguard.runtime import Runtime
 
 
 @cli.command("enforce")
@@ -26,8 +27,6 @@ def enforce_command(config_path: Path, once: bool) -> None:
         fail("enforce needs --once (use `diskguard run` for the daemon)", EXIT_USAGE)
     config = load_or_exit(config_path)
     configure_logging(config.logging.format, config.logging.level)
-    from diskguard.runtime import Runtime
-
     with Runtime(config) as runtime:
         outcome = runtime.cycle(act=True)
     for warning in outcome.warnings:

@@ -13,6 +13,8 @@ from rich.table import Table
 from diskguard.cli import cli, config_option, load_or_exit, no_traceback
 from diskguard.enforcement import dumps, plan_json
 from diskguard.planner import Plan
+from diskguard.progress import progress
+from diskguard.runtime import Runtime
 from diskguard.units import format_bytes
 
 
@@ -100,9 +102,8 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
 def plan_command(config_path: Path, as_json: bool) -> None:
     """Show which segments a retention cycle would delete now, and why. Deletes nothing."""
     config = load_or_exit(config_path)
-    from diskguard.runtime import Runtime
-
-    with Runtime(config, read_only=True) as runtime:
+    with Runtime(config, read_only=True) as runtime, progress(None, "scanning") as advance:
+        runtime.planner.on_partition = advance
         outcome = runtime.cycle(act=False)
     if as_json:
         data = plan_json(outcome.plan)

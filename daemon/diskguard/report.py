@@ -69,6 +69,14 @@ def format_hours(hours: float | None) -> str:
     return f"{hours / (24 * 365):.1f} y"
 
 
+def format_seconds(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return format_hours(seconds / 3600)
+
+
 def format_ts(ts_ms: int | float) -> str:
     return dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M")
 
@@ -106,11 +114,17 @@ def usage_chart(
     def x(ts: float) -> float:
         return left + (ts - first) / (x_max - first) * plot_w
 
+    # Zoomed to the band the disk lives in (a 0.1%/h trend is invisible on 0-100%), but
+    # always up to 100%: the forecast line has to be able to reach it.
+    lowest = min((_pct(u, a) for _, u, a in points), default=0.0)
+    y_min = max(0.0, min(90.0, (lowest - 5.0) // 10 * 10))
+
     def y(pct: float) -> float:
-        return top + (1 - min(max(pct, 0.0), 100.0) / 100.0) * plot_h
+        clamped = min(max(pct, y_min), 100.0)
+        return top + (1 - (clamped - y_min) / (100.0 - y_min)) * plot_h
 
     parts = [f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">']
-    for pct in (0, 25, 50, 75, 100):
+    for pct in [round(y_min + (100 - y_min) * k / 4) for k in range(5)]:
         parts.append(
             f'<line x1="{left}" x2="{left + plot_w}" y1="{y(pct):.1f}" y2="{y(pct):.1f}"'
             ' stroke="#e3e6eb"/>'
@@ -250,7 +264,7 @@ def disks_table(disks: Sequence[Mapping[str, Any]]) -> str:
             f"<td>{_e(format_rate(d.get('growth_bytes_per_hour')))}</td>"
             f"<td{cls}>{_e(format_hours(hours))}</td>"
             f"<td>{int(d['overfull_episodes'])}</td>"
-            f"<td>{_e(format_hours(float(d['overfull_seconds']) / 3600))}</td>"
+            f"<td>{_e(format_seconds(float(d['overfull_seconds'])))}</td>"
             f"<td>{_e(format_bytes(d['deleted_bytes']))}</td>"
             f"<td>{int(d['peak_alert_level'])}</td></tr>"
         )
@@ -279,6 +293,11 @@ def hosts_table(hosts: Sequence[Mapping[str, Any]]) -> str:
     return f"<table>{head}{''.join(body)}</table>"
 
 
+def full_in(disk: Mapping[str, Any]) -> str:
+    hours = disk.get("hours_to_full")
+    return "not growing" if hours is None else f"full in {format_hours(hours)}"
+
+
 def render_report(data: ReportData) -> str:
     """The whole page."""
     by_key = {(str(d["host"]), str(d["mount"])): d for d in data.disks}
@@ -288,8 +307,7 @@ def render_report(data: ReportData) -> str:
         if disk is None:
             continue
         cards.append(
-            f'<div class="card"><h3>{_e(key[0])}:{_e(key[1])} — full in '
-            f"{_e(format_hours(disk.get('hours_to_full')))}</h3>"
+            f'<div class="card"><h3>{_e(key[0])}:{_e(key[1])} — {_e(full_in(disk))}</h3>'
             f"{usage_chart(disk, data.series.get(key, ()))}</div>"
         )
     first = min((int(d["first_ts_ms"]) for d in data.disks), default=0)

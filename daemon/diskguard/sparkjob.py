@@ -138,14 +138,14 @@ class BadRecords:
 
 @dataclass(frozen=True)
 class JobResult:
-    output_dir: Path
+    output: str
     records: int  # valid records before dedup
     unique_records: int
     bad: BadRecords
     disks: list[dict[str, Any]]
     topics: list[dict[str, Any]]
     hosts: list[dict[str, Any]]
-    paths: dict[str, Path] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def duplicates(self) -> int:
@@ -531,16 +531,45 @@ def spark_errors() -> Iterator[None]:
         raise
 
 
+def _output_location(output: str | Path) -> str:
+    """A local directory (created, absolute) or a remote URI, without a trailing slash."""
+    text = str(output)
+    if _URI.match(text) and not text.startswith("file://"):
+        return text.rstrip("/")
+    local = Path(text[len("file://") :] if text.startswith("file://") else text)
+    local.mkdir(parents=True, exist_ok=True)
+    return str(local.resolve())
+
+
+def write_text(spark: SparkSession, location: str, text: str) -> None:
+    """Write a small text file locally, or through Hadoop's FileSystem for a remote URI."""
+    if not _URI.match(location):
+        Path(location).write_text(text, encoding="utf-8")
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.create(path, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
 def run_aggregation(
     spark: SparkSession,
     spec: InputSpec,
-    output_dir: Path,
+    output: str | Path,
     report_disks: int = REPORT_DISKS,
     points_per_disk: int = POINTS_PER_DISK,
 ) -> JobResult:
-    """Read, classify, dedup, aggregate and write every output for ``spec`` into ``output_dir``."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    out = str(output_dir.resolve())
+    """Read, classify, dedup, aggregate and write every output for ``spec`` into ``output``.
+
+    ``output`` is a local directory or any URI Hadoop can write (hdfs://, s3a://): the small
+    text outputs then go through the same Hadoop FileSystem as the Parquet ones.
+    """
+    out = _output_location(output)
     cached: list[DataFrame] = []
 
     def keep(df: DataFrame) -> DataFrame:
@@ -548,11 +577,11 @@ def run_aggregation(
         return df
 
     paths = {
-        "disks": output_dir / "disks.parquet",
-        "topics": output_dir / "topics.parquet",
-        "hosts": output_dir / "hosts.parquet",
-        "summary": output_dir / "summary.json",
-        "report": output_dir / "report.html",
+        "disks": f"{out}/disks.parquet",
+        "topics": f"{out}/topics.parquet",
+        "hosts": f"{out}/hosts.parquet",
+        "summary": f"{out}/summary.json",
+        "report": f"{out}/report.html",
     }
     with spark_errors():
         try:
@@ -608,7 +637,7 @@ def run_aggregation(
         "topics": topic_rows,
         "hosts": host_rows,
     }
-    paths["summary"].write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
+    write_text(spark, paths["summary"], json.dumps(summary, indent=1, allow_nan=False) + "\n")
     html = report.render_report(
         report.ReportData(
             generated_at=generated_at,
@@ -625,9 +654,9 @@ def run_aggregation(
             report_disks=[(d["host"], d["mount"]) for d in chosen],
         )
     )
-    paths["report"].write_text(html, encoding="utf-8")
+    write_text(spark, paths["report"], html)
     return JobResult(
-        output_dir=output_dir,
+        output=out,
         records=records,
         unique_records=unique,
         bad=bad,
@@ -755,13 +784,13 @@ def build_session(
 
 
 def aggregate(
-    source: str, output_dir: Path, master: str | None = DEFAULT_MASTER, quiet: bool = True
+    source: str, output: str | Path, master: str | None = DEFAULT_MASTER, quiet: bool = True
 ) -> JobResult:
     """The whole job: resolve SOURCE (fails fast when empty), start Spark, run, stop Spark."""
     spec = resolve_input(source)
     spark = build_session(master, quiet=quiet)
     try:
-        return run_aggregation(spark, spec, output_dir)
+        return run_aggregation(spark, spec, output)
     finally:
         spark.stop()
 
@@ -774,7 +803,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--input", required=True, help="spool dir, glob, or kafka://host:port/topic"
     )
-    parser.add_argument("--output", required=True, type=Path, help="output directory")
+    parser.add_argument("--output", required=True, help="output directory or hdfs:// / s3a:// URI")
     parser.add_argument(
         "--master",
         default=None,

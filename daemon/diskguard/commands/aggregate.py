@@ -6,8 +6,6 @@ without this CLI); this module only maps its outcomes to one-line messages and e
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from diskguard.cli import EXIT_UNREACHABLE, EXIT_USAGE, cli, fail, no_traceback
@@ -24,12 +22,12 @@ from diskguard.cli import EXIT_UNREACHABLE, EXIT_USAGE, cli, fail, no_traceback
     "--output",
     "output",
     required=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Directory for disks/topics/hosts.parquet, summary.json and report.html.",
+    help="Directory (or hdfs:// / s3a:// URI) for disks/topics/hosts.parquet, summary.json"
+    " and report.html.",
 )
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 @no_traceback
-def aggregate_command(source: str, output: Path, master: str) -> None:
+def aggregate_command(source: str, output: str, master: str) -> None:
     """Aggregate usage snapshots: growth, time to full, overfull history, report."""
     # Imported here: pyspark is heavy and every other command starts faster without it.
     from diskguard.kafkasource import KafkaSourceError

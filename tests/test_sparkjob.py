@@ -367,13 +367,14 @@ def test_kafka_empty_topic_is_no_input() -> None:
             resolve_input(f"kafka://{broker.bootstrap}/empty")
 
 
-def test_kafka_unreachable_is_one_line_error() -> None:
+def test_kafka_unreachable_is_one_line_error(capfd: pytest.CaptureFixture[str]) -> None:
     from diskguard.kafkasource import KafkaSourceError, plan_offsets
     from tansu import free_port
 
     options = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "topic": "x"}
     with pytest.raises(KafkaSourceError, match=r"cannot reach Kafka at 127\.0\.0\.1:"):
         plan_offsets(options, timeout_s=1.0)
+    assert "FAIL" not in capfd.readouterr().err  # librdkafka's reconnect chatter is off
 
 
 def test_kafka_url_must_name_a_topic() -> None:

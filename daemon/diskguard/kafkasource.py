@@ -95,7 +95,11 @@ def consumer_config(options: Mapping[str, str]) -> dict[str, Any]:
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
         "socket.timeout.ms": 10_000,
-        "log_level": 3,
+        # librdkafka would print a FAIL line every 50 ms while a broker is down; failures
+        # reach the user once, as the exception this module raises.
+        "log_level": 0,
+        "reconnect.backoff.ms": 200,
+        "reconnect.backoff.max.ms": 2_000,
     }
     for key, value in options.items():
         if key.startswith("kafka."):

@@ -396,3 +396,14 @@ def test_tansu_helper_pause_and_restart_on_the_same_port() -> None:
         assert broker.port == port
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         assert "t1" not in admin.list_topics(timeout=10).topics  # memory storage: gone
+
+
+def test_spark_failure_is_one_line(spark: Any, tmp_path: Path) -> None:
+    from diskguard.sparkjob import InputSpec, SparkJobError
+
+    gone = str(tmp_path / "vanished.jsonl")
+    with pytest.raises(SparkJobError) as caught:
+        run_aggregation(spark, InputSpec(gone, paths=(gone,)), tmp_path / "out")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "vanished.jsonl" in message

@@ -112,6 +112,10 @@ class NoInputError(Exception):
     """Nothing to aggregate: no files, an empty topic, or no valid record (exit 2)."""
 
 
+class SparkJobError(Exception):
+    """Spark itself failed (unreadable input, executor lost, ...): one line, exit 1."""
+
+
 class SourceError(Exception):
     """The SOURCE argument is unusable (exit 2), e.g. a malformed kafka:// URL."""
 
@@ -520,15 +524,33 @@ def _closest_to_full(disks: list[dict[str, Any]], n: int) -> list[dict[str, Any]
 
 @contextmanager
 def spark_errors() -> Iterator[None]:
-    """Turn a JVM-wrapped Kafka source failure back into its one-line message."""
+    """Turn JVM-wrapped failures (pages of stack trace) into one line.
+
+    A Kafka source failure comes back as its own message (KafkaSourceError); anything else
+    from Spark becomes SparkJobError carrying the first line that names an exception.
+    """
     try:
         yield
     except Exception as exc:
-        if type(exc).__module__.startswith(("py4j", "pyspark")):
-            match = re.search(re.escape(ERROR_PREFIX) + r"([^\n]*)", str(exc))
-            if match:
-                raise KafkaSourceError(match.group(1).strip()) from None
-        raise
+        if not type(exc).__module__.startswith(("py4j", "pyspark")):
+            raise
+        text = str(exc)
+        match = re.search(re.escape(ERROR_PREFIX) + r"([^\n]*)", text)
+        if match:
+            raise KafkaSourceError(match.group(1).strip()) from None
+        raise SparkJobError(condense_error(text)) from None
+
+
+def condense_error(text: str) -> str:
+    """The most telling line of a Spark/Py4J error message, at most 300 characters."""
+    lines = [line.strip().lstrip(": ") for line in text.splitlines() if line.strip()]
+    telling = [
+        line
+        for line in lines
+        if re.search(r"(Exception|Error)\b.*:", line) and not line.startswith("at ")
+    ]
+    best = telling[0] if telling else (lines[0] if lines else "Spark failed")
+    return best if len(best) <= 300 else best[:297] + "..."
 
 
 def _output_location(output: str | Path) -> str:
@@ -687,6 +709,8 @@ logger.parquet.name = org.apache.parquet
 logger.parquet.level = error
 logger.hadoop.name = org.apache.hadoop
 logger.hadoop.level = error
+logger.sink.name = org.apache.spark.sql.execution.streaming.FileStreamSink
+logger.sink.level = error
 """
 
 _JVM_NOISE = (
@@ -818,7 +842,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NoInputError, SourceError) as exc:
         print(f"diskguard aggregate: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KafkaSourceError as exc:
+    except (KafkaSourceError, SparkJobError) as exc:
         print(f"diskguard aggregate: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     print(result.summary_line())

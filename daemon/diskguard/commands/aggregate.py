@@ -31,13 +31,13 @@ def aggregate_command(source: str, output: str, master: str) -> None:
     """Aggregate usage snapshots: growth, time to full, overfull history, report."""
     # Imported here: pyspark is heavy and every other command starts faster without it.
     from diskguard.kafkasource import KafkaSourceError
-    from diskguard.sparkjob import NoInputError, SourceError, aggregate
+    from diskguard.sparkjob import NoInputError, SourceError, SparkJobError, aggregate
 
     try:
         result = aggregate(source, output, master)
     except (NoInputError, SourceError) as exc:
         fail(str(exc), EXIT_USAGE)
-    except KafkaSourceError as exc:
+    except (KafkaSourceError, SparkJobError) as exc:
         fail(str(exc), EXIT_UNREACHABLE)
     click.echo(result.summary_line())
     for path in result.paths.values():

@@ -407,3 +407,33 @@ def test_spark_failure_is_one_line(spark: Any, tmp_path: Path) -> None:
     message = str(caught.value)
     assert "\n" not in message
     assert "vanished.jsonl" in message
+
+
+def test_optional_fields_may_be_missing(spark: Any, tmp_path: Path) -> None:
+    """Only the fields the math needs are required; topics, alert level etc. default."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    lines = [
+        json.dumps(
+            {
+                "schema": 1,
+                "host": "h",
+                "mount": "/m",
+                "ts_ms": T0 + i * HOUR,
+                "total_bytes": 1000,
+                "used_bytes": 100 + 10 * i,
+                "available_bytes": 800 - 10 * i,
+                "flow_state": "normal",
+                "topics": None,
+            }
+        )
+        for i in range(3)
+    ]
+    (spool / "1.jsonl").write_text("\n".join(lines) + "\n")
+    result = run_aggregation(spark, resolve_input(str(spool)), tmp_path / "out")
+    (disk,) = result.disks
+    assert disk["growth_bytes_per_hour"] == pytest.approx(10.0)
+    assert disk["hours_to_full"] == pytest.approx(78.0)
+    assert disk["peak_alert_level"] == 0
+    assert disk["deleted_bytes"] == 0
+    assert result.topics == []

@@ -361,22 +361,53 @@ def workdir(prefix: str) -> Iterator[Path]:
 # --------------------------------------------------------------------------- reaction
 
 
-def reaction(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Scenario:
+    """One reaction setup: a filesystem, what else lives on it, the writer's pace."""
+
+    name: str
+    fs_mib: int
+    limit: float
+    target: float
+    rate_mib_s: float
+    crossings: int
+    #: Extra partitions x segments of tiny real segments (gen_tree) that the daemon must list
+    #: on every cycle; their timestamps are in the future, so they are never the oldest.
+    background: tuple[int, int] = (0, 0)
+
+
+SCENARIOS = {
+    "small": Scenario("small", 512, 70.0, 65.0, 30.0, 100),
+    # 100k more segments (300k files) on the disk: what every cycle's rescan costs at scale.
+    "100k": Scenario("100k", 4096, 70.0, 69.0, 60.0, 50, background=(1000, 100)),
+}
+
+
+def reaction(args: argparse.Namespace, sc: Scenario) -> dict[str, Any]:
     image_dir = Path(args.image_dir)
-    image, mnt = image_dir / "reaction.img", image_dir / "reaction.mnt"
+    image, mnt = image_dir / f"reaction-{sc.name}.img", image_dir / f"reaction-{sc.name}.mnt"
+    crossings = args.crossings or sc.crossings
+    bg_parts, bg_segs = sc.background
     result: dict[str, Any] = {
-        "filesystem_mib": args.fs_mib,
-        "limit_percent": args.limit,
-        "target_percent": args.target,
+        "scenario": sc.name,
+        "filesystem_mib": sc.fs_mib,
+        "limit_percent": sc.limit,
+        "target_percent": sc.target,
         "writer_partitions": args.writer_partitions,
-        "writer_rate_mib_s": args.rate,
+        "writer_rate_mib_s": sc.rate_mib_s,
         "segment_mib": args.segment_mib,
+        "background_partitions": bg_parts,
+        "background_segments": bg_parts * bg_segs,
     }
+    inodes = max(65536, bg_parts * bg_segs * 4 + 65536)
     with (
-        loopfs.loop_fs(image, mnt, args.fs_mib * MIB, 65536, reuse=False, keep=False),
+        loopfs.loop_fs(image, mnt, sc.fs_mib * MIB, inodes, reuse=False, keep=False),
         workdir("diskguard-bench-reaction-") as work,
     ):
         log_dir = mnt / "kafka-logs"
+        if bg_parts:
+            future = int(time.time() * 1000) + 10 * 365 * 86_400_000
+            gen_tree.generate(str(log_dir), bg_parts, bg_segs, end_ms=future)
 
         # Segments of ~1 MiB (records of 1000 B), hours apart: the writer's are all newer.
         def specs_for(n: int, records: int) -> list[kafkagen.SegmentSpec]:
@@ -399,10 +430,10 @@ def reaction(args: argparse.Namespace) -> dict[str, Any]:
         os.sync()
         _used, _avail, pct = loopfs.statvfs_usage(mnt)
         result["initial_usage_percent"] = round(pct, 3)
-        if pct >= args.target:
+        if pct >= sc.target:
             raise RuntimeError(f"initial usage {pct:.1f}% is already above the target")
         config = work / "diskguard.toml"
-        write_config(config, log_dir, work / "state", args.limit, args.target)
+        write_config(config, log_dir, work / "state", sc.limit, sc.target)
 
         daemon = DaemonProcess(config)
         t0 = time.monotonic()
@@ -419,7 +450,7 @@ def reaction(args: argparse.Namespace) -> dict[str, Any]:
                 args=(
                     [str(p.path) for p in hot],
                     [p.log_end_offset for p in hot],
-                    args.rate,
+                    sc.rate_mib_s,
                     args.segment_mib * MIB,
                     stop,
                     stats,
@@ -429,8 +460,8 @@ def reaction(args: argparse.Namespace) -> dict[str, Any]:
             writer.start()
             watch = watch_crossings(
                 mnt,
-                args.limit,
-                args.crossings,
+                sc.limit,
+                crossings,
                 args.timeout,
                 args.debounce,
                 args.stuck_after,
@@ -472,7 +503,9 @@ def reaction(args: argparse.Namespace) -> dict[str, Any]:
             },
             daemon_cycle_ms=_cycle_stats(daemon.all_events),
             daemon_stderr_tail=daemon.stderr[-10:],
-            daemon_log=_save_events(daemon.all_events, t0, args.daemon_log),
+            daemon_log=_save_events(
+                daemon.all_events, t0, str(image_dir / f"reaction-{sc.name}-daemon.jsonl")
+            ),
             crossing_windows_s=[(round(a, 4), round(b, 4)) for a, b in windows],
             target_met=bool(samples) and percentile(samples, 99) < 1.0 and stuck is None,
         )
@@ -589,17 +622,20 @@ def _vm_hwm_kb(pid: int) -> int | None:
 
 
 def print_summary(r: dict[str, Any]) -> None:
-    rx, idl = r.get("reaction"), r.get("idle")
     print()
-    if rx:
+    for name, rx in r.get("reaction", {}).items():
         print(
-            f"reaction: {rx['crossings']} crossings  p50 {rx['p50_s'] * 1000:.0f} ms  "
+            f"reaction [{name}: {rx['filesystem_mib']} MiB fs, "
+            f"{rx['background_segments']:,} extra segments, "
+            f"writer {rx['writer_rate_mib_s']:g} MiB/s]"
+            f": {rx['crossings']} crossings  p50 {rx['p50_s'] * 1000:.0f} ms  "
             f"p99 {rx['p99_s'] * 1000:.0f} ms  max {(rx['max_s'] or 0) * 1000:.0f} ms  "
             f"(target p99 < 1000 ms; peak usage {rx['peak_usage_percent']}% vs limit "
             f"{rx['limit_percent']}%)"
         )
         if rx.get("stuck"):
             print(f"  PROBLEM: {rx['stuck']}")
+    idl = r.get("idle")
     if idl:
         print(
             f"idle ({idl['segments']:,} segments): CPU {idl['cpu_percent']:.2f}% over "
@@ -612,14 +648,11 @@ def print_summary(r: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--image-dir", default="/var/tmp/diskguard-bench")
-    ap.add_argument("--fs-mib", type=int, default=512)
-    ap.add_argument("--limit", type=float, default=70.0)
-    ap.add_argument("--target", type=float, default=65.0)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="reaction scenarios")
     ap.add_argument("--writer-partitions", type=int, default=8)
     ap.add_argument("--idle-partitions", type=int, default=20)
-    ap.add_argument("--rate", type=float, default=30.0, help="writer MiB/s")
     ap.add_argument("--segment-mib", type=int, default=1)
-    ap.add_argument("--crossings", type=int, default=100)
+    ap.add_argument("--crossings", type=int, default=0, help="override every scenario's count")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--stuck-after", type=float, default=30.0)
     ap.add_argument(
@@ -631,7 +664,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-settle", type=float, default=5.0)
     ap.add_argument("--keep", action="store_true", help="keep (and reuse) the idle tree image")
     ap.add_argument("--only", choices=["reaction", "idle"])
-    ap.add_argument("--daemon-log", default="/var/tmp/diskguard-bench/reaction-daemon.jsonl")
     ap.add_argument("--out", default=str(RESULTS / "reaction.json"))
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
@@ -640,8 +672,10 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"benchmark": "reaction"}
     if args.only in (None, "reaction"):
-        print("reaction: writer vs daemon on a loop ext4...", flush=True)
-        out["reaction"] = reaction(args)
+        out["reaction"] = {}
+        for name in args.scenarios.split(","):
+            print(f"reaction [{name}]: writer vs daemon on a loop ext4...", flush=True)
+            out["reaction"][name] = reaction(args, SCENARIOS[name])
     if args.only in (None, "idle"):
         print("idle: daemon watching the idle tree...", flush=True)
         out["idle"] = idle(args)

@@ -104,11 +104,11 @@ def partition_name(p: int, partitions: int) -> tuple[str, int]:
     return f"bench-topic-{p % topics:02d}", p // topics
 
 
-def segment_timestamp(p: int, s: int, segments: int) -> int:
+def segment_timestamp(p: int, s: int, segments: int, end_ms: int = END_TIMESTAMP_MS) -> int:
     """Largest timestamp of segment ``s`` of partition ``p`` (the planner's age key)."""
     roll_ms = 60_000 * (1 + p % 7)
     jitter = (p * 7919) % 1000
-    return END_TIMESTAMP_MS - (segments - 1 - s) * roll_ms - jitter
+    return end_ms - (segments - 1 - s) * roll_ms - jitter
 
 
 def _write(dir_fd: int, name: str, data: bytes) -> None:
@@ -121,7 +121,12 @@ def _write(dir_fd: int, name: str, data: bytes) -> None:
 
 
 def write_partition_dir(
-    log_dir: str, p: int, partitions: int, segments: int, template: Template
+    log_dir: str,
+    p: int,
+    partitions: int,
+    segments: int,
+    template: Template,
+    end_ms: int = END_TIMESTAMP_MS,
 ) -> None:
     topic, partition = partition_name(p, partitions)
     path = os.path.join(log_dir, f"{topic}-{partition}")
@@ -132,7 +137,7 @@ def write_partition_dir(
         for s in range(segments):
             base = s * template.records
             stem = f"{base:020d}"
-            ts = segment_timestamp(p, s, segments)
+            ts = segment_timestamp(p, s, segments, end_ms)
             stamp_batch(log, base, ts, template.time_span_ms)
             _write(dir_fd, stem + ".log", bytes(log))
             if s < segments - 1:
@@ -154,10 +159,10 @@ def write_partition_dir(
         os.close(dir_fd)
 
 
-def _worker(args: tuple[str, list[int], int, int, Template]) -> int:
-    log_dir, ps, partitions, segments, template = args
+def _worker(args: tuple[str, list[int], int, int, Template, int]) -> int:
+    log_dir, ps, partitions, segments, template, end_ms = args
     for p in ps:
-        write_partition_dir(log_dir, p, partitions, segments, template)
+        write_partition_dir(log_dir, p, partitions, segments, template, end_ms)
     return len(ps)
 
 
@@ -178,15 +183,24 @@ def write_log_dir_files(log_dir: str, partitions: int, segments: int, records: i
     (root / ".lock").touch()
 
 
-def generate(log_dir: str, partitions: int, segments: int, workers: int = 2) -> float:
-    """Write the whole tree under ``log_dir`` (must not hold partitions yet); returns seconds."""
+def generate(
+    log_dir: str,
+    partitions: int,
+    segments: int,
+    workers: int = 2,
+    end_ms: int = END_TIMESTAMP_MS,
+) -> float:
+    """Write the whole tree under ``log_dir`` (must not hold partitions yet); returns seconds.
+
+    ``end_ms``: the newest segments' largest timestamp.
+    """
     if segments < 1 or partitions < 1:
         raise ValueError("need at least one partition and one segment")
     started = time.monotonic()
     os.makedirs(log_dir, exist_ok=True)
     template = make_template()
     chunks = [list(range(i, partitions, workers * 8)) for i in range(workers * 8)]
-    jobs = [(log_dir, c, partitions, segments, template) for c in chunks if c]
+    jobs = [(log_dir, c, partitions, segments, template, end_ms) for c in chunks if c]
     if workers > 1:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             done = sum(pool.imap_unordered(_worker, jobs))

@@ -15,132 +15,61 @@ against the generator's truth rather than against the parsers under test.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import fcntl
 import os
 import selectors
-import struct
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import crc32c
+# The encoding lives in the package (the demo's simulated broker writes segments too); these
+# names stay importable from here, as tests and bench use them.
+from diskguard.segmentwriter import (
+    DEFAULT_SEGMENT_INDEX_BYTES,
+    OFFSET_INDEX_ENTRY,
+    TIME_INDEX_ENTRY,
+    IndexBuilder,
+    empty_producer_snapshot,
+    encode_batch,
+    encode_record,
+    offset_index_entry,
+    preallocate,
+    time_index_entry,
+    topic_id,
+    varint,
+    write_checkpoint,
+    zigzag,
+)
 
-DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
+__all__ = [
+    "DEFAULT_FIRST_TIMESTAMP_MS",
+    "DEFAULT_SEGMENT_INDEX_BYTES",
+    "OFFSET_INDEX_ENTRY",
+    "TIME_INDEX_ENTRY",
+    "BatchLayout",
+    "LogDirLayout",
+    "PartitionLayout",
+    "SegmentLayout",
+    "SegmentSpec",
+    "empty_producer_snapshot",
+    "encode_batch",
+    "encode_record",
+    "hold_lock",
+    "lock_is_held_elsewhere",
+    "topic_id",
+    "varint",
+    "write_checkpoint",
+    "write_log_dir",
+    "write_log_dir_files",
+    "write_partition",
+    "zigzag",
+]
+
 DEFAULT_FIRST_TIMESTAMP_MS = 1_700_000_000_000
-OFFSET_INDEX_ENTRY = 8
-TIME_INDEX_ENTRY = 12
-
-
-# --------------------------------------------------------------------------- encoding
-
-
-def zigzag(value: int) -> int:
-    return (value << 1) ^ (value >> 63)
-
-
-def varint(value: int) -> bytes:
-    """Kafka's signed varint/varlong: zigzag, then 7 bits per byte, low bits first."""
-    z = zigzag(value) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while True:
-        byte = z & 0x7F
-        z >>= 7
-        if z:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def encode_record(
-    offset_delta: int,
-    timestamp_delta: int,
-    value: bytes | None,
-    key: bytes | None = None,
-    headers: Sequence[tuple[str, bytes | None]] = (),
-) -> bytes:
-    """One v2 record, length-prefixed (the body layout of DefaultRecord)."""
-    body = bytearray(b"\x00")  # attributes: unused, always 0
-    body += varint(timestamp_delta)
-    body += varint(offset_delta)
-    for blob in (key, value):
-        if blob is None:
-            body += varint(-1)
-        else:
-            body += varint(len(blob)) + blob
-    body += varint(len(headers))
-    for hkey, hvalue in headers:
-        raw = hkey.encode()
-        body += varint(len(raw)) + raw
-        body += varint(-1) if hvalue is None else varint(len(hvalue)) + hvalue
-    return varint(len(body)) + bytes(body)
-
-
-def encode_batch(
-    base_offset: int,
-    timestamps_ms: Sequence[int],
-    values: Sequence[bytes | None],
-    *,
-    keys: Sequence[bytes | None] | None = None,
-    partition_leader_epoch: int = 0,
-    attributes: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-) -> bytes:
-    """A RecordBatch v2 with one record per value; CRC32C over attributes..end as Kafka does.
-
-    ``baseTimestamp`` is the first record's timestamp and ``maxTimestamp`` the largest, as
-    ``MemoryRecordsBuilder`` writes them for CreateTime batches.
-    """
-    if not values or len(values) != len(timestamps_ms):
-        raise ValueError("a batch needs one timestamp per value and at least one record")
-    base_ts = timestamps_ms[0]
-    records = b"".join(
-        encode_record(i, ts - base_ts, value, None if keys is None else keys[i])
-        for i, (ts, value) in enumerate(zip(timestamps_ms, values, strict=True))
-    )
-    after_crc = struct.pack(
-        ">hiqqqhii",
-        attributes,
-        len(values) - 1,
-        base_ts,
-        max(timestamps_ms),
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(values),
-    )
-    crc_body = after_crc + records
-    crc = crc32c.crc32c(crc_body)
-    batch_length = 4 + 1 + 4 + len(crc_body)  # leader epoch + magic + crc + rest
-    return (
-        struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2, crc) + crc_body
-    )
-
-
-def empty_producer_snapshot() -> bytes:
-    """A valid producer-state snapshot with no producers (version 1, CRC32C, 0 entries)."""
-    entries = struct.pack(">i", 0)
-    return struct.pack(">hI", 1, crc32c.crc32c(entries)) + entries
-
-
-def topic_id(topic: str) -> str:
-    """A stable Kafka-style topic id (base64url UUID without padding) for ``topic``."""
-    raw = uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{topic}").bytes
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def write_checkpoint(path: str | os.PathLike[str], entries: Sequence[tuple[str, int, int]]) -> None:
-    """Kafka's OffsetCheckpointFile: version ``0``, count, then ``topic partition offset``."""
-    lines = ["0", str(len(entries))] + [f"{t} {p} {o}" for t, p, o in entries]
-    Path(path).write_text("\n".join(lines) + "\n")
 
 
 # --------------------------------------------------------------------------- layouts
@@ -243,11 +172,6 @@ class LogDirLayout:
 # --------------------------------------------------------------------------- writers
 
 
-def _preallocate(path: Path, nbytes: int, entry_size: int) -> None:
-    """Grow to ``segment.index.bytes`` rounded down to whole entries, as a sparse tail."""
-    os.truncate(path, nbytes - nbytes % entry_size)
-
-
 def _write_segment(
     part_dir: Path,
     base_offset: int,
@@ -257,7 +181,7 @@ def _write_segment(
     index_interval_bytes: int,
     active: bool,
     closed_cleanly: bool,
-    preallocate: bool,
+    preallocate_indexes: bool,
     segment_index_bytes: int,
 ) -> SegmentLayout:
     timestamps = spec.record_timestamps()
@@ -266,11 +190,7 @@ def _write_segment(
     per_batch = max(1, spec.records_per_batch)
     log = bytearray()
     batches: list[BatchLayout] = []
-    offset_index: list[tuple[int, int]] = []
-    time_index: list[tuple[int, int]] = []
-    max_ts_so_far = -1
-    offset_of_max = base_offset
-    bytes_since_entry = 0
+    indexes = IndexBuilder(base_offset, index_interval_bytes)
     offset = base_offset
     for start in range(0, len(timestamps), per_batch):
         ts_chunk = timestamps[start : start + per_batch]
@@ -284,29 +204,23 @@ def _write_segment(
         log += batch
         batch_max = max(ts_chunk)
         batches.append(BatchLayout(position, offset, last_offset, batch_max, len(batch)))
-        # LogSegment.append: the max so far and its (shallow) offset, then maybe index entries.
-        if batch_max > max_ts_so_far:
-            max_ts_so_far, offset_of_max = batch_max, last_offset
-        if bytes_since_entry > index_interval_bytes:
-            offset_index.append((last_offset - base_offset, position))
-            if not time_index or max_ts_so_far > time_index[-1][0]:
-                time_index.append((max_ts_so_far, offset_of_max - base_offset))
-            bytes_since_entry = 0
-        bytes_since_entry += len(batch)
+        indexes.append(position, last_offset, batch_max, len(batch))
         offset = last_offset + 1
-    if closed_cleanly and (not time_index or max_ts_so_far > time_index[-1][0]):
-        # onBecomeInactiveSegment: the segment's max timestamp always ends the time index.
-        time_index.append((max_ts_so_far, offset_of_max - base_offset))
+    if closed_cleanly:
+        indexes.close()
+    offset_index = indexes.offset_entries
+    time_index = indexes.time_entries
+    max_ts_so_far = indexes.max_timestamp_ms
 
     log_path = part_dir / f"{base_offset:020d}.log"
     index_path = part_dir / f"{base_offset:020d}.index"
     timeindex_path = part_dir / f"{base_offset:020d}.timeindex"
     log_path.write_bytes(bytes(log))
-    index_path.write_bytes(b"".join(struct.pack(">ii", r, p) for r, p in offset_index))
-    timeindex_path.write_bytes(b"".join(struct.pack(">qi", t, r) for t, r in time_index))
-    if preallocate:
-        _preallocate(index_path, segment_index_bytes, OFFSET_INDEX_ENTRY)
-        _preallocate(timeindex_path, segment_index_bytes, TIME_INDEX_ENTRY)
+    index_path.write_bytes(b"".join(offset_index_entry(r, p) for r, p in offset_index))
+    timeindex_path.write_bytes(b"".join(time_index_entry(t, r) for t, r in time_index))
+    if preallocate_indexes:
+        preallocate(index_path, segment_index_bytes, OFFSET_INDEX_ENTRY)
+        preallocate(timeindex_path, segment_index_bytes, TIME_INDEX_ENTRY)
     return SegmentLayout(
         base_offset=base_offset,
         next_offset=offset,
@@ -320,7 +234,7 @@ def _write_segment(
         offset_index=tuple(offset_index),
         time_index=tuple(time_index),
         active=active,
-        preallocated=preallocate,
+        preallocated=preallocate_indexes,
     )
 
 
@@ -373,7 +287,7 @@ def write_partition(
             index_interval_bytes=index_interval_bytes,
             active=is_active,
             closed_cleanly=not is_active and i not in unclean,
-            preallocate=(is_active and active_preallocated) or i in unclean,
+            preallocate_indexes=(is_active and active_preallocated) or i in unclean,
             segment_index_bytes=segment_index_bytes,
         )
         snapshot: Path | None = None

@@ -214,37 +214,47 @@ def resolve_input(source: str) -> InputSpec:
     return InputSpec(source, paths=tuple(files))
 
 
-def read_lines(spark: SparkSession, spec: InputSpec) -> DataFrame:
-    """One column ``value``: one JSON document per row, whatever the source."""
+_PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
+
+
+def read_records(spark: SparkSession, spec: InputSpec) -> DataFrame:
+    """Parsed records, whatever the source: ``r`` (SNAPSHOT_SCHEMA struct) and ``raw``.
+
+    ``raw`` is the unparsed text of a record that failed to parse (null otherwise); it is
+    only looked at to tell an unknown schema version from garbage. Files go through Spark's
+    JSON reader (it parses straight from the bytes, about twice as fast as text + from_json
+    at 1M rows); Kafka values are strings, so they go through ``from_json``. Blank lines and
+    Kafka tombstones are skipped either way.
+    """
     if spec.kafka_topic is not None:
         spark.dataSource.register(KafkaTopicSource)
-        df = (
+        lines = (
             spark.read.format(SOURCE_NAME)
             .option("bootstrap.servers", spec.kafka_bootstrap)
             .option("topic", spec.kafka_topic)
             .option("offsets", encode_plan(spec.kafka_plan))
             .load()
+            .select("value")
         )
-        return df.select("value")
-    return spark.read.text(list(spec.paths)).select("value")
-
-
-def classify(lines: DataFrame) -> DataFrame:
-    """Parse every line and tag it ``ok`` / ``malformed`` / ``unknown_schema``.
-
-    A line that fails to parse is still an unknown schema when it declares another version
-    (a v2 field may well not fit the v1 types); blank lines and Kafka tombstones are skipped.
-    """
-    parsed = lines.where(F.col("value").isNotNull() & (F.trim(F.col("value")) != "")).select(
-        F.col("value"),
-        F.from_json(
-            F.col("value"),
-            SNAPSHOT_SCHEMA,
-            {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"},
-        ).alias("r"),
+        return lines.where(F.col("value").isNotNull() & (F.trim(F.col("value")) != "")).select(
+            F.from_json(F.col("value"), SNAPSHOT_SCHEMA, _PARSE_OPTIONS).alias("r"),
+            F.col("value").alias("raw"),
+        )
+    df = spark.read.schema(SNAPSHOT_SCHEMA).options(**_PARSE_OPTIONS).json(list(spec.paths))
+    return df.select(
+        F.struct(*[F.col(f.name) for f in SNAPSHOT_SCHEMA.fields]).alias("r"),
+        F.col("_corrupt").alias("raw"),
     )
+
+
+def classify(parsed: DataFrame) -> DataFrame:
+    """Tag every parsed record ``ok`` / ``malformed`` / ``unknown_schema``, keep the fields.
+
+    A record that fails to parse is still an unknown schema when it declares another version
+    (a v2 field may well not fit the v1 types).
+    """
     r = F.col("r")
-    declared = F.get_json_object(F.col("value"), "$.schema")
+    declared = F.get_json_object(F.col("raw"), "$.schema")
     missing: Column = F.lit(False)
     for name in REQUIRED:
         missing = missing | r[name].isNull()
@@ -623,7 +633,7 @@ def run_aggregation(
     }
     with spark_errors():
         try:
-            classified = keep(classify(read_lines(spark, spec)))
+            classified = keep(classify(read_records(spark, spec)))
             counts = {
                 row["status"]: int(row["count"])
                 for row in classified.groupBy("status").count().collect()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import errno
 import json
 import multiprocessing
@@ -387,6 +388,8 @@ def reaction(args: argparse.Namespace, sc: Scenario) -> dict[str, Any]:
     image_dir = Path(args.image_dir)
     image, mnt = image_dir / f"reaction-{sc.name}.img", image_dir / f"reaction-{sc.name}.mnt"
     crossings = args.crossings or sc.crossings
+    if args.rate:
+        sc = dataclasses.replace(sc, rate_mib_s=args.rate)
     bg_parts, bg_segs = sc.background
     result: dict[str, Any] = {
         "scenario": sc.name,
@@ -482,8 +485,8 @@ def reaction(args: argparse.Namespace, sc: Scenario) -> dict[str, Any]:
             raw_returns_under_limit=raw_under,
             polls=polls,
             poll_interval_ms=round(1000 * elapsed / max(1, polls), 3),
-            p50_s=round(percentile(samples, 50), 4),
-            p99_s=round(percentile(samples, 99), 4),
+            p50_s=round(percentile(samples, 50), 4) if samples else None,
+            p99_s=round(percentile(samples, 99), 4) if samples else None,
             max_s=round(max(samples), 4) if samples else None,
             mean_s=round(statistics.fmean(samples), 4) if samples else None,
             samples_s=[round(s, 4) for s in samples],
@@ -621,6 +624,10 @@ def _vm_hwm_kb(pid: int) -> int | None:
 # --------------------------------------------------------------------------- main
 
 
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
 def print_summary(r: dict[str, Any]) -> None:
     print()
     for name, rx in r.get("reaction", {}).items():
@@ -628,8 +635,8 @@ def print_summary(r: dict[str, Any]) -> None:
             f"reaction [{name}: {rx['filesystem_mib']} MiB fs, "
             f"{rx['background_segments']:,} extra segments, "
             f"writer {rx['writer_rate_mib_s']:g} MiB/s]"
-            f": {rx['crossings']} crossings  p50 {rx['p50_s'] * 1000:.0f} ms  "
-            f"p99 {rx['p99_s'] * 1000:.0f} ms  max {(rx['max_s'] or 0) * 1000:.0f} ms  "
+            f": {rx['crossings']} crossings  p50 {_ms(rx['p50_s'])}  "
+            f"p99 {_ms(rx['p99_s'])}  max {_ms(rx['max_s'])}  "
             f"(target p99 < 1000 ms; peak usage {rx['peak_usage_percent']}% vs limit "
             f"{rx['limit_percent']}%)"
         )
@@ -653,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-partitions", type=int, default=20)
     ap.add_argument("--segment-mib", type=int, default=1)
     ap.add_argument("--crossings", type=int, default=0, help="override every scenario's count")
+    ap.add_argument("--rate", type=float, default=0, help="override the writer's MiB/s")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--stuck-after", type=float, default=30.0)
     ap.add_argument(

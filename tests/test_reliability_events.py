@@ -183,12 +183,6 @@ sys.stdin.read()
 _NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: daemon.Daemon._start_watching catches OSError only around observer.schedule(); "
-    "observer.start() raises 'inotify instance/watch limit reached' (or ENOENT for a log dir "
-    "gone since start-up) and `diskguard run` exits 1 instead of running on the rescan",
-)
 def test_no_inotify_instance_left_the_daemon_still_guards_the_disk(
     disk: Path, tmp_path: Path
 ) -> None:

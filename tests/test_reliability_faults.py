@@ -242,19 +242,12 @@ def _umount_lazy(mount: Path, log_dir: Path, daemon: DaemonProc) -> None:
     subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-_GONE_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: scan.scan() lets filesystem_usage(log_dir) raise for a vanished log dir, so every "
-    "cycle fails (cycle_failed with a traceback, every poll) and no other disk is guarded",
-)
-
-
 @pytest.mark.parametrize(
     "fault",
     [
-        pytest.param(_rmtree, id="rmtree", marks=_GONE_BUG),
+        pytest.param(_rmtree, id="rmtree"),
         pytest.param(_remount_ro, id="remount-ro"),
-        pytest.param(_umount_lazy, id="umount-lazy", marks=_GONE_BUG),
+        pytest.param(_umount_lazy, id="umount-lazy"),
     ],
 )
 def test_losing_one_disk_never_stops_guarding_the_other(

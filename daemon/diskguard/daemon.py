@@ -146,7 +146,16 @@ class Daemon:
 
     # -- watching -------------------------------------------------------------
     def _start_watching(self) -> None:
-        observer = Observer()
+        """inotify hints; without them (watch limit, a vanished dir) the poll still guards."""
+        try:
+            observer = Observer()  # watchdog opens its inotify instance here
+        except OSError as exc:
+            log.warning(
+                "watch_failed",
+                error=exc.strerror or str(exc),
+                fallback="usage poll and periodic rescan only",
+            )
+            return
         handler = _Hint(self._wake)
         for log_dir in self.config.broker.log_dirs:
             try:
@@ -154,7 +163,15 @@ class Daemon:
             except OSError as exc:
                 log.warning("watch_failed", log_dir=str(log_dir), error=str(exc))
         observer.daemon = True
-        observer.start()
+        try:
+            observer.start()
+        except OSError as exc:
+            log.warning(
+                "watch_failed",
+                error=exc.strerror or str(exc),
+                fallback="usage poll and periodic rescan only",
+            )
+            return
         self._observer = observer
 
     def _stop_watching(self) -> None:

@@ -366,7 +366,15 @@ def scan(
     usages = {}
     for raw in log_dirs:
         log_dir = str(raw)
-        mount, device = fsusage.mount_of(log_dir)
+        try:
+            mount, device = fsusage.mount_of(log_dir)
+            usage = fsusage.filesystem_usage(log_dir) if mount not in usages else None
+        except OSError as exc:
+            # A log dir that vanished or whose disk was unmounted: say so, guard the rest.
+            warnings.append(f"{log_dir}: log dir unreadable ({exc.strerror or exc}); skipped")
+            continue
+        if usage is not None:
+            usages[mount] = replace(usage, mount=mount, device=device)
         topic_acc: dict[str, list[int]] = {}
         scanned = scan_log_dir(
             log_dir,
@@ -385,8 +393,6 @@ def scan(
             for topic, (parts, size) in topic_acc.items():
                 prev = merged.get(topic, TopicUsage(0, 0))
                 merged[topic] = TopicUsage(prev.partitions + parts, prev.bytes + size)
-        if mount not in usages:
-            usages[mount] = replace(fsusage.filesystem_usage(log_dir), mount=mount, device=device)
     filesystems = tuple(
         Filesystem(usage=usages[mount], log_dirs=tuple(dirs))
         for mount, dirs in sorted(by_mount.items())

@@ -81,6 +81,8 @@ def loop_fs(
         yield reused
     finally:
         umount(mountpoint)
+        with contextlib.suppress(OSError):
+            mountpoint.rmdir()
         if not keep:
             with contextlib.suppress(FileNotFoundError):
                 image.unlink()

@@ -17,14 +17,28 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 
 QUICK = {
-    "bench_plan.py": ["--partitions", "100", "--segments", "100", "--choose", "500"],
+    # Quick results go to files of their own, never over the full run's.
+    "bench_plan.py": [
+        "--partitions",
+        "100",
+        "--segments",
+        "100",
+        "--choose",
+        "500",
+        "--out",
+        str(BENCH / "results" / "plan-quick.json"),
+    ],
     "bench_reaction.py": [
+        "--scenarios",
+        "small",
         "--crossings",
         "20",
         "--idle-tree-partitions",
         "100",
         "--idle-seconds",
         "10",
+        "--out",
+        str(BENCH / "results" / "reaction-quick.json"),
     ],
 }
 

@@ -450,11 +450,6 @@ def test_corrupt_indexes_and_logs_warn_name_the_file_and_date_from_the_data(
     assert all(parse_segment_file(os.path.basename(g)) for g in gone), gone
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: timeindex.last_entry trusts a .timeindex whose size is not a multiple of 12 "
-    "(Kafka's sanityCheck calls it corrupt and rebuilds it); the segment is dated too old",
-)
 def test_truncated_time_index_is_not_trusted(disk: Path, tmp_path: Path) -> None:
     """A ``.timeindex`` whose size is not a multiple of 12 is corrupt (Kafka's
     ``TimeIndex.sanityCheck`` throws and the broker rebuilds it). Trusting its last whole entry
@@ -540,11 +535,6 @@ def test_a_stray_name_with_a_newline_never_makes_the_active_segment_deletable(
     assert lay.active.log_path.exists(), "the real active segment was deleted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: scan.SegmentFileReader opens .timeindex/.index/.log without checking they are "
-    "regular files: a FIFO named <base>.timeindex blocks plan/enforce/the daemon in open()",
-)
 def test_a_fifo_named_like_an_index_never_hangs_a_scan(disk: Path, tmp_path: Path) -> None:
     log_dir = disk / "kafka-logs"
     layout = write_log_dir(log_dir, {("orders", 0): [seg_at(0), seg_at(10), seg_at(20)]})
@@ -645,11 +635,6 @@ def test_protected_and_non_live_partition_dirs_are_never_deleted(
     assert layout.partitions[("__consumer_offsets", 0)].segments[0].log_path.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: scan.scan_log_dir counts '-delete' dirs as pending reclaim in offline mode too; "
-    "with no broker running nobody reclaims them, so enforce exits 0 with df over the ceiling",
-)
 def test_offline_a_delete_dir_is_not_counted_as_on_its_way_out(disk: Path, tmp_path: Path) -> None:
     log_dir = disk / "kafka-logs"
     write_log_dir(log_dir, {("orders", p): [seg_at(p)] * 3 for p in range(3)})
@@ -706,11 +691,6 @@ def test_five_thousand_partitions(tmp_path: Path) -> None:
         assert df_percent(mount) <= limit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: scan.SegmentFileReader._max_timestamp falls back to the mtime when the .index "
-    "points into the middle of a batch, instead of re-reading the .log from position 0",
-)
 def test_a_garbage_offset_index_still_dates_the_segment_from_its_log(
     disk: Path, tmp_path: Path
 ) -> None:

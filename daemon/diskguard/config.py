@@ -8,6 +8,7 @@ possible failure for a guard.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -266,8 +267,11 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
-        else:
+        elif re.fullmatch(r"[A-Za-z0-9_-]+", item):
             parts.append(item)
+        else:
+            # Quoted as TOML would (a key with a newline must not break the one-line rule).
+            parts.append(json.dumps(item))
     return ".".join(parts) or "(top level)"
 
 

@@ -194,8 +194,11 @@ def scan_log_dir(
         if on_partition is not None:
             on_partition(1)
         if name.kind is PartitionDirKind.DELETE:
+            # A broker removes these after file.delete.delay.ms; with no broker running
+            # (offline, use_log_start=False) nobody will, so they are not "on their way out".
             size = _tree_bytes(entry.path)
-            pending += size
+            if use_log_start:
+                pending += size
             kafka_bytes += size
             continue
         if name.kind is not PartitionDirKind.LIVE:
@@ -300,42 +303,81 @@ class SegmentFileReader:
         )
 
     def _max_timestamp(self, partition_dir: str, base: int) -> tuple[int | None, str]:
+        """The segment's largest record timestamp, exactly, from as few bytes as possible.
+
+        The ``.timeindex`` covers the log up to its last entry; the batches after the last
+        ``.index`` position cover the rest (a segment that was active when the broker died has
+        no final time-index entry). The max of both is the segment's largest timestamp. Only
+        regular files are opened: a FIFO named like an index would block forever.
+        """
         ti_path = os.path.join(partition_dir, segment_file_name(base, ".timeindex"))
-        problem = ""
-        try:
-            entry = timeindex.last_entry(ti_path)
-            if entry is not None and entry.timestamp_ms >= 0:
-                return entry.timestamp_ms, "timeindex"
-            problem = "empty"
-        except FileNotFoundError:
-            problem = "missing"
-        except (ValueError, OSError) as exc:
-            problem = str(exc)
         log_path = os.path.join(partition_dir, segment_file_name(base, ".log"))
+        idx_path = os.path.join(partition_dir, segment_file_name(base, ".index"))
+        problem = ""
+        ti_ts: int | None = None
+        if not _is_regular(ti_path):
+            problem = "missing or not a regular file"
+        else:
+            try:
+                if os.path.getsize(ti_path) % timeindex.ENTRY_SIZE:
+                    problem = "size is not a whole number of entries (truncated)"
+                else:
+                    entry = timeindex.last_entry(ti_path)
+                    if entry is not None and entry.timestamp_ms >= 0:
+                        ti_ts = entry.timestamp_ms
+                    else:
+                        problem = "empty"
+            except (ValueError, OSError) as exc:
+                problem = str(exc)
         start = 0
-        try:
-            last = offsetindex.last_entry(
-                os.path.join(partition_dir, segment_file_name(base, ".index"))
-            )
-            if last is not None:
-                start = last.position
-        except (ValueError, OSError):
-            start = 0
-        try:
-            ts = recordbatch.last_batch_max_timestamp(log_path, start)
-            if ts is None and start:
-                ts = recordbatch.last_batch_max_timestamp(log_path, 0)
-        except (ValueError, OSError) as exc:
+        if ti_ts is not None and _is_regular(idx_path):
+            try:
+                last = offsetindex.last_entry(idx_path)
+                start = last.position if last is not None else 0
+            except (ValueError, OSError):
+                start = 0
+        log_ts: int | None = None
+        log_problem = "missing or not a regular file"
+        if _is_regular(log_path):
+            log_problem = ""
+            for position in dict.fromkeys((start, 0)):
+                # A start from the index may land inside a batch: then walk the whole log.
+                try:
+                    log_ts = _max_batch_timestamp(log_path, position)
+                    log_problem = ""
+                    break
+                except (ValueError, OSError) as exc:
+                    log_problem = str(exc)
+        if log_problem and ti_ts is None:
             self.warnings.append(
-                f"{log_path}: no usable timestamp (timeindex {problem}; log: {exc}); using mtime"
+                f"{log_path}: no usable timestamp (timeindex {problem}; log: {log_problem}); "
+                "using mtime"
             )
             return None, "mtime"
-        if ts is not None and ts >= 0:
-            if problem not in ("empty", "missing"):
+        if ti_ts is not None:
+            return max(ti_ts, log_ts if log_ts is not None else ti_ts), "timeindex"
+        if log_ts is not None:
+            if problem not in ("empty", "missing or not a regular file"):
                 self.warnings.append(f"{ti_path}: {problem}; max timestamp read from the .log")
-            return ts, "log"
+            return log_ts, "log"
         self.warnings.append(f"{ti_path}: {problem} and no record timestamps; using .log mtime")
         return None, "mtime"
+
+
+def _is_regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _max_batch_timestamp(log_path: str, start: int) -> int | None:
+    """Largest ``maxTimestamp`` of the batches from ``start`` (None: no timestamps there)."""
+    best: int | None = None
+    for batch in recordbatch.iter_batches(log_path, start):
+        if batch.max_timestamp >= 0 and (best is None or batch.max_timestamp > best):
+            best = batch.max_timestamp
+    return best
 
 
 def group_by_filesystem(log_dirs: Iterable[str]) -> dict[str, list[str]]:

@@ -21,7 +21,7 @@ from diskguard.atomicfile import read_json, write_json_atomic
 from diskguard.config import Config
 from diskguard.model import Filesystem
 from diskguard.planner import CommittedOffsets, Deletion, Limits, Plan, plan
-from diskguard.scan import ScanResult, SegmentFileReader, scan
+from diskguard.scan import ListingCache, ScanResult, SegmentFileReader, scan
 
 DRY_RUN = "dry-run"
 BROKER = "broker"
@@ -215,6 +215,8 @@ class Planner:
     committed: CommittedOffsets = field(default_factory=dict)
     #: Called once per partition dir scanned: drives a progress bar on a terminal.
     on_partition: Callable[[float], None] | None = None
+    #: Listings of unchanged partition dirs, reused across the daemon's cycles.
+    cache: ListingCache = field(default_factory=ListingCache)
 
     def scan(self, full: bool = False, offline: bool = False) -> ScanResult:
         """``offline``: no broker will remove segments below the log start offset, so they are
@@ -229,6 +231,7 @@ class Planner:
             ),
             use_log_start=not offline,
             on_partition=self.on_partition,
+            cache=self.cache,
         )
 
     def plan(self, result: ScanResult, mode: str) -> tuple[Plan, list[str]]:

@@ -104,7 +104,7 @@ class Runtime:
         started = time.monotonic()
         # The daemon skips the broker probe while nothing needs deleting; `plan` always asks.
         mode = self.decide(need_broker=self.read_only)
-        if act and mode.mode == OFFLINE:
+        if act and mode.mode == OFFLINE and self._may_need_space():
             self._sweep_offline()
         result = self.planner.scan(full=full, offline=mode.mode == OFFLINE)
         if not self.read_only:
@@ -117,7 +117,7 @@ class Runtime:
                 self.planner.committed = self.broker.committed_offsets(topics)
             if decided != mode or self.planner.committed:
                 if (decided.mode == OFFLINE) != (mode.mode == OFFLINE):
-                    if act and decided.mode == OFFLINE:
+                    if act and decided.mode == OFFLINE and self._may_need_space():
                         self._sweep_offline()
                     result = self.planner.scan(full=full, offline=decided.mode == OFFLINE)
                 mode = decided
@@ -137,6 +137,19 @@ class Runtime:
         if act:
             self._log_cycle(outcome)
         return outcome
+
+    def _may_need_space(self) -> bool:
+        """Cheap pre-check (one statvfs per log dir) before the offline sweep lists dirs."""
+        if self.config.retention.max_bytes is not None:
+            return True
+        limit = self.config.retention.disk_usage_percent
+        for log_dir in self.config.broker.log_dirs:
+            try:
+                if fsusage.filesystem_usage(str(log_dir)).usage_percent > limit:
+                    return True
+            except OSError:
+                continue
+        return False
 
     def _sweep_offline(self) -> None:
         """Offline, nobody else will reclaim what is "on its way out": finish it now.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -99,17 +100,26 @@ def _tree_bytes(path: str) -> int:
     return total
 
 
-@dataclass
+@dataclass(frozen=True)
 class _PartitionListing:
-    bases: set[int]
+    bases: frozenset[int]
     deleted_bytes: int
-    file_bytes: int
+    #: Allocated bytes of every file but the active segment's (full listings only).
+    settled_bytes: int
+    #: The active segment's files: they grow without the directory changing, so their size
+    #: is always read afresh.
+    active_files: tuple[str, ...]
+    full: bool
+
+    @property
+    def has_deleted(self) -> bool:
+        return self.deleted_bytes > 0
 
 
 def _list_partition(path: str, full: bool) -> _PartitionListing:
     bases: set[int] = set()
     deleted = 0
-    total = 0
+    sizes: dict[str, int] = {}
     with os.scandir(path) as entries:
         for entry in entries:
             name = entry.name
@@ -118,16 +128,78 @@ def _list_partition(path: str, full: bool) -> _PartitionListing:
                     if entry.is_file(follow_symlinks=False):
                         deleted += allocated_bytes(entry.stat(follow_symlinks=False))
                     continue
-                parsed = parse_segment_file(name)
-                if parsed is not None and parsed[1] == ".log":
-                    if not entry.is_file(follow_symlinks=False):
-                        continue  # a symlink or dir named like a segment is never ours
-                    bases.add(parsed[0])
+                if name.endswith(".log"):
+                    parsed = parse_segment_file(name)
+                    # A symlink or dir named like a segment is never ours.
+                    if parsed is not None and entry.is_file(follow_symlinks=False):
+                        bases.add(parsed[0])
                 if full and entry.is_file(follow_symlinks=False):
-                    total += allocated_bytes(entry.stat(follow_symlinks=False))
+                    sizes[name] = allocated_bytes(entry.stat(follow_symlinks=False))
             except FileNotFoundError:
                 continue
-    return _PartitionListing(bases, deleted, total)
+    active = max(bases) if bases else None
+    active_files = (
+        tuple(
+            n
+            for n in sizes
+            if parse_segment_file(n) is not None and n.startswith(f"{active:020d}.")
+        )
+        if active is not None
+        else ()
+    )
+    settled = sum(size for name, size in sizes.items() if name not in active_files)
+    return _PartitionListing(frozenset(bases), deleted, settled, active_files, full)
+
+
+class ListingCache:
+    """Partition listings reused while their directory is unchanged.
+
+    A directory's mtime changes whenever a file in it is created, renamed or removed — every
+    segment roll, deletion and ``.deleted`` rename — but not when the active segment grows.
+    So an unchanged ``(inode, mtime)`` means the same segments; only the active segment's
+    files are stat'ed again. A directory changed within the last ``settle_s`` seconds is not
+    cached, as a change in the same clock tick could go unseen. This is what keeps the idle
+    daemon's periodic rescan of a large log dir to one ``stat`` per partition.
+    """
+
+    def __init__(self, settle_s: float = 2.0) -> None:
+        self.settle_s = settle_s
+        self._entries: dict[str, tuple[tuple[int, int], _PartitionListing]] = {}
+        self._touched: set[str] = set()
+        self.hits = 0
+        self.misses = 0
+
+    def listing(self, path: str, full: bool) -> _PartitionListing:
+        self._touched.add(path)
+        st = os.stat(path, follow_symlinks=False)
+        key = (st.st_ino, st.st_mtime_ns)
+        cached = self._entries.get(path)
+        if cached is not None and cached[0] == key and (cached[1].full or not full):
+            self.hits += 1
+            return cached[1]
+        self.misses += 1
+        listing = _list_partition(path, full)
+        if time.time() - st.st_mtime_ns / 1e9 > self.settle_s:
+            self._entries[path] = (key, listing)
+        else:
+            self._entries.pop(path, None)
+        return listing
+
+    def prune(self) -> None:
+        """Drop entries not asked for since the last prune (deleted partitions)."""
+        for path in [p for p in self._entries if p not in self._touched]:
+            del self._entries[path]
+        self._touched.clear()
+
+
+def _active_bytes(path: str, listing: _PartitionListing) -> int:
+    total = 0
+    for name in listing.active_files:
+        try:
+            total += allocated_bytes(os.lstat(os.path.join(path, name)))
+        except FileNotFoundError:
+            continue
+    return total
 
 
 def _is_protected(topic: str, patterns: Sequence[re.Pattern[str]], compacted: set[str]) -> bool:
@@ -143,6 +215,7 @@ def scan_log_dir(
     requested_log_start: Mapping[tuple[str, int], int] | None = None,
     use_log_start: bool = True,
     on_partition: Callable[[float], None] | None = None,
+    cache: ListingCache | None = None,
 ) -> LogDir:
     """One log dir: its live partitions, pending reclaim and (if ``full``) its Kafka bytes.
 
@@ -206,7 +279,10 @@ def scan_log_dir(
                 kafka_bytes += _tree_bytes(entry.path)
             continue
         try:
-            listing = _list_partition(entry.path, full)
+            listing = (
+                cache.listing(entry.path, full) if cache else _list_partition(entry.path, full)
+            )
+            file_bytes = listing.settled_bytes + (_active_bytes(entry.path, listing) if full else 0)
         except FileNotFoundError:
             continue  # partition deleted while we looked
         except OSError as exc:
@@ -226,11 +302,11 @@ def scan_log_dir(
         )
         reclaiming_bytes = sum(_segment_bytes(part.path, base) for base in part.reclaiming)
         pending += listing.deleted_bytes + reclaiming_bytes
-        kafka_bytes += listing.file_bytes + (listing.deleted_bytes if full else 0)
+        kafka_bytes += file_bytes + (listing.deleted_bytes if full else 0)
         if topics is not None:
             acc = topics.setdefault(name.topic, [0, 0])
             acc[0] += 1
-            acc[1] += listing.file_bytes + listing.deleted_bytes
+            acc[1] += file_bytes + listing.deleted_bytes
         partitions.append(part)
     partitions.sort(key=lambda p: (p.topic, p.partition))
     return LogDir(
@@ -396,6 +472,7 @@ def scan(
     requested_log_start: Mapping[str, Mapping[tuple[str, int], int]] | None = None,
     use_log_start: bool = True,
     on_partition: Callable[[float], None] | None = None,
+    cache: ListingCache | None = None,
 ) -> ScanResult:
     """Scan every log dir and group them by filesystem with ``df``-exact usage.
 
@@ -427,6 +504,7 @@ def scan(
             requested_log_start=(requested_log_start or {}).get(log_dir),
             use_log_start=use_log_start,
             on_partition=on_partition,
+            cache=cache,
         )
         warnings.extend(scanned.warnings)
         by_mount.setdefault(mount, []).append(scanned)
@@ -435,6 +513,8 @@ def scan(
             for topic, (parts, size) in topic_acc.items():
                 prev = merged.get(topic, TopicUsage(0, 0))
                 merged[topic] = TopicUsage(prev.partitions + parts, prev.bytes + size)
+    if cache is not None:
+        cache.prune()
     filesystems = tuple(
         Filesystem(usage=usages[mount], log_dirs=tuple(dirs))
         for mount, dirs in sorted(by_mount.items())

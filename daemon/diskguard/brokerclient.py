@@ -83,7 +83,7 @@ class _StructlogBridge(logging.Handler):
     of raw ``%3|...`` lines on stderr."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        log.debug("librdkafka", message=record.getMessage(), level=record.levelname)
+        log.debug("librdkafka", message=record.getMessage(), rdkafka_level=record.levelname)
 
 
 def _rdkafka_logger() -> logging.Logger:

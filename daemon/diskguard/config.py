@@ -226,12 +226,12 @@ class ServerProperties:
     segment_index_bytes: int | None
 
 
-def read_server_properties(path: Path) -> ServerProperties:
-    """Parse Java-properties lines; only ``log.dirs``/``log.dir`` and segment sizes matter."""
+def read_properties(path: Path) -> dict[str, str]:
+    """Java ``.properties`` lines: ``key=value``, ``key: value`` or ``key value``, ``#``/``!``
+    comments and ``\\`` continuations (``server.properties``, ``meta.properties``)."""
     props: dict[str, str] = {}
-    text = path.read_text(encoding="utf-8", errors="replace")
     pending = ""
-    for raw in text.splitlines():
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
         line = pending + raw.strip()
         pending = ""
         if not line or line.startswith(("#", "!")):
@@ -239,8 +239,17 @@ def read_server_properties(path: Path) -> ServerProperties:
         if line.endswith("\\"):
             pending = line[:-1]
             continue
-        key, _, value = _split_prop(line)
-        props[key] = value
+        match = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match:
+            props[match.group(1)] = match.group(2).strip()
+        else:
+            props[line] = ""
+    return props
+
+
+def read_server_properties(path: Path) -> ServerProperties:
+    """Only ``log.dirs``/``log.dir`` and segment sizes matter here."""
+    props = read_properties(path)
     dirs_value = props.get("log.dirs") or props.get("log.dir") or ""
     log_dirs = tuple(Path(d.strip()) for d in dirs_value.split(",") if d.strip())
 
@@ -253,13 +262,6 @@ def read_server_properties(path: Path) -> ServerProperties:
     if index_bytes is None:
         index_bytes = _int("segment.index.bytes")
     return ServerProperties(log_dirs, _int("log.segment.bytes"), index_bytes)
-
-
-def _split_prop(line: str) -> tuple[str, str, str]:
-    match = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-    if not match:
-        return line, "", ""
-    return match.group(1), "=", match.group(2)
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:

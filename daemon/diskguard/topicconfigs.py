@@ -16,13 +16,12 @@ cluster metadata, so they are unknown then; the report says so.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from diskguard.config import BrokerConfig
+from diskguard.config import BrokerConfig, read_properties
 from diskguard.logs import get_logger
 from diskguard.model import PartitionDirKind, parse_partition_dir
 from diskguard.reserve import TopicSettings, policy_kind
@@ -93,26 +92,6 @@ class TopicInventory:
     source: str
     #: Caveats a reader of the report must see (fallbacks, unknown overrides).
     notes: tuple[str, ...] = ()
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """Java ``.properties`` lines: ``key=value``, ``key: value`` or ``key value``."""
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = pending + raw.strip()
-        pending = ""
-        if not line or line.startswith(("#", "!")):
-            continue
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        match = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if match:
-            props[match.group(1)] = match.group(2).strip()
-        else:
-            props[line] = ""
-    return props
 
 
 def _int_setting(value: str, where: str) -> int:

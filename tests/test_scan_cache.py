@@ -7,7 +7,7 @@ import re
 import time
 from pathlib import Path
 
-from diskguard.scan import ListingCache, scan_log_dir
+from diskguard.scan import AgeCache, ListingCache, SegmentFileReader, scan_log_dir
 from kafkagen import SegmentSpec, write_log_dir
 
 
@@ -59,3 +59,31 @@ def test_recently_changed_dirs_are_not_cached(tmp_path: Path) -> None:
     scan_log_dir(str(log_dir), "/", [], cache=cache)
     scan_log_dir(str(log_dir), "/", [], cache=cache)
     assert cache.hits == 0 and cache.misses == 2
+
+
+class CountingReader(SegmentFileReader):
+    calls = 0
+
+    def _max_timestamp(self, partition_dir: str, base: int) -> tuple[int | None, str]:
+        CountingReader.calls += 1
+        return super()._max_timestamp(partition_dir, base)
+
+
+def test_segment_ages_are_reused_while_the_files_are_unchanged(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    layout = write_log_dir(log_dir, {("orders", 0): [SegmentSpec(records=5)] * 3})
+    part = scan_log_dir(str(log_dir), "/", []).partitions[0]
+    ages = AgeCache()
+    first = CountingReader(ages)(part, 0)
+    assert CountingReader.calls == 1
+    again = CountingReader(ages)(part, 0)
+    assert again == first and CountingReader.calls == 1
+    # Any change to the segment's files (here the timeindex rewritten) dates it afresh.
+    seg = layout.partitions[("orders", 0)].segments[0]
+    seg.timeindex_path.write_bytes(seg.timeindex_path.read_bytes()[:-12])
+    CountingReader(ages)(part, 0)
+    assert CountingReader.calls == 2
+    ages.prune()
+    ages.prune()  # nothing used since the last prune: empty
+    CountingReader(ages)(part, 0)
+    assert CountingReader.calls == 3

@@ -86,6 +86,7 @@ class Daemon:
         self._last_outcome: CycleOutcome | None = None
         self._next_watchdog = 0.0
         self._next_budget_check = 0.0
+        self._warned: set[str] = set()
         self.deleted = DeletedBytesCounter()
         self.metrics = Metrics(stale_after=max(60.0, 6 * config.retention.check_interval))
         self._build(config)
@@ -267,6 +268,13 @@ class Daemon:
             return None
         self._last_outcome = outcome
         self.metrics.observe_scan(outcome.duration_s)
+        for warning in outcome.warnings:
+            # Each distinct problem once (a damaged index would otherwise repeat every cycle).
+            if warning not in self._warned:
+                if len(self._warned) > 10_000:
+                    self._warned.clear()
+                self._warned.add(warning)
+                log.warning("scan_warning", message=warning)
         by_mode: dict[str, tuple[int, int]] = {}
         for res in outcome.results:
             if not res.ok:

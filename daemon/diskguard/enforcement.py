@@ -21,7 +21,7 @@ from diskguard.atomicfile import read_json, write_json_atomic
 from diskguard.config import Config
 from diskguard.model import Filesystem
 from diskguard.planner import CommittedOffsets, Deletion, Limits, Plan, plan
-from diskguard.scan import ListingCache, ScanResult, SegmentFileReader, scan
+from diskguard.scan import AgeCache, ListingCache, ScanResult, SegmentFileReader, scan
 
 DRY_RUN = "dry-run"
 BROKER = "broker"
@@ -217,6 +217,8 @@ class Planner:
     on_partition: Callable[[float], None] | None = None
     #: Listings of unchanged partition dirs, reused across the daemon's cycles.
     cache: ListingCache = field(default_factory=ListingCache)
+    #: Ages of segments already dated, reused while their files are unchanged.
+    ages: AgeCache = field(default_factory=AgeCache)
 
     def scan(self, full: bool = False, offline: bool = False) -> ScanResult:
         """``offline``: no broker will remove segments below the log start offset, so they are
@@ -235,13 +237,14 @@ class Planner:
         )
 
     def plan(self, result: ScanResult, mode: str) -> tuple[Plan, list[str]]:
-        reader = SegmentFileReader()
+        reader = SegmentFileReader(self.ages)
         limits = limits_for(self.config, mode)
 
         def _limits(_fs: Filesystem) -> Limits:
             return limits
 
         chosen = plan(result.filesystems, _limits, reader, self.committed)
+        self.ages.prune()
         return chosen, reader.warnings
 
 

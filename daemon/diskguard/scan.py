@@ -343,6 +343,33 @@ def _segment_bytes(partition_dir: str, base: int) -> int:
     return total
 
 
+class AgeCache:
+    """Segment ages from earlier cycles, keyed by the identity of the segment's files.
+
+    A closed segment's files do not change, so while every file has the same inode, size and
+    mtime its age is the one computed before: the daemon's cycles then read no index at all
+    for partition heads they have already dated. Entries not used by a plan are dropped.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[tuple[str, int, int, int], ...], tuple[int, str]] = {}
+        self._used: set[tuple[tuple[str, int, int, int], ...]] = set()
+
+    def get(self, key: tuple[tuple[str, int, int, int], ...]) -> tuple[int, str] | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._used.add(key)
+        return value
+
+    def put(self, key: tuple[tuple[str, int, int, int], ...], value: tuple[int, str]) -> None:
+        self._entries[key] = value
+        self._used.add(key)
+
+    def prune(self) -> None:
+        self._entries = {k: v for k, v in self._entries.items() if k in self._used}
+        self._used = set()
+
+
 class SegmentFileReader:
     """The planner's ``SegmentReader`` over real files; collects warnings as it goes.
 
@@ -351,15 +378,17 @@ class SegmentFileReader:
     or unreadable), falling back to the ``.log`` mtime only when no record carries a timestamp.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, ages: AgeCache | None = None) -> None:
         self.warnings: list[str] = []
         self.reads = 0
+        self.ages = ages
 
     def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo:
         self.reads += 1
         files: list[str] = []
         size = 0
         log_mtime_ms = 0
+        identity: list[tuple[str, int, int, int]] = []
         for path in _segment_paths(partition.path, base_offset):
             try:
                 st = os.lstat(path)
@@ -369,11 +398,20 @@ class SegmentFileReader:
                 continue
             files.append(path)
             size += allocated_bytes(st)
+            identity.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
             if path.endswith(".log"):
                 log_mtime_ms = st.st_mtime_ns // 1_000_000
-        ts, source = self._max_timestamp(partition.path, base_offset)
-        if ts is None:
-            ts, source = log_mtime_ms, "mtime"
+        key = tuple(identity)
+        cached = self.ages.get(key) if self.ages is not None else None
+        if cached is not None:
+            ts, source = cached
+        else:
+            found, source = self._max_timestamp(partition.path, base_offset)
+            ts = log_mtime_ms if found is None else found
+            if found is None:
+                source = "mtime"
+            if self.ages is not None:
+                self.ages.put(key, (ts, source))
         return SegmentInfo(
             bytes=size, max_timestamp_ms=ts, timestamp_source=source, files=tuple(files)
         )

@@ -497,6 +497,25 @@ def test_recover_can_sweep_leftover_deleted_segment_files(loop_ext4: Callable[..
     assert unrelated.exists()
 
 
+def test_recover_sweeps_only_the_given_partition_dirs(loop_ext4: Callable[..., Path]) -> None:
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=2)
+    left = [Path(str(p.segments[0].log_path) + ".deleted") for p in (parts[0], parts[1])]
+    for p, leftover in zip((parts[0], parts[1]), left, strict=True):
+        os.rename(p.segments[0].log_path, leftover)
+    outside = mnt / "elsewhere-0"
+    outside.mkdir()
+    stray = outside / (parts[0].segments[0].log_path.name + ".deleted")
+    stray.write_text("outside the log dir")
+    executor(state).recover([logs], sweep_paths=[])
+    assert all(p.exists() for p in left)  # nothing listed: nothing swept
+    executor(state).recover([logs], sweep_paths=[left[0].parent, outside])
+    assert not left[0].exists()
+    assert left[1].exists()  # not named: not swept
+    assert stray.exists()  # not inside a configured log dir: refused
+
+
 # ----------------------------------------------------------------------------- full disk
 
 

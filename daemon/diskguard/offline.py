@@ -151,7 +151,10 @@ class OfflineExecutor:
         return len(self._open_entries())
 
     def recover(
-        self, log_dirs: Iterable[str | os.PathLike[str]], sweep_deleted: bool = False
+        self,
+        log_dirs: Iterable[str | os.PathLike[str]],
+        sweep_deleted: bool = False,
+        sweep_paths: Iterable[str | os.PathLike[str]] | None = None,
     ) -> list[DeletionResult]:
         """Finish deletions a crash interrupted; call at start-up, before the first cycle.
 
@@ -164,6 +167,11 @@ class OfflineExecutor:
         partition dirs (``\\d{20}`` + a segment or snapshot suffix + ``.deleted``) — exactly the
         files Kafka deletes itself at start-up, so removing them early only brings the space
         back sooner. Off by default: it deletes files diskguard did not choose.
+
+        ``sweep_paths``: sweep only these partition dirs (those in which the caller's scan saw
+        ``*.deleted`` names) instead of listing every partition dir of every log dir; a dir
+        outside ``log_dirs``, not a live partition dir, or a symlink is skipped. Implies
+        ``sweep_deleted``; an empty list sweeps nothing (the cheap idle case).
         """
         allowed = {os.path.realpath(d) for d in log_dirs}
         entries = self._open_entries()
@@ -193,7 +201,9 @@ class OfflineExecutor:
                     )
             except OSError as exc:
                 log.error("offline_recover_failed", log_dir=log_dir, error=str(exc))
-        if sweep_deleted:
+        if sweep_paths is not None:
+            self._sweep_only(allowed, sweep_paths)
+        elif sweep_deleted:
             for log_dir in sorted(allowed):
                 self._sweep(log_dir)
         self._compact_journal()
@@ -396,6 +406,30 @@ class OfflineExecutor:
             return
         except OSError as exc:
             log.warning("offline_sweep_failed", log_dir=log_dir, error=str(exc))
+
+    def _sweep_only(self, allowed: set[str], sweep_paths: Iterable[str | os.PathLike[str]]) -> None:
+        """Sweep the given partition dirs, grouped per log dir so each lock is taken once."""
+        by_log_dir: dict[str, list[str]] = {}
+        for raw in sweep_paths:
+            path = os.path.abspath(os.fspath(raw))
+            parent = os.path.realpath(os.path.dirname(path))
+            name = os.path.basename(path)
+            parsed = parse_partition_dir(name)
+            if parent not in allowed or parsed is None or parsed.kind is not PartitionDirKind.LIVE:
+                log.warning("offline_sweep_path_refused", partition_dir=path)
+                continue
+            by_log_dir.setdefault(parent, []).append(os.path.join(parent, name))
+        for log_dir, paths in sorted(by_log_dir.items()):
+            try:
+                with lockfile.hold(log_dir):
+                    for path in sorted(set(paths)):
+                        if os.path.islink(path) or not os.path.isdir(path):
+                            continue
+                        self._sweep_partition(path)
+            except lockfile.LockHeld:
+                continue
+            except OSError as exc:
+                log.warning("offline_sweep_failed", log_dir=log_dir, error=str(exc))
 
     def _sweep_partition(self, path: str) -> None:
         freed = 0

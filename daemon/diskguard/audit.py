@@ -75,6 +75,13 @@ def reason_text(d: Deletion) -> str:
     return "filesystem over retention.disk_usage_percent; globally oldest closed segment"
 
 
+#: What a deletion reaches, by executor: DeleteRecords trims every replica of the partition.
+SCOPES = {
+    "broker": "cluster: DeleteRecords moves the partition's log start offset on every replica",
+    "offline": "local: files in this broker's log dir only",
+}
+
+
 def deletion_fields(d: Deletion) -> dict[str, Any]:
     return {
         "mount": d.mount,
@@ -200,6 +207,7 @@ class AuditLog:
         fields = {
             **deletion_fields(deletion),
             "mode": mode,
+            "scope": SCOPES.get(mode, mode),
             "reason": why,
             "usage_before_percent": round(usage_before_percent, 3),
             "unconsumed_records": dict(deletion.unconsumed_records),
@@ -244,6 +252,7 @@ class AuditLog:
                 "phase": REFUSED,
                 **deletion_fields(deletion),
                 "mode": mode,
+                "scope": SCOPES.get(mode, mode),
                 "reason": why,
                 "usage_before_percent": round(usage_before_percent, 3),
                 "unconsumed_records": dict(deletion.unconsumed_records),

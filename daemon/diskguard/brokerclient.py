@@ -196,6 +196,61 @@ class BrokerClient:
                 log.warning("delete_records_failed", topic=topic, partition=partition, error=error)
         return results
 
+    # -- broker settings and leadership --------------------------------------------------
+    def broker_configs(self, broker_id: int | None) -> dict[str, str | None] | None:
+        """This broker's configuration (DescribeConfigs on its BROKER resource), or None.
+
+        Without a known broker id (no ``meta.properties``) the first broker in the metadata
+        is asked: retention-check settings are normally the same across a cluster.
+        """
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
+            ConfigResource,
+            ResourceType,
+        )
+
+        try:
+            if broker_id is None:
+                brokers = sorted(self._admin.list_topics(timeout=self.timeout).brokers)
+                if not brokers:
+                    return None
+                broker_id = brokers[0]
+            resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+            describe = getattr(self._admin, "describe_configs", None)
+            if describe is None:
+                return None
+            futures = describe([resource], request_timeout=self.timeout)
+            entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
+            return {key: entry.value for key, entry in entries.items()}
+        except Exception as exc:
+            log.warning(
+                "broker_configs_unavailable", broker_id=broker_id, error=describe_error(exc)
+            )
+            return None
+        finally:
+            self._serve_logs()
+
+    def leaders(self, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+        """``(topic, partition) -> leader broker id`` from one Metadata request ({} on error)."""
+        wanted = set(topics)
+        out: dict[tuple[str, int], int] = {}
+        if not wanted:
+            return out
+        try:
+            metadata = self._admin.list_topics(timeout=self.timeout)
+        except Exception as exc:
+            log.warning("metadata_unavailable", error=describe_error(exc))
+            return out
+        finally:
+            self._serve_logs()
+        for name, topic in getattr(metadata, "topics", {}).items():
+            if name not in wanted or getattr(topic, "error", None) is not None:
+                continue
+            for pid, part in topic.partitions.items():
+                leader = getattr(part, "leader", -1)
+                if isinstance(leader, int) and leader >= 0:
+                    out[(name, int(pid))] = leader
+        return out
+
     # -- consumer offsets ----------------------------------------------------------------
     def committed_offsets(self, topics: Iterable[str]) -> dict[tuple[str, int], dict[str, int]]:
         """``(topic, partition) -> {group: committed offset}`` for ``topics``, across every

@@ -17,6 +17,7 @@ import click
 
 from diskguard import __version__
 from diskguard.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+from diskguard.logs import configure_logging
 
 EXIT_OK = 0
 EXIT_UNREACHABLE = 1
@@ -33,12 +34,17 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 def load_or_exit(path: Path) -> Config:
+    """The validated config, with logging set up on stderr at its level: a command's answer
+    owns stdout (``plan --json`` must parse even when the broker is down and says so). The
+    daemon and ``enforce`` switch their JSON event stream to stdout themselves."""
     try:
-        return load_config(path)
+        config = load_config(path)
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(problem, err=True)
         sys.exit(EXIT_USAGE)
+    configure_logging(config.logging.format, config.logging.level, stream=sys.stderr)
+    return config
 
 
 def config_option(func: F) -> F:

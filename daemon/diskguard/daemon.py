@@ -32,13 +32,14 @@ from diskguard.actuators import Actuators
 from diskguard.atomicfile import write_json_atomic
 from diskguard.ballast import Ballast
 from diskguard.config import Config, ConfigError, load_config
-from diskguard.enforcement import CycleOutcome
+from diskguard.enforcement import BROKER, CycleOutcome, limits_for, with_forecast
 from diskguard.flowstate import FlowLimits, FlowState, Transition, step
 from diskguard.kafkasink import KafkaSink
 from diskguard.logs import configure_logging, get_logger
 from diskguard.metrics import Metrics
 from diskguard.model import FilesystemUsage
 from diskguard.openfiles import bytes_by_device, scan_deleted_open_files
+from diskguard.planner import Limits, over_ceiling
 from diskguard.runtime import Runtime
 from diskguard.snapshot import DeletedBytesCounter, build_snapshot
 from diskguard.spool import Spool, SpoolError
@@ -46,6 +47,23 @@ from diskguard.spool import Spool, SpoolError
 log = get_logger("diskguard.daemon")
 
 STATE_FILE = "state.json"
+#: state.json is rewritten at least this often (seconds) while the daemon runs.
+STATE_EVERY_S = 5.0
+
+
+class _ReclaimEvents(FileSystemEventHandler):
+    """inotify renames/unlinks of segments we asked the broker for: the reclaim latency."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+
+    def on_moved(self, event: FileSystemEvent) -> None:
+        self._daemon.runtime.reclaim.on_event(
+            "moved", str(event.src_path), str(event.dest_path), time.monotonic()
+        )
+
+    def on_deleted(self, event: FileSystemEvent) -> None:
+        self._daemon.runtime.reclaim.on_event("deleted", str(event.src_path), "", time.monotonic())
 
 
 class _Hint(FileSystemEventHandler):
@@ -73,6 +91,8 @@ class _Memory:
     usage: dict[str, FilesystemUsage] = field(default_factory=dict)
     pending: dict[str, int] = field(default_factory=dict)
     deleted_open: dict[str, int] = field(default_factory=dict)
+    #: mount -> growth rate and broker reclaim latency view (status, metrics, snapshots).
+    reclaim: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Daemon:
@@ -87,6 +107,8 @@ class Daemon:
         self._next_watchdog = 0.0
         self._next_budget_check = 0.0
         self._warned: set[str] = set()
+        self._reclaim_slow: dict[str, float] = {}
+        self._next_state_write = 0.0
         self.deleted = DeletedBytesCounter()
         self.metrics = Metrics(stale_after=max(60.0, 6 * config.retention.check_interval))
         self._build(config)
@@ -158,9 +180,11 @@ class Daemon:
             )
             return
         handler = _Hint(self._wake)
+        reclaim_events = _ReclaimEvents(self)
         for log_dir in self.config.broker.log_dirs:
             try:
-                observer.schedule(handler, str(log_dir), recursive=True)
+                watch = observer.schedule(handler, str(log_dir), recursive=True)
+                observer.add_handler_for_watch(reclaim_events, watch)
             except OSError as exc:
                 log.warning("watch_failed", log_dir=str(log_dir), error=str(exc))
         observer.daemon = True
@@ -217,15 +241,56 @@ class Daemon:
                 log.error("usage_read_failed", mount=mount, error=exc.strerror or str(exc))
                 continue
             out[mount] = replace(usage, mount=mount, device=self.devices[mount])
+            self.runtime.observe_usage(mount, time.monotonic(), usage.used_bytes)
         return out
+
+    def _broker_mode(self) -> bool:
+        last = self._last_outcome
+        return last is not None and last.mode.mode == BROKER
+
+    def _forecast_limits(self, mount: str) -> Limits:
+        """The retention limits with this filesystem's forecast (broker mode only)."""
+        limits = limits_for(self.config, BROKER)
+        if not self._broker_mode():
+            return limits
+        return with_forecast(limits, self.runtime.forecast(mount))
+
+    def _predicted(self, mount: str, usage: FilesystemUsage) -> FilesystemUsage | None:
+        """Broker mode: the usage expected when space asked for now is freed, if higher."""
+        if not self._broker_mode():
+            return None
+        grown = self._forecast_limits(mount).growth_bytes - self.memory.pending.get(mount, 0)
+        if grown <= 0:
+            return None
+        return replace(
+            usage,
+            used_bytes=usage.used_bytes + grown,
+            available_bytes=max(0, usage.available_bytes - grown),
+        )
 
     def _flow(self, usages: dict[str, FilesystemUsage]) -> list[Transition]:
         transitions: list[Transition] = []
         for mount, usage in usages.items():
             limits = FlowLimits.from_config(self.config, usage.total_bytes)
-            state, changes = step(self.memory.flow.get(mount, FlowState()), usage, limits)
+            predicted = self._predicted(mount, usage)
+            # Flow control engages on the predicted usage too: when even what the broker will
+            # free cannot keep the disk under the overfull limit, producers must slow now.
+            seen = predicted if predicted is not None else usage
+            state, changes = step(self.memory.flow.get(mount, FlowState()), seen, limits)
             self.memory.flow[mount] = state
-            for change in changes:
+            for raw in changes:
+                change = replace(
+                    raw, usage_percent=usage.usage_percent, free_bytes=usage.available_bytes
+                )
+                if change.event == "overfull":
+                    by_usage = limits.is_overfull(usage)
+                    change = replace(
+                        change,
+                        reason="usage" if by_usage else "predicted",
+                        predicted_usage_percent=None
+                        if by_usage or predicted is None
+                        else (predicted.usage_percent),
+                    )
                 fields = change.fields()
                 if change.event == "overfull":
                     log.warning("overfull", **fields)
@@ -255,10 +320,46 @@ class Daemon:
         return out
 
     def _over_retention_limit(self, usages: dict[str, FilesystemUsage]) -> bool:
-        limit = self.config.retention.disk_usage_percent
-        return any(u.usage_percent > limit for u in usages.values()) or len(usages) < len(
-            self.mounts
-        )
+        """Does any filesystem need a retention cycle now (today's usage or the forecast)?"""
+        for mount, usage in usages.items():
+            pending = self.memory.pending.get(mount, 0)
+            if over_ceiling(usage, self._forecast_limits(mount), pending)[0]:
+                return True
+        return len(usages) < len(self.mounts)
+
+    def _check_reclaim_headroom(self, usages: dict[str, FilesystemUsage]) -> None:
+        """``broker_reclaim_slow``: the space between the ceiling and a full disk cannot absorb
+        the growth over the broker's worst-case reclaim latency at the current write rate.
+        Logged when it begins and every 10 minutes while it lasts."""
+        if not self._broker_mode():
+            return
+        settings = self.runtime.reclaim.settings
+        now = time.monotonic()
+        for mount, usage in usages.items():
+            rate = self.runtime.growth_rate(mount) or 0.0
+            needed = int(rate * settings.worst_latency_s)
+            capacity = usage.used_bytes + usage.available_bytes
+            room = capacity - usage.used_bytes_at(self.config.retention.disk_usage_percent)
+            last = self._reclaim_slow.get(mount)
+            if needed <= room:
+                self._reclaim_slow.pop(mount, None)
+                continue
+            if last is not None and now - last < 600.0:
+                continue
+            self._reclaim_slow[mount] = now
+            log.warning(
+                "broker_reclaim_slow",
+                mount=mount,
+                growth_bytes_per_s=round(rate, 1),
+                reclaim_latency_s=settings.worst_latency_s,
+                headroom_needed_bytes=needed,
+                headroom_bytes=room,
+                settings_source=settings.source,
+                change=settings.settings_to_change(),
+                message="the broker frees space too late for this write rate: lower "
+                "log.retention.check.interval.ms / log.segment.delete.delay.ms, or lower "
+                "retention.disk_usage_percent",
+            )
 
     def _retention(self, full: bool = False) -> CycleOutcome | None:
         try:
@@ -293,8 +394,15 @@ class Daemon:
             }
         for mode, (count, size) in by_mode.items():
             self.metrics.count_deleted(mode, count, size)
+        asked: dict[str, int] = {}
+        for res in outcome.results:
+            if res.ok and res.mode == BROKER:
+                asked[res.deletion.mount] = asked.get(res.deletion.mount, 0) + res.freed_bytes
         for fs in outcome.scan.filesystems:
-            self.memory.pending[fs.usage.mount] = fs.pending_reclaim_bytes
+            # What this cycle asked the broker for is pending from now on, not from the next
+            # scan: the forecast and flow control must not count it as still to be freed.
+            mount = fs.usage.mount
+            self.memory.pending[mount] = fs.pending_reclaim_bytes + asked.get(mount, 0)
         return outcome
 
     def _snapshot(self) -> None:
@@ -337,8 +445,37 @@ class Daemon:
             except OSError:
                 continue
 
+    def _reclaim_view(self, mount: str, usage: FilesystemUsage) -> dict[str, Any]:
+        """Rate, the broker's reclaim latency (settings and measured) and what they imply."""
+        rt = self.runtime
+        forecast = rt.forecast(mount)
+        view: dict[str, Any] = dict(rt.reclaim.summary([mount])[mount])
+        predicted = self._predicted(mount, usage) or usage
+        rate = rt.growth_rate(mount)
+        view.update(
+            growth_bytes_per_s=None if rate is None else round(rate, 1),
+            expected_latency_s=round(forecast.latency_s, 3),
+            latency_source=forecast.latency_source,
+            headroom_needed_bytes=int((rate or 0.0) * rt.reclaim.settings.worst_latency_s),
+            predicted_usage_percent=round(predicted.usage_percent, 3),
+            broker_mode=self._broker_mode(),
+        )
+        return view
+
     def _observe(self, usages: dict[str, FilesystemUsage]) -> None:
+        self._check_reclaim_headroom(usages)
         for mount, usage in usages.items():
+            view = self._reclaim_view(mount, usage)
+            self.memory.reclaim[mount] = view
+            self.metrics.observe_forecast(
+                usage,
+                growth_bytes_per_s=view["growth_bytes_per_s"] or 0.0,
+                expected_latency_s=view["expected_latency_s"],
+                headroom_needed_bytes=view["headroom_needed_bytes"],
+                predicted_usage_percent=view["predicted_usage_percent"],
+                latency_p50_s=view["latency_p50_s"],
+                latency_max_s=view["latency_max_s"],
+            )
             state = self.memory.flow.get(mount, FlowState())
             self.metrics.observe_filesystem(
                 usage,
@@ -361,6 +498,7 @@ class Daemon:
                     "alert_level": st.alert_level or 0,
                     "last_deletion": self.memory.last_deletion.get(mount),
                     "pending_reclaim_bytes": self.memory.pending.get(mount, 0),
+                    "reclaim": self.memory.reclaim.get(mount),
                 }
                 for mount, st in self.memory.flow.items()
             },
@@ -483,7 +621,10 @@ class Daemon:
         elif self.spool is not None:
             self.spool.flush_queue()
         self._observe(usages)
-        if changed or transitions:
+        # Also every few seconds: `plan`, `enforce` and `status` read the measured growth rate
+        # and reclaim latency from it while the daemon runs.
+        if changed or transitions or time.monotonic() >= self._next_state_write:
+            self._next_state_write = time.monotonic() + STATE_EVERY_S
             self._write_state()
             sdnotify.status(self._status_line())
         if watchdog_every and time.monotonic() >= self._next_watchdog:

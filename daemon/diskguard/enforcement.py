@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from diskguard.atomicfile import read_json, write_json_atomic
 from diskguard.config import Config
 from diskguard.model import Filesystem
-from diskguard.planner import CommittedOffsets, Deletion, Limits, Plan, plan
+from diskguard.planner import CommittedOffsets, Deletion, FilesystemPlan, Limits, Plan, plan
+from diskguard.reclaim import Forecast
 from diskguard.scan import AgeCache, ListingCache, ScanResult, SegmentFileReader, scan
 
 DRY_RUN = "dry-run"
@@ -76,6 +77,19 @@ def limits_for(config: Config, mode: str) -> Limits:
         target_percent=retention.effective_target_percent,
         max_bytes=retention.max_bytes,
         headroom_bytes=retention.offline_headroom if mode == OFFLINE else 0,
+    )
+
+
+def with_forecast(limits: Limits, forecast: Forecast | None) -> Limits:
+    """``limits`` plus a broker-mode forecast (rate, reclaim latency, check period)."""
+    if forecast is None:
+        return limits
+    return replace(
+        limits,
+        growth_bytes_per_s=forecast.growth_bytes_per_s,
+        reclaim_latency_s=forecast.latency_s,
+        reclaim_period_s=forecast.period_s,
+        latency_source=forecast.latency_source,
     )
 
 
@@ -179,6 +193,13 @@ def plan_json(outcome_plan: Plan) -> dict[str, Any]:
                 "excess_bytes": fs.excess_bytes,
                 "chosen_bytes": fs.chosen_bytes,
                 "unreachable_bytes": fs.unreachable_bytes,
+                "trigger": _trigger(fs),
+                "predicted_used_bytes": fs.predicted_used_bytes,
+                "predicted_usage_percent": round(fs.predicted_usage_percent, 3),
+                "growth_bytes_per_s": round(fs.growth_bytes_per_s, 1),
+                "reclaim_latency_s": round(fs.reclaim_latency_s, 3),
+                "reclaim_period_s": fs.reclaim_period_s,
+                "latency_source": fs.latency_source,
             }
             for fs in outcome_plan.filesystems
         ],
@@ -202,6 +223,13 @@ def plan_json(outcome_plan: Plan) -> dict[str, Any]:
     }
 
 
+def _trigger(fs: FilesystemPlan) -> str | None:
+    """Why this filesystem needs space: today's usage, the broker-mode forecast, or nothing."""
+    if not fs.over_limit and not fs.chosen_count:
+        return None
+    return "predicted" if fs.predicted_trigger else "usage"
+
+
 def dumps(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=False)
 
@@ -219,6 +247,10 @@ class Planner:
     cache: ListingCache = field(default_factory=ListingCache)
     #: Ages of segments already dated, reused while their files are unchanged.
     ages: AgeCache = field(default_factory=AgeCache)
+    #: Broker mode: the write rate and reclaim latency per filesystem (mount -> forecast).
+    forecast_for: Callable[[str], Forecast | None] | None = None
+    #: Broker mode: partitions this broker leads (preferred among equally old candidates).
+    led_here: Collection[tuple[str, int]] | None = None
 
     def scan(self, full: bool = False, offline: bool = False) -> ScanResult:
         """``offline``: no broker will remove segments below the log start offset, so they are
@@ -239,11 +271,14 @@ class Planner:
     def plan(self, result: ScanResult, mode: str) -> tuple[Plan, list[str]]:
         reader = SegmentFileReader(self.ages)
         limits = limits_for(self.config, mode)
+        forecast_for = self.forecast_for if mode == BROKER else None
 
-        def _limits(_fs: Filesystem) -> Limits:
-            return limits
+        def _limits(fs: Filesystem) -> Limits:
+            forecast = forecast_for(fs.usage.mount) if forecast_for is not None else None
+            return with_forecast(limits, forecast)
 
-        chosen = plan(result.filesystems, _limits, reader, self.committed)
+        led = self.led_here if mode == BROKER else None
+        chosen = plan(result.filesystems, _limits, reader, self.committed, led)
         self.ages.prune()
         return chosen, reader.warnings
 

@@ -198,6 +198,11 @@ class Transition:
     limit: str | None = None
     level: int | None = None
     previous_level: int | None = None
+    #: ``overfull`` only: "usage" (a limit is crossed now) or "predicted" (broker mode: the
+    #: usage predicted for when the broker frees what was asked crosses it).
+    reason: str | None = None
+    #: With reason "predicted": that predicted usage.
+    predicted_usage_percent: float | None = None
 
     def fields(self) -> dict[str, Any]:
         """Structured-log fields, the event's own set only (no Nones that do not belong)."""
@@ -211,6 +216,10 @@ class Transition:
             out["usage_percent"] = round(self.usage_percent, 3)
             out["free_bytes"] = self.free_bytes
             out["limit"] = self.limit
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.predicted_usage_percent is not None:
+            out["predicted_usage_percent"] = round(self.predicted_usage_percent, 3)
         out["message"] = self.message
         return out
 

@@ -123,6 +123,31 @@ class Metrics:
             "diskguard_filesystem_deleted_open_bytes",
             "Bytes held by deleted-but-still-open files: counted by df, invisible to du.",
         )
+        self.growth_rate = fs_gauge(
+            "diskguard_filesystem_growth_bytes_per_second",
+            "Write rate of the filesystem (increases only; deletions do not count as growth).",
+        )
+        self.reclaim_latency = Gauge(
+            "diskguard_broker_reclaim_latency_seconds",
+            "Measured time from diskguard's DeleteRecords to the segment files being gone "
+            "(quantile 0.5 and max over recent requests).",
+            [*_FS_LABELS, "quantile"],
+            registry=r,
+        )
+        self.reclaim_expected = fs_gauge(
+            "diskguard_broker_reclaim_expected_seconds",
+            "Time until space asked of the broker now is freed (next retention check + "
+            "delete delay; worst case until a check has been seen).",
+        )
+        self.reclaim_headroom_needed = fs_gauge(
+            "diskguard_broker_reclaim_headroom_needed_bytes",
+            "Growth at the current write rate over the broker's worst-case reclaim latency "
+            "(log.retention.check.interval.ms + log.segment.delete.delay.ms).",
+        )
+        self.predicted_usage_ratio = fs_gauge(
+            "diskguard_filesystem_predicted_usage_ratio",
+            "Usage predicted for when space asked now is freed (used + growth - pending).",
+        )
         self.segments_deleted = Counter(
             "diskguard_segments_deleted",
             "Log segments deleted (broker: DeleteRecords; offline: unlinked).",
@@ -184,6 +209,26 @@ class Metrics:
         if deleted_open_bytes is not None:
             self.deleted_open_bytes.labels(*labels).set(deleted_open_bytes)
 
+    def observe_forecast(
+        self,
+        usage: FilesystemUsage,
+        growth_bytes_per_s: float,
+        expected_latency_s: float,
+        headroom_needed_bytes: int,
+        predicted_usage_percent: float,
+        latency_p50_s: float | None,
+        latency_max_s: float | None,
+    ) -> None:
+        """Broker-mode forecast of one filesystem: rate, reclaim latency, headroom needed."""
+        labels = (usage.mount, usage.device)
+        self.growth_rate.labels(*labels).set(growth_bytes_per_s)
+        self.reclaim_expected.labels(*labels).set(expected_latency_s)
+        self.reclaim_headroom_needed.labels(*labels).set(headroom_needed_bytes)
+        self.predicted_usage_ratio.labels(*labels).set(predicted_usage_percent / 100.0)
+        for quantile, value in (("0.5", latency_p50_s), ("max", latency_max_s)):
+            if value is not None:
+                self.reclaim_latency.labels(*labels, quantile).set(value)
+
     def forget_filesystem(self, mount: str, device: str) -> None:
         """Drop a filesystem's series (a log dir removed by a config reload)."""
         for gauge in (
@@ -196,9 +241,16 @@ class Metrics:
             self.overfull,
             self.free_space_alert,
             self.deleted_open_bytes,
+            self.growth_rate,
+            self.reclaim_expected,
+            self.reclaim_headroom_needed,
+            self.predicted_usage_ratio,
         ):
             with contextlib.suppress(KeyError):
                 gauge.remove(mount, device)
+        for quantile in ("0.5", "max"):
+            with contextlib.suppress(KeyError):
+                self.reclaim_latency.remove(mount, device, quantile)
 
     def count_deleted(self, mode: str, segments: int, bytes: int) -> None:
         """Segments handed to the broker (``broker``) or unlinked (``offline``)."""

@@ -17,11 +17,11 @@ partition heads popped from the heap, so planning a 3M-file tree reads a few tho
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from diskguard.model import Filesystem, Partition, SegmentInfo
+from diskguard.model import Filesystem, FilesystemUsage, Partition, SegmentInfo
 
 
 class SegmentReader(Protocol):
@@ -40,6 +40,24 @@ class Limits:
     max_bytes: int | None = None
     #: Extra free space to leave (offline rescue: room for the broker's log recovery).
     headroom_bytes: int = 0
+    #: Broker mode only (offline, files go at once): the filesystem's write rate, the time
+    #: until space asked for now is really free (the broker's reclaim latency), and the
+    #: broker's retention-check period. All 0 when unknown: then only today's usage counts.
+    growth_bytes_per_s: float = 0.0
+    reclaim_latency_s: float = 0.0
+    reclaim_period_s: float = 0.0
+    #: How the latency is known: "measured" (check phase seen), "settings" (worst case), "none".
+    latency_source: str = "none"
+
+    @property
+    def growth_bytes(self) -> int:
+        """Growth expected before space asked for now is free (rate x latency)."""
+        return int(self.growth_bytes_per_s * self.reclaim_latency_s)
+
+    @property
+    def period_growth_bytes(self) -> int:
+        """Growth over one check period, until the chance after the next one."""
+        return int(self.growth_bytes_per_s * self.reclaim_period_s)
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,20 @@ class FilesystemPlan:
     chosen_count: int = 0
     #: Excess left after every deletable segment was chosen (only active/protected remain).
     unreachable_bytes: int = 0
+    #: Usage expected when space asked for now is freed, before this plan's deletions:
+    #: ``used + growth - pending`` (equals ``used - pending`` without a forecast).
+    predicted_used_bytes: int = 0
+    #: True when only the forecast (not today's usage) crossed the ceiling.
+    predicted_trigger: bool = False
+    growth_bytes_per_s: float = 0.0
+    reclaim_latency_s: float = 0.0
+    reclaim_period_s: float = 0.0
+    latency_source: str = "none"
+
+    @property
+    def predicted_usage_percent(self) -> float:
+        denominator = self.used_bytes + self.available_bytes
+        return 100.0 * self.predicted_used_bytes / denominator if denominator else 0.0
 
     @property
     def over_limit(self) -> bool:
@@ -118,23 +150,49 @@ def unconsumed_records(
     return out
 
 
+def over_ceiling(usage: FilesystemUsage, limits: Limits, pending_bytes: int) -> tuple[bool, bool]:
+    """``(over, predicted_only)``: must a retention cycle free space on this filesystem now?
+
+    The one place the trigger is decided (planner, daemon loop and ``enforce`` all ask here).
+    Over when today's usage is above the ceiling, or, in broker mode, when the usage
+    predicted for the moment the *following* reclaim could free space would be: after the
+    broker's next retention check nothing asked can free space for a whole period more, so
+    ``used + growth - pending + period_growth`` must stay under the ceiling.
+    """
+    if usage.usage_percent > limits.limit_percent:
+        return True, False
+    if not (limits.growth_bytes or limits.period_growth_bytes):
+        return False, False
+    predicted = usage.used_bytes + limits.growth_bytes - pending_bytes + limits.period_growth_bytes
+    return predicted > usage.used_bytes_at(limits.limit_percent), True
+
+
 def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
     """``(excess_bytes, over_ceiling)`` for the usage-percent rule.
 
     KIP-61 triggers above the ceiling (``limit_percent``) and then deletes down to
-    ``target_percent``; what is already pending reclaim counts as deleted. Only once over the
-    ceiling, ``headroom_bytes`` (offline rescue) must also be left free, capped at
+    ``target_percent``; what is already pending reclaim counts as deleted (never twice). In
+    broker mode the usage that counts is the one *predicted for when the broker frees what is
+    asked now* (``used + growth - pending``), and the goal for that moment is the target, or
+    lower if the growth over the following check period would otherwise carry the disk over
+    the ceiling before the next chance to free space. Only once over the ceiling,
+    ``headroom_bytes`` (offline rescue) must also be left free, capped at
     ``HEADROOM_CAP_FRACTION`` of the filesystem so a small disk is never emptied for it.
     """
     usage = fs.usage
-    if usage.usage_percent <= limits.limit_percent:
+    pending = fs.pending_reclaim_bytes
+    over, _predicted = over_ceiling(usage, limits, pending)
+    if not over:
         return 0, False
-    target_used = usage.used_bytes_at(limits.target_percent)
+    goal = usage.used_bytes_at(limits.target_percent)
+    if limits.period_growth_bytes:
+        ceiling_used = usage.used_bytes_at(limits.limit_percent)
+        goal = max(0, min(goal, ceiling_used - limits.period_growth_bytes))
     if limits.headroom_bytes:
         capacity = usage.used_bytes + usage.available_bytes
         headroom = min(limits.headroom_bytes, int(capacity * HEADROOM_CAP_FRACTION))
-        target_used = min(target_used, capacity - headroom)
-    excess = usage.used_bytes - target_used - fs.pending_reclaim_bytes
+        goal = min(goal, capacity - headroom)
+    excess = usage.used_bytes + limits.growth_bytes - pending - goal
     return max(0, excess), True
 
 
@@ -143,11 +201,15 @@ class _Head:
     """A partition's oldest remaining candidate, ordered for the heap.
 
     Order: age first (largest timestamp), then segments every consumer group has read before
-    those some group still needs, then (topic, partition, base offset) for determinism.
+    those some group still needs, then partitions this broker leads, then (topic, partition,
+    base offset) for determinism.
     """
 
     max_timestamp_ms: int
     has_unconsumed: bool
+    #: DeleteRecords trims every replica: among equal candidates, partitions this broker
+    #: leads go first (their leader's disk is the one that is full).
+    led_elsewhere: bool
     topic: str
     partition: int
     base_offset: int
@@ -163,9 +225,11 @@ def plan_filesystem(
     limits: Limits,
     read: SegmentReader,
     committed: CommittedOffsets | None = None,
+    led_here: Collection[tuple[str, int]] | None = None,
 ) -> tuple[FilesystemPlan, list[Deletion]]:
     """Plan one filesystem: the global-oldest prefix set covering its excess."""
     initial_excess, _over = filesystem_excess(fs, limits)
+    _, predicted_only = over_ceiling(fs.usage, limits, fs.pending_reclaim_bytes)
     initial_dir_excess = _dir_excess(fs, limits)
     excess = initial_excess
     log_dir_excess = dict(initial_dir_excess)
@@ -175,7 +239,7 @@ def plan_filesystem(
     if total_needed > 0:
         for log_dir in fs.log_dirs:
             for part in log_dir.partitions:
-                head = _head(part, 0, read, committed)
+                head = _head(part, 0, read, committed, led_here)
                 if head is not None:
                     heap.append(head)
         heapq.heapify(heap)
@@ -214,7 +278,7 @@ def plan_filesystem(
         excess -= size
         if head.log_dir in log_dir_excess:
             log_dir_excess[head.log_dir] -= size
-        nxt = _head(head.part, head.index + 1, read, committed)
+        nxt = _head(head.part, head.index + 1, read, committed, led_here)
         if nxt is not None:
             heapq.heappush(heap, nxt)
 
@@ -235,6 +299,12 @@ def plan_filesystem(
         chosen_bytes=chosen_bytes,
         chosen_count=len(chosen),
         unreachable_bytes=unreachable,
+        predicted_used_bytes=usage.used_bytes + limits.growth_bytes - fs.pending_reclaim_bytes,
+        predicted_trigger=_over and predicted_only,
+        growth_bytes_per_s=limits.growth_bytes_per_s,
+        reclaim_latency_s=limits.reclaim_latency_s,
+        reclaim_period_s=limits.reclaim_period_s,
+        latency_source=limits.latency_source,
     )
     return plan, chosen
 
@@ -253,7 +323,11 @@ def _dir_excess(fs: Filesystem, limits: Limits) -> dict[str, int]:
 
 
 def _head(
-    part: Partition, index: int, read: SegmentReader, committed: CommittedOffsets
+    part: Partition,
+    index: int,
+    read: SegmentReader,
+    committed: CommittedOffsets,
+    led_here: Collection[tuple[str, int]] | None = None,
 ) -> _Head | None:
     if part.protected:
         return None
@@ -266,6 +340,7 @@ def _head(
     return _Head(
         max_timestamp_ms=info.max_timestamp_ms,
         has_unconsumed=any(offset < nxt for offset in groups.values()),
+        led_elsewhere=led_here is not None and (part.topic, part.partition) not in led_here,
         topic=part.topic,
         partition=part.partition,
         base_offset=base,
@@ -282,12 +357,13 @@ def plan(
     limits_for: Callable[[Filesystem], Limits],
     read: SegmentReader,
     committed: CommittedOffsets | None = None,
+    led_here: Collection[tuple[str, int]] | None = None,
 ) -> Plan:
     """Plan every filesystem; deletions are in deletion order (per filesystem, oldest first)."""
     fs_plans: list[FilesystemPlan] = []
     deletions: list[Deletion] = []
     for fs in filesystems:
-        fs_plan, chosen = plan_filesystem(fs, limits_for(fs), read, committed)
+        fs_plan, chosen = plan_filesystem(fs, limits_for(fs), read, committed, led_here)
         fs_plans.append(fs_plan)
         deletions.extend(chosen)
     return Plan(tuple(fs_plans), tuple(deletions))

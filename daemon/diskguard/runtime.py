@@ -7,6 +7,7 @@ safety rules; ``plan`` just never acts.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from diskguard import fsusage, lockfile
+from diskguard.atomicfile import read_json
 from diskguard.audit import AuditLog, AuditWriteFailed
 from diskguard.brokerclient import BrokerClient
 from diskguard.config import Config
@@ -31,9 +33,53 @@ from diskguard.enforcement import (
 from diskguard.logs import get_logger
 from diskguard.offline import OfflineExecutor
 from diskguard.planner import Deletion, Plan
+from diskguard.reclaim import Forecast, GrowthEstimator
+from diskguard.reclaimwatch import ReclaimWatch, reclaim_settings
 from diskguard.scan import ScanResult
+from diskguard.topicconfigs import local_broker_id
 
 log = get_logger("diskguard.retention")
+
+
+#: The daemon's state file (flow state, last deletion, growth rate, reclaim latency).
+STATE_FILE = "state.json"
+
+
+def daemon_state(config: Config) -> dict[str, Any] | None:
+    """What a *running* daemon last wrote to ``state.json`` (None if none is running)."""
+    try:
+        state = read_json(Path(config.daemon.state_dir) / STATE_FILE, None)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    pid = state.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return state
+
+
+def daemon_rates(config: Config, max_age: float = 60.0) -> dict[str, float]:
+    """mount -> write rate the running daemon measured, if it wrote one recently.
+
+    ``plan`` and ``enforce --once`` have no usage history of their own; without this their
+    broker-mode forecast would assume no growth at all.
+    """
+    state = daemon_state(config)
+    if state is None or time.time() - float(state.get("updated", 0)) > max_age:
+        return {}
+    out: dict[str, float] = {}
+    for mount, fs in (state.get("filesystems") or {}).items():
+        rate = ((fs or {}).get("reclaim") or {}).get("growth_bytes_per_s")
+        if isinstance(rate, int | float) and rate >= 0:
+            out[str(mount)] = float(rate)
+    return out
 
 
 class Runtime:
@@ -54,7 +100,16 @@ class Runtime:
         self.audit = AuditLog(state_dir / "audit.jsonl")
         self.offline = OfflineExecutor(state_dir, self.audit)
         self.planner = Planner(config, self.requested)
+        self.planner.forecast_for = self.forecast
         self._reachable_cache: tuple[float, bool] | None = None
+        # Broker reclaim latency: settings now from server.properties/defaults, from the broker
+        # itself at the first broker-mode cycle; growth rates from the daemon's usage samples.
+        self.reclaim = ReclaimWatch(reclaim_settings(config))
+        self._settings_from_broker_at: float | None = None
+        self.growth: dict[str, GrowthEstimator] = {}
+        #: mount -> rate a running daemon measured (one-shot commands have no history).
+        self.daemon_rates: dict[str, float] = {}
+        self.local_broker_id = local_broker_id(config.broker.log_dirs)
 
     def __enter__(self) -> Runtime:
         return self
@@ -70,6 +125,50 @@ class Runtime:
     def close(self) -> None:
         if self.broker is not None:
             self.broker.close()
+
+    # -- forecast (broker mode) ------------------------------------------------
+    def observe_usage(self, mount: str, t: float, used_bytes: int) -> None:
+        """One usage sample (the daemon's poll): feeds the filesystem's growth rate."""
+        self.growth.setdefault(mount, GrowthEstimator()).observe(t, used_bytes)
+
+    def growth_rate(self, mount: str) -> float | None:
+        estimator = self.growth.get(mount)
+        rate = estimator.rate() if estimator is not None else None
+        return rate if rate is not None else self.daemon_rates.get(mount)
+
+    def forecast(self, mount: str) -> Forecast:
+        return self.reclaim.model.forecast(time.monotonic(), self.growth_rate(mount))
+
+    def refresh_reclaim_settings(self, max_age: float = 600.0) -> None:
+        """Ask the broker for its retention-check settings, at most every ``max_age`` s."""
+        if self.broker is None:
+            return
+        now = time.monotonic()
+        if self._settings_from_broker_at is not None and now - self._settings_from_broker_at < (
+            max_age
+        ):
+            return
+        self._settings_from_broker_at = now
+        settings = reclaim_settings(
+            self.config,
+            lambda: self.broker.broker_configs(self.local_broker_id) if self.broker else None,
+        )
+        if settings != self.reclaim.settings:
+            self.reclaim.set_settings(settings)
+            log.info(
+                "broker_reclaim_settings",
+                check_interval_s=settings.check_interval_s,
+                delete_delay_s=settings.delete_delay_s,
+                source=settings.source,
+            )
+
+    def _led_here(self, topics: Sequence[str]) -> frozenset[tuple[str, int]] | None:
+        if self.broker is None or self.local_broker_id is None:
+            return None
+        leaders = self.broker.leaders(topics)
+        if not leaders:
+            return None
+        return frozenset(tp for tp, leader in leaders.items() if leader == self.local_broker_id)
 
     # -- mode -----------------------------------------------------------------
     def locked_log_dirs(self) -> list[str]:
@@ -104,6 +203,9 @@ class Runtime:
         started = time.monotonic()
         # The daemon skips the broker probe while nothing needs deleting; `plan` always asks.
         mode = self.decide(need_broker=self.read_only)
+        self.reclaim.check(time.monotonic())
+        if mode.mode == BROKER:
+            self.refresh_reclaim_settings()
         if act and mode.mode == OFFLINE and self._may_need_space():
             self._sweep_offline()
         result = self.planner.scan(full=full, offline=mode.mode == OFFLINE)
@@ -112,10 +214,12 @@ class Runtime:
         chosen, warnings = self.planner.plan(result, mode.mode)
         if chosen.deletions and mode.mode != DRY_RUN:
             decided = self.decide(need_broker=True)
-            if decided.mode == BROKER and self.config.retention.consumer_aware and self.broker:
+            if decided.mode == BROKER and self.broker:
                 topics = sorted({d.topic for d in chosen.deletions})
-                self.planner.committed = self.broker.committed_offsets(topics)
-            if decided != mode or self.planner.committed:
+                if self.config.retention.consumer_aware:
+                    self.planner.committed = self.broker.committed_offsets(topics)
+                self.planner.led_here = self._led_here(topics)
+            if decided != mode or self.planner.committed or self.planner.led_here is not None:
                 if (decided.mode == OFFLINE) != (mode.mode == OFFLINE):
                     if act and decided.mode == OFFLINE and self._may_need_space():
                         self._sweep_offline()
@@ -205,6 +309,7 @@ class Runtime:
             log.error("retention_refused", reason=f"audit log not writable: {exc}")
             return ()
         results = self.broker.delete_records(list(deletions))
+        self.reclaim.requested([r.deletion for r in results if r.ok], time.monotonic())
         for action_id, res in zip(ids, results, strict=True):
             try:
                 self.audit.after(action_id, res.ok, res.freed_bytes, res.error)

@@ -9,7 +9,7 @@ import click
 
 from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
 from diskguard.logs import configure_logging
-from diskguard.runtime import Runtime
+from diskguard.runtime import Runtime, daemon_rates
 
 
 @cli.command("enforce")
@@ -28,6 +28,7 @@ def enforce_command(config_path: Path, once: bool) -> None:
     config = load_or_exit(config_path)
     configure_logging(config.logging.format, config.logging.level)
     with Runtime(config) as runtime:
+        runtime.daemon_rates = daemon_rates(config)
         outcome = runtime.cycle(act=True)
     for warning in outcome.warnings:
         click.echo(f"warning: {warning}", err=True)

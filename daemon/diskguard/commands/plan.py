@@ -14,7 +14,7 @@ from diskguard.cli import cli, config_option, load_or_exit, no_traceback
 from diskguard.enforcement import dumps, plan_json
 from diskguard.planner import Plan
 from diskguard.progress import progress
-from diskguard.runtime import Runtime
+from diskguard.runtime import Runtime, daemon_rates
 from diskguard.units import format_bytes
 
 
@@ -50,6 +50,8 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
             format_bytes(fs.excess_bytes) if fs.excess_bytes else "-",
         )
     console.print(fs_table)
+    for line in forecast_lines(chosen, mode):
+        console.print(line)
     if not chosen.deletions:
         console.print("Nothing to delete: every filesystem is within its limit.")
     else:
@@ -95,6 +97,42 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
         click.echo(f"warning: {warning}", err=True)
 
 
+#: What broker mode's DeleteRecords really does, said wherever it acts (plan, audit, README).
+CLUSTER_SCOPE = (
+    "broker mode trims cluster-wide: DeleteRecords moves each chosen partition's log start "
+    "offset on every replica, not only on this broker's disk"
+)
+
+
+def forecast_lines(chosen: Plan, mode: str) -> list[str]:
+    """Broker mode: the rate and reclaim latency each filesystem's trigger rests on."""
+    if mode != "broker":
+        return []
+    lines = []
+    for fs in chosen.filesystems:
+        if fs.latency_source == "none" and not fs.growth_bytes_per_s:
+            continue
+        how = (
+            "next retention check (phase seen) + delete delay"
+            if fs.latency_source == "measured"
+            else "worst case: a whole retention-check period + delete delay"
+        )
+        rate = (
+            f"{format_bytes(int(fs.growth_bytes_per_s))}/s"
+            if fs.growth_bytes_per_s
+            else "unknown (no running daemon has measured it)"
+        )
+        trigger = " — over the ceiling by prediction" if fs.predicted_trigger else ""
+        lines.append(
+            f"{fs.mount}: growing {rate}; space asked now is freed in "
+            f"~{fs.reclaim_latency_s:.1f} s ({how}); "
+            f"predicted usage then {fs.predicted_usage_percent:.2f}%{trigger}"
+        )
+    if chosen.deletions:
+        lines.append(f"Note: {CLUSTER_SCOPE}.")
+    return lines
+
+
 @cli.command("plan")
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -103,12 +141,14 @@ def plan_command(config_path: Path, as_json: bool) -> None:
     """Show which segments a retention cycle would delete now, and why. Deletes nothing."""
     config = load_or_exit(config_path)
     with Runtime(config, read_only=True) as runtime, progress(None, "scanning") as advance:
+        runtime.daemon_rates = daemon_rates(config)
         runtime.planner.on_partition = advance
         outcome = runtime.cycle(act=False)
     if as_json:
         data = plan_json(outcome.plan)
         data["mode"] = outcome.mode.mode
         data["mode_reason"] = outcome.mode.reason
+        data["scope"] = CLUSTER_SCOPE if outcome.mode.mode == "broker" else "local"
         click.echo(dumps(data))
         for warning in outcome.warnings:
             click.echo(f"warning: {warning}", err=True)

@@ -18,44 +18,24 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from diskguard.atomicfile import read_json
 from diskguard.cli import cli, config_option, load_or_exit, no_traceback
 from diskguard.config import Config
 from diskguard.enforcement import dumps
 from diskguard.flowstate import FlowLimits, FlowState, step
 from diskguard.openfiles import bytes_by_device, scan_deleted_open_files
+from diskguard.reclaimwatch import reclaim_settings
+from diskguard.runtime import daemon_state
 from diskguard.scan import scan
 from diskguard.units import format_bytes
-
-STATE_FILE = "state.json"
-
-
-def _daemon_state(config: Config) -> dict[str, Any] | None:
-    try:
-        state = read_json(Path(config.daemon.state_dir) / STATE_FILE, None)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(state, dict):
-        return None
-    pid = state.get("pid")
-    try:
-        if isinstance(pid, int):
-            os.kill(pid, 0)
-        else:
-            return None
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return state
 
 
 def collect_status(config: Config) -> dict[str, Any]:
     result = scan([str(d) for d in config.broker.log_dirs], config.retention.protect_topics)
-    daemon = _daemon_state(config)
+    daemon = daemon_state(config)
     open_scan = scan_deleted_open_files([fs.usage.mount for fs in result.filesystems])
     held = bytes_by_device(open_scan.files)
     filesystems = []
+    settings = reclaim_settings(config)
     for fs in result.filesystems:
         usage = fs.usage
         limits = FlowLimits.from_config(config, usage.total_bytes)
@@ -70,6 +50,16 @@ def collect_status(config: Config) -> dict[str, Any]:
             alert_level = state.alert_level or 0
             last_deletion = None
             source = "computed now (daemon not running)"
+        reclaim = (saved or {}).get("reclaim") or {
+            "check_interval_s": settings.check_interval_s,
+            "delete_delay_s": settings.delete_delay_s,
+            "settings_source": settings.source,
+            "latency_p50_s": None,
+            "latency_max_s": None,
+            "latency_samples": 0,
+            "growth_bytes_per_s": None,
+            "note": "daemon not running: settings only, nothing measured",
+        }
         device_id = os.stat(usage.mount).st_dev
         open_files = [
             {"pid": f.pid, "comm": f.comm, "fd": f.fd, "path": f.path, "bytes": f.bytes}
@@ -97,6 +87,7 @@ def collect_status(config: Config) -> dict[str, Any]:
                 "last_deletion": last_deletion,
                 "deleted_open_bytes": held.get(device_id, 0),
                 "deleted_open_files": open_files,
+                "reclaim": reclaim,
             }
         )
     return {
@@ -145,8 +136,31 @@ def _render(status: dict[str, Any]) -> None:
                 f"{fs['mount']}: {format_bytes(f['bytes'])} held by deleted file {f['path']} "
                 f"open in pid {f['pid']} ({f['comm']}) fd {f['fd']} — df counts it, du does not"
             )
+    for fs in status["filesystems"]:
+        console.print(f"{fs['mount']}: {reclaim_line(fs['reclaim'])}")
     for warning in status["warnings"]:
         click.echo(f"warning: {warning}", err=True)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def reclaim_line(r: dict[str, Any]) -> str:
+    """One sentence: the broker's reclaim latency, measured and configured, and the headroom."""
+    text = (
+        f"broker reclaim: retention check every {r['check_interval_s']:g} s + delete delay "
+        f"{r['delete_delay_s']:g} s ({r['settings_source']}); measured p50 "
+        f"{_seconds(r.get('latency_p50_s'))}, max {_seconds(r.get('latency_max_s'))} "
+        f"over {r.get('latency_samples', 0)} deletion(s)"
+    )
+    rate = r.get("growth_bytes_per_s")
+    if rate is not None:
+        text += (
+            f"; growing {format_bytes(int(rate))}/s, needs "
+            f"{format_bytes(int(r.get('headroom_needed_bytes') or 0))} of headroom"
+        )
+    return text
 
 
 @cli.command("status")

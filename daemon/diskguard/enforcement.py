@@ -90,6 +90,7 @@ def with_forecast(limits: Limits, forecast: Forecast | None) -> Limits:
         reclaim_latency_s=forecast.latency_s,
         reclaim_period_s=forecast.period_s,
         latency_source=forecast.latency_source,
+        defer_forecast=forecast.near_check,
     )
 
 

@@ -48,6 +48,9 @@ class Limits:
     reclaim_period_s: float = 0.0
     #: How the latency is known: "measured" (check phase seen), "settings" (worst case), "none".
     latency_source: str = "none"
+    #: At a retention check of known phase: the forecast alone does not trigger (a request now
+    #: may or may not catch this check; after it, it certainly catches the next).
+    defer_forecast: bool = False
 
     @property
     def growth_bytes(self) -> int:
@@ -161,7 +164,7 @@ def over_ceiling(usage: FilesystemUsage, limits: Limits, pending_bytes: int) -> 
     """
     if usage.usage_percent > limits.limit_percent:
         return True, False
-    if not (limits.growth_bytes or limits.period_growth_bytes):
+    if limits.defer_forecast or not (limits.growth_bytes or limits.period_growth_bytes):
         return False, False
     predicted = usage.used_bytes + limits.growth_bytes - pending_bytes + limits.period_growth_bytes
     return predicted > usage.used_bytes_at(limits.limit_percent), True

@@ -34,8 +34,10 @@ KAFKA_CHECK_INTERVAL_S = 300.0
 KAFKA_DELETE_DELAY_S = 60.0
 KAFKA_INITIAL_DELAY_S = 30.0
 
-#: A check this close ahead may run before our DeleteRecords reaches the broker: plan for the
-#: one after it instead.
+#: How sure the check phase is: a check this close ahead may run before our DeleteRecords
+#: reaches the broker (plan for the one after it), and a rename seen by inotify lags the
+#: check itself. Within this distance of a check, requests only made for the forecast wait:
+#: whether they catch this check or the next is a coin toss, and the next is soon.
 _CHECK_MARGIN_S = 0.5
 
 
@@ -79,6 +81,8 @@ class Forecast:
     #: "measured" (the check phase is known from our own deletions seen renamed) or
     #: "settings" (worst case from the broker's settings, phase unknown), or "none".
     latency_source: str = "none"
+    #: Right at a retention check: act only on today's usage, not on the forecast.
+    near_check: bool = False
 
     @property
     def growth_bytes(self) -> int:
@@ -159,15 +163,28 @@ class ReclaimModel:
             self._latencies.setdefault(mount, deque(maxlen=self._samples)).append(seconds)
 
     def next_check(self, t: float) -> float | None:
-        """The first check at least ``_CHECK_MARGIN_S`` after ``t``, if the phase is known."""
+        """The first check at least a margin after ``t``, if the phase is known."""
         if self.last_check_t is None:
             return None
         period = self.settings.check_interval_s
         if period <= 0:
             return t
-        elapsed = t + _CHECK_MARGIN_S - self.last_check_t
+        elapsed = t + self._margin() - self.last_check_t
         k = max(0, math.floor(elapsed / period) + 1)
         return self.last_check_t + k * period
+
+    def _margin(self) -> float:
+        """``_CHECK_MARGIN_S``, but at most a tenth of a (short) check period."""
+        return min(_CHECK_MARGIN_S, self.settings.check_interval_s / 10)
+
+    def near_check(self, t: float) -> bool:
+        """Within twice the margin of a known check time (before or after): wider
+        than the margin ``next_check`` allows, so no request is made where it is unsure."""
+        if self.last_check_t is None or self.settings.check_interval_s <= 0:
+            return False
+        period = self.settings.check_interval_s
+        offset = (t - self.last_check_t) % period
+        return min(offset, period - offset) < 2 * self._margin()
 
     def latency_at(self, t: float) -> tuple[float, str]:
         """``(seconds until space asked at t is free, "measured"|"settings")``."""
@@ -183,6 +200,7 @@ class ReclaimModel:
             latency_s=latency,
             period_s=self.settings.check_interval_s,
             latency_source=source,
+            near_check=self.near_check(t),
         )
 
     def observed(self, mount: str) -> tuple[float | None, float | None, int]:

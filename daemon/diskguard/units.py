@@ -128,3 +128,49 @@ def format_bytes(n: int | float) -> str:
             return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+#: 9999-12-31 23:59:59.999 UTC: the last instant Python's ``datetime`` can represent.
+MAX_DATETIME_MS = 253_402_300_799_999
+
+
+def format_timestamp_ms(ms: int) -> str:
+    """A Kafka record timestamp as UTC ``YYYY-MM-DD HH:MM:SS``, whatever its value.
+
+    Timestamps are whatever producers send: one sending microseconds gives values Kafka reads
+    as milliseconds past year 9999, where ``datetime`` raises. Those are written with ISO 8601's
+    signed expanded year (``+55840-...``) and flagged with the unit that makes them plausible,
+    so a person sees both what Kafka orders by and what the producer meant.
+    """
+    text = _utc_text(ms)
+    if ms > MAX_DATETIME_MS:
+        for unit, divisor in (("µs", 1000), ("ns", 1000**2)):
+            if ms // divisor <= MAX_DATETIME_MS:
+                return f"{text} (timestamp looks like {unit}: {_utc_text(ms // divisor)})"
+        return f"{text} (past year 9999)"
+    return text
+
+
+def _utc_text(ms: int) -> str:
+    days, rest = divmod(ms, 86_400_000)
+    year, month, day = _civil_from_days(days)
+    seconds = rest // 1000
+    year_text = f"{year:04d}" if 0 < year <= 9999 else f"{year:+05d}"
+    return (
+        f"{year_text}-{month:02d}-{day:02d} "
+        f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    )
+
+
+def _civil_from_days(days: int) -> tuple[int, int, int]:
+    """Proleptic Gregorian ``(year, month, day)`` of ``days`` since 1970-01-01, for any int
+    (H. Hinnant's ``civil_from_days``; Python's floor division makes it exact for negatives)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day

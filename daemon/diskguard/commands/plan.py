@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -12,14 +12,28 @@ from rich.table import Table
 
 from diskguard.cli import cli, config_option, load_or_exit, no_traceback
 from diskguard.enforcement import dumps, plan_json
-from diskguard.planner import Plan
+from diskguard.planner import Deletion, Plan
 from diskguard.progress import progress
 from diskguard.runtime import Runtime
-from diskguard.units import format_bytes
+from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms
 
 
 def _ts(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return format_timestamp_ms(ms)
+
+
+def far_future_note(deletions: Sequence[Deletion]) -> str | None:
+    """Say how segments stamped past year 9999 were ordered, when there are any: Kafka's time
+    retention compares the raw largest timestamp, so to it (and to the planner) they are the
+    youngest of all, whatever the producer meant."""
+    count = sum(1 for d in deletions if d.max_timestamp_ms > MAX_DATETIME_MS)
+    if not count:
+        return None
+    return (
+        f"{count} segment(s) carry timestamps past year 9999 (producers sending µs?). Like "
+        "Kafka's time retention, diskguard orders by the raw largest timestamp, so they count "
+        "as the youngest and go last."
+    )
 
 
 def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> None:
@@ -85,6 +99,9 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
         console.print(table)
         total = sum(d.bytes for d in chosen.deletions)
         console.print(f"{len(chosen.deletions)} segment(s), {format_bytes(total)}.")
+        note = far_future_note(chosen.deletions)
+        if note:
+            console.print(note)
     for fs in chosen.filesystems:
         if not fs.reachable:
             console.print(

@@ -1,0 +1,139 @@
+"""What ``diskguard plan`` tells a person, on real-format log dirs on a real filesystem.
+
+- timestamps past year 9999 (producers sending microseconds) are shown, flagged, and ordered
+  by their raw value as Kafka's time retention orders them (issue 11 item 11);
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from diskguard.units import MAX_DATETIME_MS, format_timestamp_ms
+from kafkagen import SegmentSpec, write_log_dir
+
+MiB = 1024**2
+BASE_TS_MS = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
+BASE_TS_US = BASE_TS_MS * 1000  # the same instant in µs, which Kafka reads as ms: year 55,841
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    # Wide enough that rich never wraps a table cell the assertions look for.
+    env = {**os.environ, "COLUMNS": "250"}
+    return subprocess.run(
+        [sys.executable, "-m", "diskguard", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def write_config(tmp: Path, log_dir: Path, **retention: object) -> Path:
+    lines = [
+        "[broker]",
+        f'log_dirs = ["{log_dir}"]',
+        "[retention]",
+        *(f"{k} = {json.dumps(v)}" for k, v in retention.items()),
+        "[daemon]",
+        f'state_dir = "{tmp / "state"}"',
+    ]
+    path = tmp / "diskguard.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def segments(first_ts: int, step: int, count: int = 3) -> list[SegmentSpec]:
+    return [
+        SegmentSpec(
+            records=20,
+            payload_size=2000,
+            first_timestamp_ms=first_ts + s * 100 * step,
+            timestamp_step_ms=step,
+            records_per_batch=5,
+        )
+        for s in range(count)
+    ]
+
+
+def test_microsecond_timestamps_are_shown_flagged_and_youngest(
+    tmpfs: Callable[[int], Path], tmp_path: Path
+) -> None:
+    mount = tmpfs(64 * MiB)
+    log_dir = mount / "kafka-logs"
+    # "metrics" producers send µs; "orders" ms. The µs segments are written *earlier* in real
+    # time, but Kafka compares the raw numbers, so for it they are 53,000 years younger.
+    layout = write_log_dir(
+        log_dir,
+        {
+            ("metrics", 0): segments(BASE_TS_US - 3_600_000_000, 1000),
+            ("orders", 0): segments(BASE_TS_MS, 1),
+        },
+    )
+    # Over any limit: every closed segment is chosen, in the planner's (Kafka's) order.
+    cfg = write_config(tmp_path, log_dir, disk_usage_percent=0.01, mode="dry-run")
+
+    proc = run_cli("plan", "-c", str(cfg), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    plan = json.loads(proc.stdout)
+    chosen = [(d["topic"], d["base_offset"], d["max_timestamp_ms"]) for d in plan["deletions"]]
+    expected = [
+        (topic, seg.base_offset, seg.max_timestamp_ms)
+        for topic in ("orders", "metrics")
+        for seg in layout.partitions[(topic, 0)].closed
+    ]
+    assert chosen == expected, "not ordered by the raw largest timestamp"
+    assert all(ts > 253_402_300_799_999 for t, _, ts in chosen if t == "metrics")
+
+    proc = run_cli("plan", "-c", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    out = proc.stdout
+    rows = [line for line in out.splitlines() if "metrics-0" in line]
+    assert len(rows) == 2, out
+    for row in rows:
+        assert "+55" in row and "looks like µs" in row, row
+    # The µs reading of the first metrics segment's newest record: 2023-11-14 21:1x.
+    assert "2023-11-14 21:" in rows[0], rows[0]
+    orders = [line for line in out.splitlines() if "orders-0" in line]
+    assert len(orders) == 2 and all("2023-11-14 22:1" in r and "µs" not in r for r in orders)
+    # ... and plan says how it ordered them.
+    assert "past year 9999" in out and "youngest" in out, out
+
+
+@given(st.integers(-62_135_596_800_000, MAX_DATETIME_MS))
+def test_format_timestamp_ms_matches_datetime_where_datetime_can(ms: int) -> None:
+    when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
+    assert format_timestamp_ms(ms) == when.isoformat(sep=" ", timespec="seconds")[:19]
+
+
+def test_format_timestamp_ms_past_year_9999() -> None:
+    assert format_timestamp_ms(MAX_DATETIME_MS) == "9999-12-31 23:59:59"
+    assert format_timestamp_ms(MAX_DATETIME_MS + 1) == (
+        "+10000-01-01 00:00:00 (timestamp looks like µs: 1978-01-11 21:31:40)"
+    )
+    # Oracle: the Gregorian calendar repeats every 400 years (146,097 days).
+    cycles = 134
+    shifted = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(
+        milliseconds=BASE_TS_US - cycles * 146_097 * 86_400_000
+    )
+    assert format_timestamp_ms(BASE_TS_US) == (
+        f"+{shifted.year + cycles * 400}{shifted.strftime('-%m-%d %H:%M:%S')} "
+        "(timestamp looks like µs: 2023-11-14 22:13:20)"
+    )
+    assert format_timestamp_ms(BASE_TS_US * 1000).endswith(
+        "(timestamp looks like ns: 2023-11-14 22:13:20)"
+    )
+    assert format_timestamp_ms(2**63 - 1).endswith("(timestamp looks like ns: 2262-04-11 23:47:16)")
+    assert format_timestamp_ms((MAX_DATETIME_MS + 1) * 1000**2).endswith("(past year 9999)")
+    assert format_timestamp_ms(-1) == "1969-12-31 23:59:59"
+    assert format_timestamp_ms(-(2**63)).startswith("-")

@@ -2,6 +2,8 @@
 
 - timestamps past year 9999 (producers sending microseconds) are shown, flagged, and ordered
   by their raw value as Kafka's time retention orders them (issue 11 item 11);
+- a filesystem over its limit that the plan leaves over it is never reported as "within its
+  limit": plan says what blocks it (issue 12 item 8).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from diskguard.units import MAX_DATETIME_MS, format_timestamp_ms
-from kafkagen import SegmentSpec, write_log_dir
+from fsfixtures import fill
+from kafkagen import SegmentSpec, hold_lock, write_log_dir
 
 MiB = 1024**2
 BASE_TS_MS = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
@@ -137,3 +140,98 @@ def test_format_timestamp_ms_past_year_9999() -> None:
     assert format_timestamp_ms((MAX_DATETIME_MS + 1) * 1000**2).endswith("(past year 9999)")
     assert format_timestamp_ms(-1) == "1969-12-31 23:59:59"
     assert format_timestamp_ms(-(2**63)).startswith("-")
+
+
+# -- what blocks a filesystem over its limit ---------------------------------------------------
+
+WITHIN = "every filesystem is within its limit"
+
+
+def plan_text(cfg: Path) -> str:
+    proc = run_cli("plan", "-c", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc.stdout
+
+
+def sentence(out: str, mount: Path) -> str:
+    """The line(s) plan prints about ``mount`` after the tables, joined."""
+    lines = [line for line in out.splitlines() if line.startswith(f"{mount}: ")]
+    assert lines, out
+    return " ".join(lines)
+
+
+def test_only_active_segments_left(tmpfs: Callable[[int], Path], tmp_path: Path) -> None:
+    mount = tmpfs(64 * MiB)
+    log_dir = mount / "kafka-logs"
+    write_log_dir(log_dir, {("orders", 0): segments(BASE_TS_MS, 1, count=1)})
+    out = plan_text(write_config(tmp_path, log_dir, disk_usage_percent=0.01, mode="dry-run"))
+    assert WITHIN not in out, out
+    text = sentence(out, mount)
+    assert "nothing can be deleted" in text and "only active segments" in text, text
+    assert "protected" not in text, text
+
+
+def test_only_protected_topics_left(tmpfs: Callable[[int], Path], tmp_path: Path) -> None:
+    mount = tmpfs(64 * MiB)
+    log_dir = mount / "kafka-logs"
+    write_log_dir(
+        log_dir,
+        {
+            ("orders", 0): segments(BASE_TS_MS, 1, count=1),
+            ("__consumer_offsets", 0): segments(BASE_TS_MS, 1),
+        },
+    )
+    out = plan_text(write_config(tmp_path, log_dir, disk_usage_percent=0.01, mode="dry-run"))
+    assert WITHIN not in out, out
+    text = sentence(out, mount)
+    assert "nothing can be deleted" in text and "protected topics (__consumer_offsets)" in text
+
+
+def test_excess_already_pending_reclaim(tmpfs: Callable[[int], Path], tmp_path: Path) -> None:
+    mount = tmpfs(64 * MiB)
+    log_dir = mount / "kafka-logs"
+    write_log_dir(log_dir, {("orders", 0): segments(BASE_TS_MS, 1)})
+    # A segment the broker renamed for deletion and has not removed yet: 2 MiB pending.
+    fill(log_dir / "orders-0" / "00000000000000000000.log.deleted", 2 * MiB)
+    st = os.statvfs(mount)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    capacity = used + st.f_bavail * st.f_frsize
+    limit = 100.0 * (used - 1 * MiB) / capacity  # 1 MiB over: less than what is pending
+    out = plan_text(write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="dry-run"))
+    assert WITHIN not in out, out
+    text = sentence(out, mount)
+    assert "pending reclaim" in text and "covers the excess" in text, text
+
+
+def test_refused_while_lock_is_held_says_nothing_will_be_deleted(
+    tmpfs: Callable[[int], Path], tmp_path: Path
+) -> None:
+    mount = tmpfs(64 * MiB)
+    log_dir = mount / "kafka-logs"
+    write_log_dir(log_dir, {("orders", 0): segments(BASE_TS_MS, 1)})
+    cfg = write_config(tmp_path, log_dir, disk_usage_percent=0.01, mode="auto")
+    with hold_lock(log_dir):
+        out = plan_text(cfg)
+    assert "Would delete" in out, out
+    text = sentence(out, mount)
+    assert "nothing will be deleted" in text and ".lock" in text, text
+
+
+def test_dry_run_says_nothing_will_be_deleted(tmpfs: Callable[[int], Path], tmp_path: Path) -> None:
+    mount = tmpfs(64 * MiB)
+    log_dir = mount / "kafka-logs"
+    write_log_dir(log_dir, {("orders", 0): segments(BASE_TS_MS, 1)})
+    out = plan_text(write_config(tmp_path, log_dir, disk_usage_percent=0.01, mode="dry-run"))
+    assert "Would delete" in out, out
+    text = sentence(out, mount)
+    assert "nothing will be deleted" in text and "dry-run" in text, text
+
+
+def test_within_limit_still_says_so(tmpfs: Callable[[int], Path], tmp_path: Path) -> None:
+    mount = tmpfs(64 * MiB)
+    log_dir = mount / "kafka-logs"
+    write_log_dir(log_dir, {("orders", 0): segments(BASE_TS_MS, 1)})
+    out = plan_text(write_config(tmp_path, log_dir, disk_usage_percent=99.0, mode="dry-run"))
+    assert f"Nothing to delete: {WITHIN}." in out, out
+    assert not [line for line in out.splitlines() if line.startswith(f"{mount}: ")], out

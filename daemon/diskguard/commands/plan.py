@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from diskguard.cli import cli, config_option, load_or_exit, no_traceback
-from diskguard.enforcement import dumps, plan_json
+from diskguard.enforcement import DRY_RUN, REFUSED, dumps, plan_json
+from diskguard.model import Filesystem
 from diskguard.planner import Deletion, Plan
 from diskguard.progress import progress
 from diskguard.runtime import Runtime
@@ -36,7 +37,69 @@ def far_future_note(deletions: Sequence[Deletion]) -> str | None:
     )
 
 
-def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> None:
+def blockers(chosen: Plan, mode: str, reason: str, scanned: Sequence[Filesystem] = ()) -> list[str]:
+    """One short sentence per filesystem the plan leaves over its limit, saying what blocks it.
+
+    Derived from the plan and the mode only (plus, from the scan, which topics are protected):
+    "Nothing to delete: every filesystem is within its limit" printed for a full disk sent
+    operators looking for a bug in the wrong place.
+    """
+    by_mount = {fs.usage.mount: fs for fs in scanned}
+    lines: list[str] = []
+    for fs in chosen.filesystems:
+        if fs.usage_percent <= fs.limit_percent and fs.excess_bytes <= 0:
+            continue
+        if fs.excess_bytes <= 0:
+            lines.append(
+                f"{fs.mount}: over its {fs.limit_percent:g}% limit, but the "
+                f"{format_bytes(fs.pending_reclaim_bytes)} already pending reclaim covers the "
+                "excess (on its way out, not freed yet); nothing more to delete."
+            )
+            continue
+        if not fs.reachable:
+            left = _what_is_left(by_mount.get(fs.mount))
+            if fs.chosen_count == 0:
+                lines.append(f"{fs.mount}: over its limit but nothing can be deleted: {left}.")
+            else:
+                lines.append(
+                    f"{fs.mount}: {format_bytes(fs.unreachable_bytes)} of the excess cannot be "
+                    f"freed: {left}."
+                )
+        if fs.chosen_count and mode == REFUSED:
+            lines.append(f"{fs.mount}: nothing will be deleted: retention refused ({reason}).")
+        elif fs.chosen_count and mode == DRY_RUN:
+            lines.append(f"{fs.mount}: nothing will be deleted: retention.mode = dry-run.")
+    return lines
+
+
+def _what_is_left(fs: Filesystem | None) -> str:
+    """Once every candidate is chosen only active segments and protected topics remain; say
+    which, naming a few protected topics that still hold closed segments."""
+    if fs is None:
+        return "only active or protected segments are left"
+    protected = sorted(
+        {
+            p.topic
+            for d in fs.log_dirs
+            for p in d.partitions
+            if p.protected and len(p.base_offsets) > 1
+        }
+    )
+    if not protected:
+        return "only active segments are left"
+    names = ", ".join(protected[:3]) + (
+        f" and {len(protected) - 3} more" if len(protected) > 3 else ""
+    )
+    return f"only active segments and protected topics ({names}) are left"
+
+
+def render_plan(
+    chosen: Plan,
+    mode: str,
+    reason: str,
+    warnings: list[str],
+    scanned: Sequence[Filesystem] = (),
+) -> None:
     console = Console(file=sys.stdout, width=max(Console().width, 120))
     fs_table = Table(title=f"Filesystems (mode: {mode} — {reason})", title_justify="left")
     for col in (
@@ -64,8 +127,13 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
             format_bytes(fs.excess_bytes) if fs.excess_bytes else "-",
         )
     console.print(fs_table)
+    blocked = blockers(chosen, mode, reason, scanned)
     if not chosen.deletions:
-        console.print("Nothing to delete: every filesystem is within its limit.")
+        console.print(
+            "Nothing to delete."
+            if blocked
+            else "Nothing to delete: every filesystem is within its limit."
+        )
     else:
         table = Table(
             title="Would delete, in this order (globally oldest first)", title_justify="left"
@@ -102,12 +170,8 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
         note = far_future_note(chosen.deletions)
         if note:
             console.print(note)
-    for fs in chosen.filesystems:
-        if not fs.reachable:
-            console.print(
-                f"[bold]{fs.mount}: {format_bytes(fs.unreachable_bytes)} of the excess cannot be "
-                "freed: only active or protected segments are left.[/bold]"
-            )
+    for line in blocked:
+        console.print(line, style="bold", markup=False, highlight=False, soft_wrap=True)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
 
@@ -130,4 +194,10 @@ def plan_command(config_path: Path, as_json: bool) -> None:
         for warning in outcome.warnings:
             click.echo(f"warning: {warning}", err=True)
     else:
-        render_plan(outcome.plan, outcome.mode.mode, outcome.mode.reason, list(outcome.warnings))
+        render_plan(
+            outcome.plan,
+            outcome.mode.mode,
+            outcome.mode.reason,
+            list(outcome.warnings),
+            outcome.scan.filesystems,
+        )

@@ -16,9 +16,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from diskguard.commands.plan import render_plan
+from diskguard.enforcement import plan_json
+from diskguard.planner import Deletion, FilesystemPlan, Plan
 from diskguard.units import MAX_DATETIME_MS, format_timestamp_ms
 from fsfixtures import fill
 from kafkagen import SegmentSpec, hold_lock, write_log_dir
@@ -235,3 +239,35 @@ def test_within_limit_still_says_so(tmpfs: Callable[[int], Path], tmp_path: Path
     out = plan_text(write_config(tmp_path, log_dir, disk_usage_percent=99.0, mode="dry-run"))
     assert f"Nothing to delete: {WITHIN}." in out, out
     assert not [line for line in out.splitlines() if line.startswith(f"{mount}: ")], out
+
+
+# -- consumer groups without a committed offset (issue 12 item 6) ------------------------------
+
+
+def test_plan_names_groups_without_committed_offset(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    d = Deletion(
+        log_dir="/d/k",
+        topic="orders",
+        partition=1,
+        base_offset=0,
+        next_offset=100,
+        max_timestamp_ms=BASE_TS_MS,
+        bytes=MiB,
+        files=(),
+        mount="/d",
+        unconsumed_records={"billing": 100, "audit": 40},
+        groups_without_offset=("billing",),
+    )
+    fs = FilesystemPlan(
+        "/d", "/dev/x", ("/d/k",), 100 * MiB, 99 * MiB, MiB, 99.0, 98.0, 98.0, 0, MiB, MiB, 1
+    )
+    chosen = Plan((fs,), (d,))
+    render_plan(chosen, "broker", "auto: broker reachable", [])
+    row = next(line for line in capsys.readouterr().out.splitlines() if "orders-1" in line)
+    assert "UNCONSUMED by audit: 40, billing: no committed offset" in row, row
+    data = plan_json(chosen)["deletions"][0]
+    assert data["unconsumed_records"] == {"billing": 100, "audit": 40}  # shape unchanged
+    assert data["groups_without_offset"] == ["billing"]

@@ -37,6 +37,15 @@ def far_future_note(deletions: Sequence[Deletion]) -> str | None:
     )
 
 
+def unconsumed_text(d: Deletion) -> str:
+    """``group: records`` per group that has not read all of the segment; a group that consumes
+    the topic but never committed on this partition is named as such (it has read none)."""
+    return ", ".join(
+        f"{g}: no committed offset (all {n})" if g in d.groups_without_offset else f"{g}: {n}"
+        for g, n in sorted(d.unconsumed_records.items())
+    )
+
+
 def blockers(chosen: Plan, mode: str, reason: str, scanned: Sequence[Filesystem] = ()) -> list[str]:
     """One short sentence per filesystem the plan leaves over its limit, saying what blocks it.
 
@@ -151,8 +160,7 @@ def render_plan(
         for i, d in enumerate(chosen.deletions, 1):
             why = d.reason
             if d.unconsumed_records:
-                groups = ", ".join(f"{g}: {n}" for g, n in sorted(d.unconsumed_records.items()))
-                why += f"; UNCONSUMED by {groups}"
+                why += f"; UNCONSUMED by {unconsumed_text(d)}"
             if d.timestamp_source != "timeindex":
                 why += f"; age from {d.timestamp_source}"
             table.add_row(

@@ -155,6 +155,7 @@ def with_missing_offsets(
 
 
 def groups_without_offset(groups: Mapping[str, int]) -> tuple[str, ...]:
+    """The groups of one partition's ``with_missing_offsets`` entry that have no offset."""
     return tuple(sorted(group for group, offset in groups.items() if offset < 0))
 
 

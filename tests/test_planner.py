@@ -97,9 +97,14 @@ def test_ties_break_deterministically_and_prefer_consumed() -> None:
     fs = make_fs(parts, used=99 * MiB, avail=1 * MiB)
     _, chosen = plan_filesystem(fs, Limits(98.5, 98.5), FakeReader(segs))
     assert [(d.topic, d.partition) for d in chosen] == [("a", 0)]
-    committed = {("a", 0): {"g1": 3}}  # g1 has not read a-0's segment yet -> a-1 goes first
+    # g1 has not read a-0's segment yet, a-1's entirely -> a-1 goes first
+    committed = {("a", 0): {"g1": 3}, ("a", 1): {"g1": 10}}
     _, chosen = plan_filesystem(fs, Limits(98.5, 98.5), FakeReader(segs), committed)
     assert [(d.topic, d.partition) for d in chosen] == [("a", 1)]
+    # without a commit on a-1, g1 (a consumer of topic a) has read none of it -> b-0 first
+    committed = {("a", 0): {"g1": 3}}
+    _, chosen = plan_filesystem(fs, Limits(98.5, 98.5), FakeReader(segs), committed)
+    assert [(d.topic, d.partition) for d in chosen] == [("b", 0)]
 
 
 def test_unconsumed_records_per_group() -> None:
@@ -180,3 +185,42 @@ def test_property_prefix_minimal_oldest(layout: tuple, excess_mib: int) -> None:
     if fs_plan.reachable:
         assert covered >= fs_plan.excess_bytes
     assert total == fs.usage.used_bytes
+
+
+# -- a consumer group with no committed offset on a partition has not consumed it -------------
+
+
+def _tied(parts: list[Partition]) -> FakeReader:
+    return FakeReader({(p.topic, p.partition, 0): (MiB, 5) for p in parts})
+
+
+def test_group_without_offset_on_a_partition_has_not_consumed_it() -> None:
+    # "g" consumes topic a (offset 100 on a-1, past everything) but has no offset on a-0: it
+    # has read nothing there, so a-0 is the *least* preferable of three equally old segments.
+    parts = [part("a", 0, [0, 10]), part("a", 1, [0, 10]), part("b", 0, [0, 10])]
+    fs = make_fs(parts, used=99 * MiB, avail=1 * MiB)
+    for committed in (
+        {("a", 1): {"g": 100}},  # a-0 missing from the answer (OffsetFetch for all partitions)
+        {("a", 0): {"g": -1}, ("a", 1): {"g": 100}},  # explicitly -1 (nothing committed)
+    ):
+        _, chosen = plan_filesystem(fs, Limits(97.5, 97.5), _tied(parts), committed)
+        assert [(d.topic, d.partition) for d in chosen] == [("a", 1), ("b", 0)]
+        _, chosen = plan_filesystem(fs, Limits(96.5, 96.5), _tied(parts), committed)
+        assert [(d.topic, d.partition) for d in chosen] == [("a", 1), ("b", 0), ("a", 0)]
+        last = chosen[-1]
+        assert last.unconsumed_records == {"g": 10}  # the whole segment
+        assert last.groups_without_offset == ("g",)
+        assert chosen[0].unconsumed_records == {} and chosen[0].groups_without_offset == ()
+
+
+def test_a_group_with_no_offset_anywhere_in_a_topic_is_not_its_consumer() -> None:
+    parts = [part("a", 0, [0, 10]), part("a", 1, [0, 10])]
+    fs = make_fs(parts, used=99 * MiB, avail=1 * MiB)
+    committed = {("a", 0): {"idle": -1}, ("a", 1): {"idle": -1}, ("b", 0): {"idle": 4}}
+    _, chosen = plan_filesystem(fs, Limits(97.5, 97.5), _tied(parts), committed)
+    assert [(d.topic, d.partition) for d in chosen] == [("a", 0), ("a", 1)]
+    assert all(d.unconsumed_records == {} and d.groups_without_offset == () for d in chosen)
+
+
+def test_unconsumed_records_without_offset_is_the_whole_segment() -> None:
+    assert unconsumed_records({"g": -1, "h": 12}, 10, 20) == {"g": 10, "h": 8}

@@ -27,7 +27,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 
 from diskguard.audit import DeletionResult
 from diskguard.logs import get_logger
-from diskguard.planner import Deletion
+from diskguard.planner import NO_OFFSET, Deletion
 
 __all__ = ["MODE", "AdminApi", "BrokerClient", "DeletionResult", "describe_error"]
 
@@ -254,8 +254,9 @@ class BrokerClient:
     # -- consumer offsets ----------------------------------------------------------------
     def committed_offsets(self, topics: Iterable[str]) -> dict[tuple[str, int], dict[str, int]]:
         """``(topic, partition) -> {group: committed offset}`` for ``topics``, across every
-        consumer group. Errors give what could be read (possibly ``{}``) plus a warning: the
-        planner then just cannot prefer consumed segments."""
+        consumer group; ``NO_OFFSET`` where a group consumes the topic (has committed on some
+        partition of it) but not on this partition. Errors give what could be read (possibly
+        ``{}``) plus a warning: the planner then just cannot prefer consumed segments."""
         wanted = set(topics)
         out: dict[tuple[str, int], dict[str, int]] = {}
         if not wanted:
@@ -288,8 +289,27 @@ class BrokerClient:
             except Exception as exc:
                 log.warning("consumer_offsets_unavailable", group=group, error=describe_error(exc))
                 continue
-            for tp in getattr(answer, "topic_partitions", None) or []:
-                if tp.topic in wanted and tp.error is None and tp.offset >= 0:
-                    out.setdefault((tp.topic, tp.partition), {})[group] = tp.offset
+            for key, offset in _group_offsets(answer, wanted).items():
+                out.setdefault(key, {})[group] = offset
         self._serve_logs()
         return out
+
+
+def _group_offsets(answer: Any, wanted: set[str]) -> dict[tuple[str, int], int]:
+    """One group's OffsetFetch answer for the ``wanted`` topics.
+
+    A partition without a commit (offset -1001 / -1) is kept as ``NO_OFFSET`` when the group
+    has committed on another partition of that topic: it consumes the topic and has read
+    nothing there, which is not the same as having read everything. A topic the group has no
+    commit on at all is left out (the group does not consume it).
+    """
+    by_topic: dict[str, dict[int, int]] = {}
+    for tp in getattr(answer, "topic_partitions", None) or []:
+        if tp.topic in wanted and tp.error is None:
+            by_topic.setdefault(tp.topic, {})[tp.partition] = max(tp.offset, NO_OFFSET)
+    return {
+        (topic, partition): offset
+        for topic, offsets in by_topic.items()
+        if any(o >= 0 for o in offsets.values())
+        for partition, offset in offsets.items()
+    }

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationError,
     field_validator,
     model_validator,
@@ -41,9 +43,35 @@ DEFAULT_PROTECTED_TOPICS: tuple[str, ...] = (
     r"^__.*",
 )
 
+
+def _not_boolean(value: Any) -> Any:
+    """TOML ``true`` is not a number: pydantic would read it as 1 (``disk_usage_percent =
+    true`` would mean 1 % and every deletable segment would go)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number, got a boolean")
+    return value
+
+
+def _at_least(floor: str) -> AfterValidator:
+    """A duration floor: an interval of 0 makes the daemon loop spin instead of sleep."""
+    seconds = parse_duration(floor)
+
+    def check(value: float) -> float:
+        if value < seconds:
+            raise ValueError(f"must be at least {floor}, got {value:g}s")
+        return value
+
+    return AfterValidator(check)
+
+
 Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
-Percent = Annotated[float, Field(gt=0, le=100)]
+Percent = Annotated[float, BeforeValidator(_not_boolean), Field(gt=0, le=100)]
+#: Floors (README's config table): below them a timer stops being a timer.
+CheckInterval = Annotated[Duration, _at_least("100ms")]
+PollInterval = Annotated[Duration, _at_least("10ms")]
+SnapshotInterval = Annotated[Duration, _at_least("100ms")]
+HookTimeout = Annotated[Duration, _at_least("100ms")]
 
 
 class _Section(BaseModel):
@@ -67,15 +95,15 @@ class RetentionConfig(_Section):
     max_bytes: Size | None = None
     mode: Literal["auto", "broker", "offline", "dry-run"] = "auto"
     protect_topics: list[str] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_TOPICS))
-    check_interval: Duration = 5.0
+    check_interval: CheckInterval = 5.0
     #: How often the daemon re-reads each filesystem's usage (one statvfs, microseconds) between
     #: inotify hints: what keeps the reaction time under a second even when events are lost.
-    usage_poll_interval: Duration = 0.25
+    usage_poll_interval: PollInterval = 0.25
     #: Offline rescue only: extra free space left for the broker's own log recovery
     #: (producer snapshots, checkpoints, index rebuilds write before it can serve).
     offline_headroom: Size = 256 * 1024**2
     #: Prefer, among equally old segments, those every consumer group has read.
-    consumer_aware: bool = True
+    consumer_aware: StrictBool = True
 
     @field_validator("protect_topics")
     @classmethod
@@ -118,7 +146,7 @@ class FlowControlConfig(_Section):
     #: Hard floor on free space, like Redpanda's storage_min_free_bytes. None = min(5 GiB, 5%).
     min_free_bytes: Size | None = None
     on_change: list[str] = Field(default_factory=list)
-    on_change_timeout: Duration = 30.0
+    on_change_timeout: HookTimeout = 30.0
     actuators: list[Literal["exec", "quota", "acl"]] = Field(default_factory=list)
     quota: QuotaConfig = Field(default_factory=QuotaConfig)
     #: ACL principal denied WRITE while overfull.
@@ -165,7 +193,7 @@ class BallastConfig(_Section):
 
 
 class SnapshotsConfig(_Section):
-    interval: Duration = 60.0
+    interval: SnapshotInterval = 60.0
     topic: str | None = None
     spool_max_bytes: Size = 64 * 1024**2
     spool_file_bytes: Size = 4 * 1024**2

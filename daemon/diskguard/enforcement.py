@@ -218,6 +218,7 @@ def plan_json(outcome_plan: Plan) -> dict[str, Any]:
                 "reason": d.reason,
                 "timestamp_source": d.timestamp_source,
                 "unconsumed_records": dict(d.unconsumed_records),
+                "groups_without_offset": list(d.groups_without_offset),
             }
             for d in outcome_plan.deletions
         ],

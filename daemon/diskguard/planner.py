@@ -17,7 +17,7 @@ partition heads popped from the heap, so planning a 3M-file tree reads a few tho
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -81,6 +81,9 @@ class Deletion:
     reason: str = "disk_usage_percent"
     #: group -> records of this segment the group has not consumed yet.
     unconsumed_records: Mapping[str, int] = field(default_factory=dict)
+    #: Groups among ``unconsumed_records`` that consume the topic but have committed nothing on
+    #: this partition: counted as having read none of it.
+    groups_without_offset: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,12 @@ class Plan:
 #: The offline headroom never asks for more than this share of a filesystem.
 HEADROOM_CAP_FRACTION = 0.05
 
-#: (topic, partition) -> group -> committed offset.
+#: (topic, partition) -> group -> committed offset (``NO_OFFSET``: the group consumes the topic
+#: but has committed nothing on this partition).
 CommittedOffsets = Mapping[tuple[str, int], Mapping[str, int]]
+
+#: A consumer group's offset on a partition it has committed nothing for (Kafka's -1).
+NO_OFFSET = -1
 
 
 def unconsumed_records(
@@ -168,6 +175,40 @@ def over_ceiling(usage: FilesystemUsage, limits: Limits, pending_bytes: int) -> 
         return False, False
     predicted = usage.used_bytes + limits.growth_bytes - pending_bytes + limits.period_growth_bytes
     return predicted > usage.used_bytes_at(limits.limit_percent), True
+
+
+def with_missing_offsets(
+    committed: CommittedOffsets, partitions: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], dict[str, int]]:
+    """Fill in ``NO_OFFSET`` for each group that consumes a topic (has a committed offset on
+    some partition of it) but none on one of ``partitions``.
+
+    OffsetFetch for all of a group's partitions answers only those with a commit, so a
+    partition the group has not read yet is simply absent; without this, absence would read as
+    "consumed everything" and its unread segments would be preferred for deletion. A group with
+    no committed offset anywhere in a topic is not counted as consuming it.
+    """
+    consumers: dict[str, set[str]] = {}
+    for (topic, _partition), groups in committed.items():
+        for group, offset in groups.items():
+            if offset >= 0:
+                consumers.setdefault(topic, set()).add(group)
+    out: dict[tuple[str, int], dict[str, int]] = {}
+    for key in {*committed, *partitions}:
+        groups_of_topic = consumers.get(key[0])
+        if not groups_of_topic:
+            continue
+        have = committed.get(key, {})
+        out[key] = {
+            group: offset if (offset := have.get(group, NO_OFFSET)) >= 0 else NO_OFFSET
+            for group in sorted(groups_of_topic)
+        }
+    return out
+
+
+def groups_without_offset(groups: Mapping[str, int]) -> tuple[str, ...]:
+    """The groups of one partition's ``with_missing_offsets`` entry that have no offset."""
+    return tuple(sorted(group for group, offset in groups.items() if offset < 0))
 
 
 def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
@@ -236,7 +277,7 @@ def plan_filesystem(
     initial_dir_excess = _dir_excess(fs, limits)
     excess = initial_excess
     log_dir_excess = dict(initial_dir_excess)
-    committed = committed or {}
+    committed = _consumers_offsets(fs, committed)
     total_needed = excess + sum(log_dir_excess.values())
     heap: list[_Head] = []
     if total_needed > 0:
@@ -275,6 +316,9 @@ def plan_filesystem(
                     head.base_offset,
                     head.next_offset,
                 ),
+                groups_without_offset=groups_without_offset(
+                    committed.get((head.topic, head.partition), {})
+                ),
             )
         )
         chosen_bytes += size
@@ -310,6 +354,15 @@ def plan_filesystem(
         latency_source=limits.latency_source,
     )
     return plan, chosen
+
+
+def _consumers_offsets(
+    fs: Filesystem, committed: CommittedOffsets | None
+) -> dict[tuple[str, int], dict[str, int]]:
+    if not committed:
+        return {}
+    keys = ((p.topic, p.partition) for d in fs.log_dirs for p in d.partitions)
+    return with_missing_offsets(committed, keys)
 
 
 def _dir_excess(fs: Filesystem, limits: Limits) -> dict[str, int]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -11,18 +11,104 @@ from rich.console import Console
 from rich.table import Table
 
 from diskguard.cli import cli, config_option, load_or_exit, no_traceback
-from diskguard.enforcement import dumps, plan_json
-from diskguard.planner import Plan
+from diskguard.enforcement import DRY_RUN, REFUSED, dumps, plan_json
+from diskguard.model import Filesystem
+from diskguard.planner import Deletion, Plan
 from diskguard.progress import progress
 from diskguard.runtime import Runtime, daemon_rates
-from diskguard.units import format_bytes
+from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms
 
 
 def _ts(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return format_timestamp_ms(ms)
 
 
-def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> None:
+def far_future_note(deletions: Sequence[Deletion]) -> str | None:
+    """Say how segments stamped past year 9999 were ordered, when there are any: Kafka's time
+    retention compares the raw largest timestamp, so to it (and to the planner) they are the
+    youngest of all, whatever the producer meant."""
+    count = sum(1 for d in deletions if d.max_timestamp_ms > MAX_DATETIME_MS)
+    if not count:
+        return None
+    return (
+        f"{count} segment(s) carry timestamps past year 9999 (producers sending µs?). Like "
+        "Kafka's time retention, diskguard orders by the raw largest timestamp, so they count "
+        "as the youngest and go last."
+    )
+
+
+def unconsumed_text(d: Deletion) -> str:
+    """``group: records`` per group that has not read all of the segment; a group that consumes
+    the topic but never committed on this partition is named as such (it has read none)."""
+    return ", ".join(
+        f"{g}: no committed offset (all {n})" if g in d.groups_without_offset else f"{g}: {n}"
+        for g, n in sorted(d.unconsumed_records.items())
+    )
+
+
+def blockers(chosen: Plan, mode: str, reason: str, scanned: Sequence[Filesystem] = ()) -> list[str]:
+    """One short sentence per filesystem the plan leaves over its limit, saying what blocks it.
+
+    Derived from the plan and the mode only (plus, from the scan, which topics are protected):
+    "Nothing to delete: every filesystem is within its limit" printed for a full disk sent
+    operators looking for a bug in the wrong place.
+    """
+    by_mount = {fs.usage.mount: fs for fs in scanned}
+    lines: list[str] = []
+    for fs in chosen.filesystems:
+        if fs.usage_percent <= fs.limit_percent and fs.excess_bytes <= 0:
+            continue
+        if fs.excess_bytes <= 0:
+            lines.append(
+                f"{fs.mount}: over its {fs.limit_percent:g}% limit, but the "
+                f"{format_bytes(fs.pending_reclaim_bytes)} already pending reclaim covers the "
+                "excess (on its way out, not freed yet); nothing more to delete."
+            )
+            continue
+        if not fs.reachable:
+            left = _what_is_left(by_mount.get(fs.mount))
+            if fs.chosen_count == 0:
+                lines.append(f"{fs.mount}: over its limit but nothing can be deleted: {left}.")
+            else:
+                lines.append(
+                    f"{fs.mount}: {format_bytes(fs.unreachable_bytes)} of the excess cannot be "
+                    f"freed: {left}."
+                )
+        if fs.chosen_count and mode == REFUSED:
+            lines.append(f"{fs.mount}: nothing will be deleted: retention refused ({reason}).")
+        elif fs.chosen_count and mode == DRY_RUN:
+            lines.append(f"{fs.mount}: nothing will be deleted: retention.mode = dry-run.")
+    return lines
+
+
+def _what_is_left(fs: Filesystem | None) -> str:
+    """Once every candidate is chosen only active segments and protected topics remain; say
+    which, naming a few protected topics that still hold closed segments."""
+    if fs is None:
+        return "only active or protected segments are left"
+    protected = sorted(
+        {
+            p.topic
+            for d in fs.log_dirs
+            for p in d.partitions
+            if p.protected and len(p.base_offsets) > 1
+        }
+    )
+    if not protected:
+        return "only active segments are left"
+    names = ", ".join(protected[:3]) + (
+        f" and {len(protected) - 3} more" if len(protected) > 3 else ""
+    )
+    return f"only active segments and protected topics ({names}) are left"
+
+
+def render_plan(
+    chosen: Plan,
+    mode: str,
+    reason: str,
+    warnings: list[str],
+    scanned: Sequence[Filesystem] = (),
+) -> None:
     console = Console(file=sys.stdout, width=max(Console().width, 120))
     fs_table = Table(title=f"Filesystems (mode: {mode} — {reason})", title_justify="left")
     for col in (
@@ -52,8 +138,13 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
     console.print(fs_table)
     for line in forecast_lines(chosen, mode):
         console.print(line)
+    blocked = blockers(chosen, mode, reason, scanned)
     if not chosen.deletions:
-        console.print("Nothing to delete: every filesystem is within its limit.")
+        console.print(
+            "Nothing to delete."
+            if blocked
+            else "Nothing to delete: every filesystem is within its limit."
+        )
     else:
         table = Table(
             title="Would delete, in this order (globally oldest first)", title_justify="left"
@@ -71,8 +162,7 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
         for i, d in enumerate(chosen.deletions, 1):
             why = d.reason
             if d.unconsumed_records:
-                groups = ", ".join(f"{g}: {n}" for g, n in sorted(d.unconsumed_records.items()))
-                why += f"; UNCONSUMED by {groups}"
+                why += f"; UNCONSUMED by {unconsumed_text(d)}"
             if d.timestamp_source != "timeindex":
                 why += f"; age from {d.timestamp_source}"
             table.add_row(
@@ -87,12 +177,11 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
         console.print(table)
         total = sum(d.bytes for d in chosen.deletions)
         console.print(f"{len(chosen.deletions)} segment(s), {format_bytes(total)}.")
-    for fs in chosen.filesystems:
-        if not fs.reachable:
-            console.print(
-                f"[bold]{fs.mount}: {format_bytes(fs.unreachable_bytes)} of the excess cannot be "
-                "freed: only active or protected segments are left.[/bold]"
-            )
+        note = far_future_note(chosen.deletions)
+        if note:
+            console.print(note)
+    for line in blocked:
+        console.print(line, style="bold", markup=False, highlight=False, soft_wrap=True)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
 
@@ -153,4 +242,10 @@ def plan_command(config_path: Path, as_json: bool) -> None:
         for warning in outcome.warnings:
             click.echo(f"warning: {warning}", err=True)
     else:
-        render_plan(outcome.plan, outcome.mode.mode, outcome.mode.reason, list(outcome.warnings))
+        render_plan(
+            outcome.plan,
+            outcome.mode.mode,
+            outcome.mode.reason,
+            list(outcome.warnings),
+            outcome.scan.filesystems,
+        )

@@ -196,6 +196,42 @@ class BrokerClient:
                 log.warning("delete_records_failed", topic=topic, partition=partition, error=error)
         return results
 
+    def metadata(self) -> Any:
+        """One Metadata round trip; raises what the client raises (``check-config``)."""
+        try:
+            return self._admin.list_topics(timeout=self.timeout)
+        finally:
+            self._serve_logs()
+
+    def acl_error(self) -> str | None:
+        """None when the broker answers DescribeAcls (an authorizer is on and we may ask),
+        else the error in one line. Changes nothing on the broker."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        flt = AclBindingFilter(  # None = any name, principal, host
+            ResourceType.ANY,
+            None,  # type: ignore[arg-type]
+            ResourcePatternType.ANY,
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        try:
+            describe = getattr(self._admin, "describe_acls")  # noqa: B009  # not in AdminApi
+            describe(flt, request_timeout=self.timeout).result(timeout=self.timeout + 2.0)
+        except Exception as exc:
+            return describe_error(exc)
+        finally:
+            self._serve_logs()
+        return None
+
     # -- broker settings and leadership --------------------------------------------------
     def broker_configs(self, broker_id: int | None) -> dict[str, str | None] | None:
         """This broker's configuration (DescribeConfigs on its BROKER resource), or None.

@@ -85,12 +85,30 @@ def cli() -> None:
 
 @cli.command("check-config")
 @config_option
+@click.option(
+    "--connect",
+    is_flag=True,
+    help="Also reach the broker and check what each configured feature needs.",
+)
 @no_traceback
-def check_config(config_path: Path) -> None:
-    """Validate the config: exit 0 when valid, 2 with one line per problem otherwise."""
+def check_config(config_path: Path, connect: bool) -> None:
+    """Validate the config: exit 0 when valid, 2 with one line per problem otherwise.
+
+    With --connect: reach the broker, learn its reclaim latency and the headroom the disks
+    need at the current write rate; exit 2 when a configured feature cannot work.
+    """
     config = load_or_exit(config_path)
     dirs = ", ".join(str(d) for d in config.broker.log_dirs)
     click.echo(f"{config_path}: ok ({len(config.broker.log_dirs)} log dir(s): {dirs})")
+    if not connect:
+        return
+    from diskguard.connectcheck import connect_checks
+
+    checks = connect_checks(config)
+    for check in checks:
+        click.echo(f"{'ok' if check.ok else 'FAIL'}: {check.line}")
+    if not all(check.ok for check in checks):
+        sys.exit(EXIT_USAGE)
 
 
 def main() -> None:

@@ -424,6 +424,7 @@ class Daemon:
                 deleted_bytes=self.deleted.take(mount),
                 flow_state="overfull" if state.overfull else "normal",
                 alert_level=state.alert_level or 0,
+                reclaim=_snapshot_reclaim(self.memory.reclaim.get(mount)),
             )
             if self.spool is not None:
                 self.spool.append(record)
@@ -644,6 +645,23 @@ class Daemon:
             return
         if done:
             log.info("offline_recovered", segments=len(done))
+
+
+#: The reclaim view's fields a snapshot record carries (docs/snapshots.md).
+_SNAPSHOT_RECLAIM_KEYS = (
+    "growth_bytes_per_s",
+    "check_interval_s",
+    "delete_delay_s",
+    "latency_p50_s",
+    "latency_max_s",
+    "latency_samples",
+)
+
+
+def _snapshot_reclaim(view: dict[str, Any] | None) -> dict[str, Any] | None:
+    if view is None:
+        return None
+    return {key: view.get(key) for key in _SNAPSHOT_RECLAIM_KEYS}
 
 
 def fsusage_contains(mount: str, path: Path | None) -> bool:

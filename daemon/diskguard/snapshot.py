@@ -33,12 +33,14 @@ def build_snapshot(
     deleted_bytes: int,
     flow_state: str,
     alert_level: int,
+    reclaim: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The record for one filesystem at ``ts_ms``.
 
-    ``topic_bytes`` maps topic -> ``(partitions, bytes)`` for the partitions on this
-    filesystem only. ``deleted_bytes`` is what diskguard freed here since the previous
-    snapshot (see :class:`DeletedBytesCounter`). Topics are listed biggest first so that a
+    ``reclaim`` (optional) is the daemon's view of the broker's reclaim latency and the
+    filesystem's write rate. ``topic_bytes`` maps topic -> ``(partitions, bytes)`` for the
+    partitions on this filesystem only. ``deleted_bytes`` is what diskguard freed here since
+    the previous snapshot (see :class:`DeletedBytesCounter`). Topics are listed biggest first so that a
     truncated view (a log line, a dashboard) still shows what matters. Bad values raise
     ValueError: a malformed record would poison the fleet aggregation far from its cause.
     """
@@ -74,6 +76,8 @@ def build_snapshot(
         "flow_state": flow_state,
         "alert_level": int(alert_level),
         "topics": topics,
+        # Optional (null when unknown): the broker's reclaim latency, measured, and the rate.
+        "reclaim": dict(reclaim) if reclaim is not None else None,
     }
 
 

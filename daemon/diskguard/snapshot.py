@@ -40,8 +40,9 @@ def build_snapshot(
     ``reclaim`` (optional) is the daemon's view of the broker's reclaim latency and the
     filesystem's write rate. ``topic_bytes`` maps topic -> ``(partitions, bytes)`` for the
     partitions on this filesystem only. ``deleted_bytes`` is what diskguard freed here since
-    the previous snapshot (see :class:`DeletedBytesCounter`). Topics are listed biggest first so that a
-    truncated view (a log line, a dashboard) still shows what matters. Bad values raise
+    the previous snapshot (see :class:`DeletedBytesCounter`). Topics are listed biggest
+    first so that a truncated view (a log line, a dashboard) still shows what matters. Bad
+    values raise
     ValueError: a malformed record would poison the fleet aggregation far from its cause.
     """
     if flow_state not in FLOW_STATES:

@@ -16,7 +16,7 @@ import re
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from diskguard import fsusage, offsetindex, recordbatch, timeindex
@@ -24,6 +24,7 @@ from diskguard.model import (
     DELETED_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
     Filesystem,
+    FilesystemUsage,
     LogDir,
     Partition,
     PartitionDirKind,
@@ -495,11 +496,11 @@ def _max_batch_timestamp(log_path: str, start: int) -> int | None:
 
 
 def group_by_filesystem(log_dirs: Iterable[str]) -> dict[str, list[str]]:
-    """mount point -> log dirs on it (several log dirs may share one filesystem)."""
+    """Mount label -> log dirs on that *device* (several log dirs may share one filesystem,
+    whatever mount point leads to each); see ``fsusage.group_by_device``."""
     out: dict[str, list[str]] = {}
-    for log_dir in log_dirs:
-        mount, _device = fsusage.mount_of(log_dir)
-        out.setdefault(mount, []).append(log_dir)
+    for group in fsusage.group_by_device(log_dirs):
+        out.setdefault(group.mount, []).extend(group.paths)
     return out
 
 
@@ -514,47 +515,64 @@ def scan(
 ) -> ScanResult:
     """Scan every log dir and group them by filesystem with ``df``-exact usage.
 
+    A filesystem is a *device* (``st_dev`` of the log dir), not a mount point: log dirs
+    reached through a bind mount of the same device share one heap and one excess, labelled
+    with the first mount point seen for it. The same directory named twice (two paths to one
+    inode) is scanned once, or its segments would be planned twice.
     ``requested_log_start``: log dir -> (topic, partition) -> offset asked of the broker.
     """
     protect = [re.compile(p) for p in protect_topics]
-    by_mount: dict[str, list[LogDir]] = {}
+    filesystems: list[Filesystem] = []
     topics_by_mount: dict[str, dict[str, TopicUsage]] = {}
     warnings: list[str] = []
-    usages = {}
-    for raw in log_dirs:
-        log_dir = str(raw)
-        try:
-            mount, device = fsusage.mount_of(log_dir)
-            usage = fsusage.filesystem_usage(log_dir) if mount not in usages else None
-        except OSError as exc:
-            # A log dir that vanished or whose disk was unmounted: say so, guard the rest.
-            warnings.append(f"{log_dir}: log dir unreadable ({exc.strerror or exc}); skipped")
-            continue
-        if usage is not None:
-            usages[mount] = replace(usage, mount=mount, device=device)
-        topic_acc: dict[str, list[int]] = {}
-        scanned = scan_log_dir(
-            log_dir,
-            mount,
-            protect,
-            full=full,
-            topics=topic_acc if full else None,
-            requested_log_start=(requested_log_start or {}).get(log_dir),
-            use_log_start=use_log_start,
-            on_partition=on_partition,
-            cache=cache,
-        )
-        warnings.extend(scanned.warnings)
-        by_mount.setdefault(mount, []).append(scanned)
-        if full:
-            merged = topics_by_mount.setdefault(mount, {})
-            for topic, (parts, size) in topic_acc.items():
-                prev = merged.get(topic, TopicUsage(0, 0))
-                merged[topic] = TopicUsage(prev.partitions + parts, prev.bytes + size)
+    paths = [str(raw) for raw in log_dirs]
+    try:
+        groups = fsusage.group_by_device(paths)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        return ScanResult((), {}, tuple(f"{d}: log dir unreadable ({why}); skipped" for d in paths))
+    seen_dirs: dict[tuple[int, int], str] = {}
+    for group in groups:
+        usage: FilesystemUsage | None = None
+        scanned_dirs: list[LogDir] = []
+        for log_dir in group.paths:
+            try:
+                st = os.stat(log_dir)
+                if usage is None:
+                    usage = fsusage.usage_of(log_dir, group.mount, group.device)
+            except OSError as exc:
+                # A log dir that vanished or whose disk was unmounted: say so, guard the rest.
+                warnings.append(f"{log_dir}: log dir unreadable ({exc.strerror or exc}); skipped")
+                continue
+            first = seen_dirs.setdefault((st.st_dev, st.st_ino), log_dir)
+            if first != log_dir:
+                warnings.append(
+                    f"{log_dir}: the same directory as log dir {first} (another path to it); "
+                    "scanned once"
+                )
+                continue
+            topic_acc: dict[str, list[int]] = {}
+            scanned = scan_log_dir(
+                log_dir,
+                group.mount,
+                protect,
+                full=full,
+                topics=topic_acc if full else None,
+                requested_log_start=(requested_log_start or {}).get(log_dir),
+                use_log_start=use_log_start,
+                on_partition=on_partition,
+                cache=cache,
+            )
+            warnings.extend(scanned.warnings)
+            scanned_dirs.append(scanned)
+            if full:
+                merged = topics_by_mount.setdefault(group.mount, {})
+                for topic, (parts, size) in topic_acc.items():
+                    prev = merged.get(topic, TopicUsage(0, 0))
+                    merged[topic] = TopicUsage(prev.partitions + parts, prev.bytes + size)
+        if usage is not None and scanned_dirs:
+            filesystems.append(Filesystem(usage=usage, log_dirs=tuple(scanned_dirs)))
     if cache is not None:
         cache.prune()
-    filesystems = tuple(
-        Filesystem(usage=usages[mount], log_dirs=tuple(dirs))
-        for mount, dirs in sorted(by_mount.items())
-    )
-    return ScanResult(filesystems, topics_by_mount, tuple(warnings))
+    filesystems.sort(key=lambda fs: fs.usage.mount)
+    return ScanResult(tuple(filesystems), topics_by_mount, tuple(warnings))

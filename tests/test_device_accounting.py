@@ -1,0 +1,164 @@
+"""Bytes as the device sees them, on real loop-mounted ext4.
+
+- Excess is per *device*: a log dir reached through a bind mount of the same ext4 is the same
+  filesystem, with one heap and one excess, however many mount points lead there.
+- A segment's bytes are what deleting it frees: files with another hard link free nothing, so
+  such a segment is never chosen, and two names of one inode are counted once.
+- ``enforce --once`` judges the usage measured after the cycle, not the plan's hope.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from diskguard.config import load_config
+from diskguard.daemon import Daemon
+from diskguard.scan import scan
+from fsfixtures import fill, loop_ext4
+from kafkagen import SegmentSpec, write_log_dir
+from test_retention_e2e import df_percent, disk_free, run_cli
+
+MiB = 1024**2
+BASE_TS = 1_700_000_000_000
+
+
+@pytest.fixture()
+def disk() -> Iterator[Path]:
+    with loop_ext4(64 * MiB) as mount:
+        yield mount
+
+
+@contextlib.contextmanager
+def bind_mount(source: Path, target: Path) -> Iterator[Path]:
+    target.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+
+
+def config(tmp: Path, log_dirs: list[Path], **retention: object) -> Path:
+    lines = [
+        "[broker]",
+        f"log_dirs = {json.dumps([str(d) for d in log_dirs])}",
+        "[retention]",
+        *(f"{k} = {json.dumps(v)}" for k, v in retention.items()),
+        "[daemon]",
+        f'state_dir = "{tmp / "state"}"',
+    ]
+    path = tmp / "diskguard.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def files_under(root: Path) -> dict[str, int]:
+    return {str(p): os.lstat(p).st_ino for p in root.rglob("*") if p.is_file()}
+
+
+def events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def over_limit(mount: Path, margin: float = 4) -> float:
+    """Fill the disk, then return a limit ``margin`` percent under its usage."""
+    fill(mount / "filler", int(disk_free(mount) * 0.6))
+    return round(df_percent(mount) - margin, 1)
+
+
+# -- item 3: one heap per device --------------------------------------------------------------
+
+
+def two_log_dirs(mount: Path) -> dict[tuple[str, str, int, int], tuple[int, list[Path]]]:
+    """Two log dirs on one ext4, timestamps interleaved across them: dir, topic, partition,
+    base offset -> (max timestamp, files)."""
+    truth = {}
+    for d_index, name in enumerate(["logs-a", "logs-b"]):
+        parts = {}
+        for t_index, topic in enumerate([f"{name}-orders", f"{name}-clicks"]):
+            for p in range(2):
+                parts[(topic, p)] = [
+                    SegmentSpec(
+                        records=25,
+                        payload_size=10_000,
+                        first_timestamp_ms=BASE_TS
+                        + (s * 8 + t_index * 4 + p * 2 + d_index) * 60_000,
+                        timestamp_step_ms=10,
+                        records_per_batch=5,
+                    )
+                    for s in range(4)
+                ]
+        layout = write_log_dir(mount / name, parts)
+        for (topic, p), part in layout.partitions.items():
+            for seg in part.closed:
+                truth[(name, topic, p, seg.base_offset)] = (seg.max_timestamp_ms, list(seg.files))
+    return truth
+
+
+def test_a_bind_mount_of_the_same_device_is_one_filesystem_with_one_excess(
+    disk: Path, tmp_path: Path
+) -> None:
+    truth = two_log_dirs(disk)
+    limit = over_limit(disk)
+    with bind_mount(disk, tmp_path / "bind") as bind:
+        log_dirs = [disk / "logs-a", bind / "logs-b"]
+        cfg = config(
+            tmp_path, log_dirs, disk_usage_percent=limit, mode="offline", offline_headroom=0
+        )
+
+        proc = run_cli("plan", "-c", str(cfg), "--json")
+        assert proc.returncode == 0, proc.stderr
+        plan = json.loads(proc.stdout)
+        assert len(plan["filesystems"]) == 1, plan["filesystems"]
+        fs = plan["filesystems"][0]
+        assert fs["mount"] == str(disk)  # the first mount point seen for the device
+        assert fs["log_dirs"] == [str(d) for d in log_dirs]
+        assert {d["mount"] for d in plan["deletions"]} == {str(disk)}
+        chosen = [
+            (Path(d["log_dir"]).name, d["topic"], d["partition"], d["base_offset"])
+            for d in plan["deletions"]
+        ]
+        order = sorted(truth, key=lambda k: (truth[k][0], k))
+        assert chosen == order[: len(chosen)], "not the global-oldest prefix across both dirs"
+        assert {c[0] for c in chosen} == {"logs-a", "logs-b"}
+        covered = sum(d["bytes"] for d in plan["deletions"])
+        assert covered >= fs["excess_bytes"] > covered - plan["deletions"][-1]["bytes"]
+
+        before = {**files_under(disk / "logs-a"), **files_under(disk / "logs-b")}
+        proc = run_cli("enforce", "--once", "-c", str(cfg))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert df_percent(disk) <= limit
+        after = {**files_under(disk / "logs-a"), **files_under(disk / "logs-b")}
+        gone = set(before) - set(after)
+        assert gone == {str(f) for c in chosen for f in truth[c][1]}
+        cycles = [e for e in events(proc.stdout) if e["event"] == "retention_cycle"]
+        assert len(cycles) == 1 and cycles[0]["mount"] == str(disk)
+
+
+def test_the_same_log_dir_through_two_paths_is_scanned_once(disk: Path, tmp_path: Path) -> None:
+    two_log_dirs(disk)
+    with bind_mount(disk, tmp_path / "bind") as bind:
+        result = scan([disk / "logs-a", bind / "logs-a"], [])
+    assert len(result.filesystems) == 1
+    assert [d.path for d in result.filesystems[0].log_dirs] == [str(disk / "logs-a")]
+    assert any(str(bind / "logs-a") in w and "same directory" in w for w in result.warnings)
+
+
+def test_the_daemon_watches_one_filesystem_per_device(disk: Path, tmp_path: Path) -> None:
+    two_log_dirs(disk)
+    with bind_mount(disk, tmp_path / "bind") as bind:
+        log_dirs = [disk / "logs-a", bind / "logs-b"]
+        daemon = Daemon(load_config(config(tmp_path, log_dirs, disk_usage_percent=99.0)))
+        try:
+            assert daemon.mounts == {str(disk): [str(d) for d in log_dirs]}
+            assert list(daemon._read_usage()) == [str(disk)]
+        finally:
+            daemon._teardown()

@@ -21,10 +21,12 @@ import pytest
 
 from diskguard.config import load_config
 from diskguard.daemon import Daemon
+from diskguard.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
+from diskguard.planner import Limits, plan_filesystem
 from diskguard.scan import scan
 from fsfixtures import fill, loop_ext4
 from kafkagen import SegmentSpec, write_log_dir
-from test_retention_e2e import df_percent, disk_free, run_cli
+from test_retention_e2e import build, df_percent, disk_free, expected_order, run_cli
 
 MiB = 1024**2
 BASE_TS = 1_700_000_000_000
@@ -162,3 +164,129 @@ def test_the_daemon_watches_one_filesystem_per_device(disk: Path, tmp_path: Path
             assert list(daemon._read_usage()) == [str(disk)]
         finally:
             daemon._teardown()
+
+
+# -- item 5: hard links ---------------------------------------------------------------------
+
+
+def link_out(files: list[Path], backup: Path) -> None:
+    backup.mkdir(exist_ok=True)
+    for f in files:
+        os.link(f, backup / f"{f.parent.name}-{f.name}")
+
+
+def test_hard_linked_segments_are_never_chosen_and_enforce_exits_1_without_repeat(
+    disk: Path, tmp_path: Path
+) -> None:
+    log_dir, truth = build(disk)
+    # A backup tool's hard links: deleting the log dir's names frees none of these bytes.
+    link_out([f for k in expected_order(truth) for f in truth[k][1]], disk / "backup")
+    limit = over_limit(disk)
+    cfg = config(tmp_path, [log_dir], disk_usage_percent=limit, mode="offline")
+
+    proc = run_cli("plan", "-c", str(cfg), "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["deletions"] == []
+    assert plan["filesystems"][0]["unreachable_bytes"] > 0
+    assert "hard link" in proc.stderr and "00000000000000000000" in proc.stderr
+
+    before = files_under(log_dir)
+    for _run in range(2):
+        proc = run_cli("enforce", "--once", "-c", str(cfg))
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert files_under(log_dir) == before, "deleted a segment that frees nothing"
+        assert not [e for e in events(proc.stdout) if e["event"] == "segment_deleted"]
+
+
+def test_a_hard_linked_head_stops_its_partition_and_the_rest_is_planned(
+    disk: Path, tmp_path: Path
+) -> None:
+    log_dir, truth = build(disk)
+    order = expected_order(truth)
+    pinned = order[0]  # the globally oldest segment
+    assert pinned[:2] == ("orders", 0)
+    link_out(truth[pinned][1][:1], disk / "backup")  # only its .log has another link
+    limit = over_limit(disk, margin=2)
+    cfg = config(tmp_path, [log_dir], disk_usage_percent=limit, mode="offline", offline_headroom=0)
+
+    proc = run_cli("plan", "-c", str(cfg), "--json")
+    assert proc.returncode == 0, proc.stderr
+    chosen = [
+        (d["topic"], d["partition"], d["base_offset"]) for d in json.loads(proc.stdout)["deletions"]
+    ]
+    rest = [k for k in order if k[:2] != ("orders", 0)]
+    assert chosen and chosen == rest[: len(chosen)], "orders-0 must go no further this cycle"
+    assert f"orders-0/{pinned[2]:020d}" in proc.stderr
+
+    before = files_under(log_dir)
+    proc = run_cli("enforce", "--once", "-c", str(cfg))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert df_percent(disk) <= limit
+    gone = set(before) - set(files_under(log_dir))
+    assert gone == {str(f) for k in chosen for f in truth[k][1]}
+
+
+def test_two_names_of_one_inode_are_counted_once(disk: Path) -> None:
+    layout = write_log_dir(
+        disk / "logs",
+        {("orders", 0): [SegmentSpec(records=20, payload_size=5_000)] * 3},
+        log_start_offsets={("orders", 0): 20},  # the first segment is pending reclaim
+    )
+    part = layout.partitions[("orders", 0)]
+    first, second = part.segments[0], part.segments[1]
+    # Another name inside the log dir for a live segment and for the top-level checkpoint dir
+    # entry: the same inodes, not more bytes.
+    os.link(second.log_path, part.path / "copy-of-second.bak")
+    os.link(second.log_path, disk / "logs" / "second.bak")
+    # The segment pending reclaim also has a name outside the log dir: removing it frees nothing.
+    link_out([first.log_path], disk / "backup")
+    # A -delete dir whose two names of one inode both go with it: freed once.
+    gone_dir = disk / "logs" / "orders-1.0123456789abcdef0123456789abcdef-delete"
+    gone_dir.mkdir()
+    fill(gone_dir / "00000000000000000000.log", 256 * 1024)
+    os.link(gone_dir / "00000000000000000000.log", gone_dir / "00000000000000000000.log.deleted")
+
+    def allocated(path: Path) -> int:
+        return os.lstat(path).st_blocks * 512
+
+    seen: dict[tuple[int, int], int] = {}
+    for root, _dirs, names in os.walk(disk / "logs"):
+        for name in names:
+            st = os.lstat(os.path.join(root, name))
+            seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+
+    result = scan([disk / "logs"], [], full=True)
+    (log_dir,) = result.filesystems[0].log_dirs
+    assert log_dir.kafka_bytes == sum(seen.values())
+    first_freeable = sum(allocated(f) for f in first.files if f != first.log_path)
+    assert log_dir.pending_reclaim_bytes == first_freeable + allocated(
+        gone_dir / "00000000000000000000.log"
+    )
+    topic = result.topics_by_mount[str(disk)]["orders"]
+    unique_in_partition = {
+        (os.lstat(p).st_dev, os.lstat(p).st_ino): allocated(p)
+        for p in part.path.iterdir()
+        if p.is_file()
+    }
+    assert topic.bytes == sum(unique_in_partition.values())
+
+
+def test_the_planner_never_chooses_a_segment_that_frees_nothing() -> None:
+    """Pure planner: a head with shared files stops its partition; the rest still plans."""
+    usage = FilesystemUsage("/d", "/dev/x", 100 * MiB, 90 * MiB, 10 * MiB)
+    parts = [
+        Partition("/d/k", "a", 0, "/d/k/a-0", (0, 10, 20)),
+        Partition("/d/k", "b", 0, "/d/k/b-0", (0, 10, 20)),
+    ]
+    fs = Filesystem(usage, (LogDir("/d/k", "/d", tuple(parts)),))
+
+    def read(part: Partition, base: int) -> SegmentInfo:
+        files = (f"{part.path}/{base:020d}.log",)
+        shared = files if (part.topic, base) == ("a", 0) else ()
+        age = {("a", 0): 1, ("b", 0): 2, ("a", 10): 3, ("b", 10): 4}[(part.topic, base)]
+        return SegmentInfo(0 if shared else 4 * MiB, age, "timeindex", files, shared)
+
+    fs_plan, chosen = plan_filesystem(fs, Limits(80.0, 70.0), read)
+    assert [(d.topic, d.base_offset) for d in chosen] == [("b", 0), ("b", 10)]
+    assert fs_plan.unreachable_bytes > 0

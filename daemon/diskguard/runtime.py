@@ -263,7 +263,7 @@ class Runtime:
                     "retention_target_unreachable",
                     mount=fs.mount,
                     unreachable_bytes=fs.unreachable_bytes,
-                    reason="only active or protected segments are left",
+                    reason="only active, protected or hard-linked segments are left",
                 )
 
 

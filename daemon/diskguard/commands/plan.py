@@ -89,7 +89,7 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
         if not fs.reachable:
             console.print(
                 f"[bold]{fs.mount}: {format_bytes(fs.unreachable_bytes)} of the excess cannot be "
-                "freed: only active or protected segments are left.[/bold]"
+                "freed: only active, protected or hard-linked segments are left.[/bold]"
             )
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)

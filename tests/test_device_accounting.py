@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import subprocess
@@ -19,13 +20,17 @@ from typing import Any
 
 import pytest
 
+from diskguard.brokerclient import BrokerClient
 from diskguard.config import load_config
 from diskguard.daemon import Daemon
+from diskguard.logs import configure_logging
 from diskguard.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
 from diskguard.planner import Limits, plan_filesystem
+from diskguard.runtime import Runtime
 from diskguard.scan import scan
 from fsfixtures import fill, loop_ext4
-from kafkagen import SegmentSpec, write_log_dir
+from kafkagen import SegmentSpec, hold_lock, write_log_dir
+from test_broker_mode import AcceptingAdmin
 from test_retention_e2e import build, df_percent, disk_free, expected_order, run_cli
 
 MiB = 1024**2
@@ -290,3 +295,74 @@ def test_the_planner_never_chooses_a_segment_that_frees_nothing() -> None:
     fs_plan, chosen = plan_filesystem(fs, Limits(80.0, 70.0), read)
     assert [(d.topic, d.base_offset) for d in chosen] == [("b", 0), ("b", 10)]
     assert fs_plan.unreachable_bytes > 0
+
+
+# -- exit code and retention_cycle from the usage measured after the cycle -------------------
+
+
+def test_enforce_exit_code_is_the_measured_usage_not_the_plans_hope(
+    disk: Path, tmp_path: Path
+) -> None:
+    log_dir, _truth = build(disk)
+    limit = over_limit(disk)
+    cfg = config(tmp_path, [log_dir], disk_usage_percent=limit, mode="offline")
+    proc = run_cli("plan", "-c", str(cfg), "--json")
+    chosen = json.loads(proc.stdout)["deletions"]
+    assert chosen
+    # Another process (a backup reader, `tail -f`) has the chosen files open: unlinking them
+    # frees nothing until it closes them, so df stays over the limit.
+    fds = [os.open(f, os.O_RDONLY) for d in chosen for f in d["files"]]
+    try:
+        proc = run_cli("enforce", "--once", "-c", str(cfg))
+        measured = df_percent(disk)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    deleted = [e for e in events(proc.stdout) if e["event"] == "segment_deleted"]
+    assert len(deleted) == len(chosen)
+    assert measured > limit
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{disk}: over its {limit}% limit after the cycle" in proc.stderr
+    (cycle,) = [e for e in events(proc.stdout) if e["event"] == "retention_cycle"]
+    assert cycle["usage_after"] > limit
+    assert abs(cycle["usage_after"] - measured) < 0.5
+
+
+class FillingAdmin(AcceptingAdmin):
+    """Accepts DeleteRecords while producers fill the disk faster than the broker will free."""
+
+    def __init__(self, filler: Path, nbytes: int) -> None:
+        super().__init__()
+        self.filler, self.nbytes = filler, nbytes
+
+    def delete_records(self, tps: Any, **kwargs: Any) -> Any:
+        fill(self.filler, self.nbytes)
+        return super().delete_records(tps, **kwargs)
+
+
+def test_broker_mode_exit_code_and_event_use_measured_usage_net_of_pending(
+    disk: Path, tmp_path: Path
+) -> None:
+    log_dir, _truth = build(disk)
+    limit = over_limit(disk)
+    cfg = config(tmp_path, [log_dir], disk_usage_percent=limit, mode="broker")
+    cfg.write_text(
+        cfg.read_text().replace("[retention]", 'bootstrap_servers = "127.0.0.1:1"\n[retention]')
+    )
+    admin = FillingAdmin(disk / "growth", int(disk_free(disk) * 0.5))
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    try:
+        with hold_lock(log_dir), Runtime(load_config(cfg)) as runtime:
+            runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+            outcome = runtime.cycle(act=True)
+    finally:
+        configure_logging()
+    assert outcome.results and all(r.ok for r in outcome.results)
+    assert outcome.plan.reachable  # the plan covered the excess it saw...
+    measured = df_percent(disk)
+    assert measured > limit + 4  # ...but the disk grew past what the broker will remove
+    assert outcome.exit_code() == 1
+    (cycle,) = [e for e in events(out.getvalue()) if e["event"] == "retention_cycle"]
+    assert cycle["usage_after"] > cycle["usage_before"]
+    assert abs(cycle["usage_after"] - measured) < 0.5

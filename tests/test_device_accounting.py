@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from diskguard import fsusage
 from diskguard.brokerclient import BrokerClient
 from diskguard.config import load_config
 from diskguard.daemon import Daemon
@@ -157,6 +158,23 @@ def test_the_same_log_dir_through_two_paths_is_scanned_once(disk: Path, tmp_path
     assert len(result.filesystems) == 1
     assert [d.path for d in result.filesystems[0].log_dirs] == [str(disk / "logs-a")]
     assert any(str(bind / "logs-a") in w and "same directory" in w for w in result.warnings)
+
+
+def test_group_by_device_keeps_config_order_and_isolates_unreadable_paths(
+    disk: Path, tmp_path: Path
+) -> None:
+    (disk / "a").mkdir()
+    (disk / "b").mkdir()
+    (tmp_path / "c").mkdir()
+    with bind_mount(disk, tmp_path / "bind") as bind:
+        paths = [bind / "b", tmp_path / "c", disk / "a", tmp_path / "gone"]
+        groups = fsusage.group_by_device(paths)
+    assert [(g.mount, g.paths) for g in groups] == [
+        (str(bind), (str(bind / "b"), str(disk / "a"))),  # the first path's mount labels it
+        (fsusage.mount_of(tmp_path).mount_point, (str(tmp_path / "c"),)),
+        (fsusage.mount_of(tmp_path).mount_point, (str(tmp_path / "gone"),)),
+    ]
+    assert groups[0].dev == os.stat(disk).st_dev and groups[2].dev is None
 
 
 def test_the_daemon_watches_one_filesystem_per_device(disk: Path, tmp_path: Path) -> None:

@@ -212,7 +212,7 @@ def test_hard_linked_segments_are_never_chosen_and_enforce_exits_1_without_repea
     plan = json.loads(proc.stdout)
     assert plan["deletions"] == []
     assert plan["filesystems"][0]["unreachable_bytes"] > 0
-    assert "hard link" in proc.stderr and "00000000000000000000" in proc.stderr
+    assert "hard-linked elsewhere" in proc.stderr and "00000000000000000000" in proc.stderr
 
     before = files_under(log_dir)
     for _run in range(2):

@@ -162,14 +162,6 @@ def _tree_stats(path: str) -> list[os.stat_result]:
     return out
 
 
-def _tree_bytes(path: str) -> int:
-    """Allocated bytes under ``path``, each inode once."""
-    tally = InodeTally()
-    for st in _tree_stats(path):
-        tally.add(st)
-    return tally.allocated
-
-
 @dataclass(frozen=True)
 class _PartitionListing:
     bases: frozenset[int]
@@ -246,6 +238,9 @@ class ListingCache:
     files are stat'ed again. A directory changed within the last ``settle_s`` seconds is not
     cached, as a change in the same clock tick could go unseen. This is what keeps the idle
     daemon's periodic rescan of a large log dir to one ``stat`` per partition.
+    A hard link made from elsewhere to a cached file does not touch this directory, so the link
+    counts kept here can lag until it changes: that only delays reported Kafka bytes, since
+    the planner re-stats every segment it considers (``SegmentFileReader``).
     """
 
     def __init__(self, settle_s: float = 2.0) -> None:
@@ -510,10 +505,10 @@ class SegmentFileReader:
         if shared:
             self.warnings.append(
                 f"{partition.path}/{base_offset:020d}: "
-                f"{', '.join(os.path.basename(p) for p in shared)} also has another hard link "
-                "(a backup?): deleting the segment would lose its records and free none of "
-                f"those bytes, so it is kept and {partition.topic}-{partition.partition} is not "
-                "trimmed past it this cycle"
+                f"{', '.join(os.path.basename(p) for p in shared)} hard-linked elsewhere too "
+                "(st_nlink > 1; a backup?): deleting the segment would lose its records and "
+                f"free none of those bytes, so it is kept and {partition.topic}-"
+                f"{partition.partition} is not trimmed past it this cycle"
             )
         key = tuple(identity)
         cached = self.ages.get(key) if self.ages is not None else None

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from diskguard import fsusage
 from diskguard.atomicfile import fsync_dir, read_json, write_json_atomic
 from diskguard.config import BallastConfig
 from diskguard.flowstate import FlowLimits, Transition
@@ -246,13 +245,18 @@ class Ballast:
         """Re-arm after the ballast's own filesystem clears overfull. Never raises."""
         if transition.event != "overfull_cleared" or self.path is None or not self.released:
             return
+        # By device: the transition's mount labels a device, which the ballast may reach
+        # through another mount point (a bind mount).
         try:
-            mount = fsusage.mount_of(str(self.path.parent)).mount_point
-        except (OSError, ValueError) as exc:
+            ballast_dev = os.stat(self.path.parent).st_dev
+        except OSError as exc:
             _log().error("ballast_mount_unknown", path=str(self.path), error=str(exc))
             return
-        if mount != transition.mount:
-            return
+        try:
+            if os.stat(transition.mount).st_dev != ballast_dev:
+                return
+        except OSError:
+            return  # not a filesystem this host has (any more): not the ballast's
         try:
             self.rearm()
         except OSError as exc:

@@ -119,12 +119,14 @@ class Daemon:
         state_dir = Path(config.daemon.state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.runtime = Runtime(config)
+        # One entry per device (st_dev), whatever mount point leads to it: a bind mount of
+        # the same disk is the same filesystem. The key is the label, the first mount point
+        # seen for the device, as scan() labels it (metrics, state.json, snapshots).
         self.mounts: dict[str, list[str]] = {}
         self.devices: dict[str, str] = {}
-        for log_dir in config.broker.log_dirs:
-            mount, device = fsusage.mount_of(str(log_dir))
-            self.mounts.setdefault(mount, []).append(str(log_dir))
-            self.devices[mount] = device
+        for group in fsusage.group_by_device([str(d) for d in config.broker.log_dirs]):
+            self.mounts.setdefault(group.mount, []).extend(group.paths)
+            self.devices[group.mount] = group.device
         self.actuators = Actuators(config, state_dir, on_failure=self.metrics.actuator_failed)
         self.ballast = Ballast(config.ballast, state_dir) if config.ballast.path else None
         self.spool: Spool | None = None
@@ -236,11 +238,11 @@ class Daemon:
         out = {}
         for mount, dirs in self.mounts.items():
             try:
-                usage = fsusage.filesystem_usage(dirs[0])
+                usage = fsusage.usage_of(dirs[0], mount, self.devices[mount])
             except OSError as exc:
                 log.error("usage_read_failed", mount=mount, error=exc.strerror or str(exc))
                 continue
-            out[mount] = replace(usage, mount=mount, device=self.devices[mount])
+            out[mount] = usage
             self.runtime.observe_usage(mount, time.monotonic(), usage.used_bytes)
         return out
 
@@ -665,10 +667,12 @@ def _snapshot_reclaim(view: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def fsusage_contains(mount: str, path: Path | None) -> bool:
+    """Whether ``path`` lives on the device labelled ``mount`` (by ``st_dev``, so a path
+    through another mount point of the same device counts)."""
     if path is None:
         return False
     try:
-        return fsusage.mount_of(str(path.parent))[0] == mount
+        return os.stat(path.parent).st_dev == os.stat(mount).st_dev
     except OSError:
         return False
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from diskguard.atomicfile import read_json, write_json_atomic
 from diskguard.config import Config
-from diskguard.model import Filesystem
+from diskguard.model import Filesystem, FilesystemUsage
 from diskguard.planner import CommittedOffsets, Deletion, FilesystemPlan, Limits, Plan, plan
 from diskguard.reclaim import Forecast
 from diskguard.scan import AgeCache, ListingCache, ScanResult, SegmentFileReader, scan
@@ -152,6 +152,10 @@ class CycleOutcome:
     results: tuple[Any, ...] = ()
     warnings: tuple[str, ...] = ()
     duration_s: float = 0.0
+    #: mount -> df's view measured (statvfs) after the cycle acted; a None value means the
+    #: measurement failed. None when the cycle did not act (``plan``): then the scan's usage
+    #: is the latest there is.
+    measured: Mapping[str, FilesystemUsage | None] | None = None
 
     @property
     def refused(self) -> bool:
@@ -165,13 +169,55 @@ class CycleOutcome:
     def freed_bytes(self) -> int:
         return sum(r.freed_bytes for r in self.results if r.ok)
 
+    def usage_after(self, fs: FilesystemPlan) -> FilesystemUsage | None:
+        """``fs`` as measured after the cycle (None: the measurement failed)."""
+        if self.measured is None:
+            return FilesystemUsage(
+                fs.mount, fs.device, fs.total_bytes, fs.used_bytes, fs.available_bytes
+            )
+        return self.measured.get(fs.mount)
+
+    def pending_after(self, fs: FilesystemPlan) -> int:
+        """Bytes of ``fs`` someone else will still remove after this cycle.
+
+        Broker mode: what was pending at the scan plus what the broker accepted to delete now
+        (it removes the files at its next retention check). Offline nobody else removes
+        anything: what counts is what is gone.
+        """
+        if self.mode.mode == OFFLINE:
+            return 0
+        accepted: int = sum(
+            r.freed_bytes for r in self.results if r.ok and r.deletion.mount == fs.mount
+        )
+        return fs.pending_reclaim_bytes + accepted
+
+    def at_or_under_limit(self, fs: FilesystemPlan) -> bool:
+        """Measured usage, net of ``pending_after``, at or under the usage limit.
+
+        The measurement, not the plan, decides: a deletion can free less than planned (a file
+        still open elsewhere, a hard link made since the scan) and the disk keeps filling
+        while the cycle runs. A failed measurement is not "under".
+        """
+        usage = self.usage_after(fs)
+        if usage is None:
+            return False
+        capacity = usage.used_bytes + usage.available_bytes
+        if capacity <= 0:
+            return True
+        used = max(0, usage.used_bytes - self.pending_after(fs))
+        return 100.0 * used / capacity <= fs.limit_percent
+
     def exit_code(self) -> int:
-        """``enforce --once``: 0 under limit (or covered), 1 unreachable, 3 refused."""
+        """``enforce --once``: 0 at/under limit measured after the cycle (net of what the
+        broker will remove), 1 limit unreachable / a deletion failed / still over, 3 refused.
+        """
         if self.refused:
             return 3
         if not self.plan.reachable or self.failed:
             return 1
         if self.mode.mode == DRY_RUN and self.plan.deletions:
+            return 1
+        if not all(self.at_or_under_limit(fs) for fs in self.plan.filesystems):
             return 1
         return 0
 

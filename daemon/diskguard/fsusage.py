@@ -6,18 +6,31 @@ KIP-61's limit is "percent of the disk in use by anything", and operators check 
 available), ``available = f_bavail * f_frsize`` (what a non-root broker may still write), and
 Use% = ``used / (used + available)``, which df rounds up to an integer.
 
-Two log dirs on one device must share one limit, so the mount (from
-``/proc/self/mountinfo``: the longest mount point containing the resolved path) is the key.
+Two log dirs on one device must share one limit, so the *device* the log dir's inode lives on
+(``st_dev``) is the key, whatever path leads there: a bind mount, or two paths into one
+filesystem, are one filesystem with one limit. The mount point (from
+``/proc/self/mountinfo``: the longest mount point containing the resolved path) is only the
+label, the first one seen for the device.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from diskguard.model import FilesystemUsage
 
-__all__ = ["Mount", "df_percent", "filesystem_usage", "mount_of", "parse_mountinfo"]
+__all__ = [
+    "DeviceGroup",
+    "Mount",
+    "df_percent",
+    "filesystem_usage",
+    "group_by_device",
+    "mount_of",
+    "parse_mountinfo",
+    "usage_of",
+]
 
 MOUNTINFO = "/proc/self/mountinfo"
 
@@ -93,17 +106,67 @@ def mount_of(path: str | os.PathLike[str], mountinfo: str | None = None) -> Moun
     return best
 
 
-def filesystem_usage(path: str | os.PathLike[str]) -> FilesystemUsage:
-    """df's view of the filesystem holding ``path`` (OSError if it cannot be stat'ed)."""
+class DeviceGroup(NamedTuple):
+    """Paths on one device; ``mount``/``device`` label it (those of its first path)."""
+
+    mount: str
+    device: str
+    paths: tuple[str, ...]
+    #: ``st_dev`` of the paths, or None for a path that could not be stat'ed (then it is
+    #: alone in its group and the label is its mount point's, as before it vanished).
+    dev: int | None
+
+
+def group_by_device(
+    paths: Iterable[str | os.PathLike[str]], mountinfo: str | None = None
+) -> list[DeviceGroup]:
+    """Group ``paths`` by the device their inode lives on, keeping the order first seen.
+
+    Why the device and not the mount point: a bind mount of the same filesystem has its own
+    mount point, and counting it as a second filesystem plans the same excess twice. The
+    label of a group is the mount point of its first path (config order), so it stays the
+    same from cycle to cycle. ``mountinfo`` is read once (OSError if it cannot be).
+    """
+    if mountinfo is None:
+        with open(MOUNTINFO, encoding="utf-8", errors="surrogateescape") as handle:
+            mountinfo = handle.read()
+    groups: dict[int | str, tuple[Mount, list[str], int | None]] = {}
+    for raw in paths:
+        path = os.fspath(raw)
+        try:
+            dev: int | None = os.stat(path).st_dev
+        except OSError:
+            dev = None
+        key: int | str = dev if dev is not None else f"unreadable:{path}"
+        if key in groups:
+            groups[key][1].append(path)
+        else:
+            groups[key] = (mount_of(path, mountinfo), [path], dev)
+    return [
+        DeviceGroup(mount.mount_point, mount.device, tuple(dirs), dev)
+        for mount, dirs, dev in groups.values()
+    ]
+
+
+def usage_of(path: str | os.PathLike[str], mount: str, device: str) -> FilesystemUsage:
+    """df's view of the filesystem holding ``path``, labelled ``mount``/``device``.
+
+    One ``statvfs``, no mountinfo read: for re-measuring a filesystem already identified.
+    """
     st = os.statvfs(path)
-    mount = mount_of(path)
     return FilesystemUsage(
-        mount=mount.mount_point,
-        device=mount.device,
+        mount=mount,
+        device=device,
         total_bytes=st.f_blocks * st.f_frsize,
         used_bytes=(st.f_blocks - st.f_bfree) * st.f_frsize,
         available_bytes=st.f_bavail * st.f_frsize,
     )
+
+
+def filesystem_usage(path: str | os.PathLike[str]) -> FilesystemUsage:
+    """df's view of the filesystem holding ``path`` (OSError if it cannot be stat'ed)."""
+    mount = mount_of(path)
+    return usage_of(path, mount.mount_point, mount.device)
 
 
 def df_percent(usage: FilesystemUsage) -> int:

@@ -106,13 +106,20 @@ class FilesystemUsage:
 
 @dataclass(frozen=True)
 class SegmentInfo:
-    """What the planner needs to know about one segment, read lazily from disk."""
+    """What the planner needs to know about one segment, read lazily from disk.
+
+    ``bytes`` is what deleting the segment frees, per inode: a file with a hard link outside
+    the segment frees nothing and is listed in ``shared_files`` instead.
+    """
 
     bytes: int
     max_timestamp_ms: int
     #: "timeindex", "log" (last batch of the .log) or "mtime" (fallback, with a warning).
     timestamp_source: str
     files: tuple[str, ...]
+    #: Files with another hard link (``st_nlink`` above the segment's own names): deleting
+    #: the segment would lose their records and free none of their bytes.
+    shared_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ make it safe (mirroring Kafka's ``UnifiedLog.deleteOldSegments``):
 
 - per partition only a prefix of segments can go (never a hole), never the active one;
 - protected topics are never candidates;
+- a segment is worth its *freeable* bytes (per inode): one whose files have another hard link
+  (``SegmentInfo.shared_files``) would lose records and free nothing, so it is not a
+  candidate and, the rule being a prefix, its partition goes no further this cycle — deleting
+  data for no gain is the worst outcome, worse than missing the target;
 - bytes already on their way out (``pending_reclaim``) are subtracted first, or every cycle
   under a running broker would delete again what the broker has not yet removed;
 - minimal: stop as soon as the excess is covered.
@@ -392,6 +396,8 @@ def _head(
         return None
     base, nxt = candidates[index]
     info = read(part, base)
+    if info.shared_files:
+        return None  # frees nothing: kept, and nothing after it may go (prefix)
     groups = committed.get((part.topic, part.partition), {})
     return _Head(
         max_timestamp_ms=info.max_timestamp_ms,

@@ -6,7 +6,6 @@ safety rules; ``plan`` just never acts.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from diskguard.enforcement import (
     decide_mode,
 )
 from diskguard.logs import get_logger
+from diskguard.model import FilesystemUsage
 from diskguard.offline import OfflineExecutor
 from diskguard.planner import Deletion, Plan
 from diskguard.reclaim import Forecast, GrowthEstimator
@@ -230,6 +230,7 @@ class Runtime:
         results: tuple[Any, ...] = ()
         if act and chosen.deletions:
             results = self._act(mode, chosen, result)
+        measured = self._measure(result) if act else None
         outcome = CycleOutcome(
             mode=mode,
             scan=result,
@@ -237,10 +238,27 @@ class Runtime:
             results=results,
             warnings=tuple(all_warnings),
             duration_s=time.monotonic() - started,
+            measured=measured,
         )
         if act:
             self._log_cycle(outcome)
         return outcome
+
+    def _measure(self, result: ScanResult) -> dict[str, FilesystemUsage | None]:
+        """statvfs of every filesystem again, after acting: exit codes and events report
+        what the disk says now, not what the plan hoped deleting would free."""
+        out: dict[str, FilesystemUsage | None] = {}
+        for fs in result.filesystems:
+            out[fs.usage.mount] = None
+            for log_dir in fs.log_dirs:
+                try:
+                    out[fs.usage.mount] = fsusage.usage_of(
+                        log_dir.path, fs.usage.mount, fs.usage.device
+                    )
+                    break
+                except OSError:
+                    continue
+        return out
 
     def _may_need_space(self) -> bool:
         """Cheap pre-check (one statvfs per log dir) before the offline sweep lists dirs."""
@@ -345,10 +363,8 @@ class Runtime:
         for fs in outcome.plan.filesystems:
             if not fs.over_limit and not fs.chosen_count:
                 continue
-            after = fs.usage_percent
-            if outcome.mode.mode == OFFLINE and outcome.results:
-                with contextlib.suppress(OSError):
-                    after = round(fsusage.filesystem_usage(fs.mount).usage_percent, 3)
+            measured = outcome.usage_after(fs)
+            after = round(measured.usage_percent, 3) if measured is not None else None
             log.info(
                 "retention_cycle",
                 mount=fs.mount,
@@ -368,7 +384,7 @@ class Runtime:
                     "retention_target_unreachable",
                     mount=fs.mount,
                     unreachable_bytes=fs.unreachable_bytes,
-                    reason="only active or protected segments are left",
+                    reason="only active, protected or hard-linked segments are left",
                 )
 
 

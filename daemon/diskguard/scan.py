@@ -16,7 +16,7 @@ import re
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from diskguard import fsusage, offsetindex, recordbatch, timeindex
@@ -24,6 +24,7 @@ from diskguard.model import (
     DELETED_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
     Filesystem,
+    FilesystemUsage,
     LogDir,
     Partition,
     PartitionDirKind,
@@ -58,6 +59,66 @@ def allocated_bytes(st: os.stat_result) -> int:
     return st.st_blocks * 512
 
 
+@dataclass(frozen=True)
+class _Linked:
+    """A file with more than one hard link: its bytes depend on which names are counted."""
+
+    name: str
+    dev: int
+    ino: int
+    nlink: int
+    bytes: int
+    deleted: bool = False
+
+    @classmethod
+    def of(cls, name: str, st: os.stat_result, deleted: bool = False) -> _Linked:
+        return cls(name, st.st_dev, st.st_ino, st.st_nlink, allocated_bytes(st), deleted)
+
+
+class InodeTally:
+    """Bytes of a set of file names, per inode (``st_nlink``), not per name.
+
+    ``allocated``: the blocks the names occupy, each inode once however many of its names are
+    in the set (what ``du`` shows). ``freeable``: what unlinking every name in the set would
+    free: an inode frees its blocks only when all its links are in the set, so a file also
+    linked from outside (a backup tool's hard link) frees nothing. Files with a single link,
+    which is every file of a normal Kafka log dir, are just summed.
+    """
+
+    def __init__(self) -> None:
+        self.single = 0
+        #: (dev, ino) -> [st_nlink, bytes, names seen]
+        self._linked: dict[tuple[int, int], list[int]] = {}
+
+    def add(self, st: os.stat_result) -> int:
+        """Count one name; returns the bytes it adds to ``allocated`` (0 for a known inode)."""
+        if st.st_nlink <= 1:
+            size = allocated_bytes(st)
+            self.single += size
+            return size
+        return self.add_linked(_Linked.of("", st))
+
+    def add_linked(self, linked: _Linked) -> int:
+        entry = self._linked.get((linked.dev, linked.ino))
+        if entry is None:
+            self._linked[(linked.dev, linked.ino)] = [linked.nlink, linked.bytes, 1]
+            return linked.bytes
+        entry[2] += 1
+        return 0
+
+    @property
+    def allocated(self) -> int:
+        return self.single + sum(size for _n, size, _seen in self._linked.values())
+
+    @property
+    def freeable(self) -> int:
+        return self.single + sum(size for n, size, seen in self._linked.values() if seen >= n)
+
+    def shared(self) -> set[tuple[int, int]]:
+        """Inodes with links outside the set: unlinking the set's names frees none of them."""
+        return {key for key, (n, _size, seen) in self._linked.items() if seen < n}
+
+
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     """Kafka's ``OffsetCheckpointFile``: version 0, a count, then ``topic partition offset``.
 
@@ -82,51 +143,61 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     return out
 
 
-def _tree_bytes(path: str) -> int:
-    """Allocated bytes under ``path`` without following symlinks; vanishing files are fine."""
-    total = 0
+def _tree_stats(path: str) -> list[os.stat_result]:
+    """``lstat`` of every regular file under ``path``, symlinks not followed; vanishing files
+    are fine."""
+    out: list[os.stat_result] = []
     try:
         with os.scandir(path) as entries:
             for entry in entries:
                 try:
                     if entry.is_dir(follow_symlinks=False):
-                        total += _tree_bytes(entry.path)
+                        out.extend(_tree_stats(entry.path))
                     elif entry.is_file(follow_symlinks=False):
-                        total += allocated_bytes(entry.stat(follow_symlinks=False))
+                        out.append(entry.stat(follow_symlinks=False))
                 except FileNotFoundError:
                     continue
     except (FileNotFoundError, NotADirectoryError):
-        return 0
-    return total
+        return []
+    return out
 
 
 @dataclass(frozen=True)
 class _PartitionListing:
     bases: frozenset[int]
+    #: Allocated bytes of single-link ``*.deleted`` files.
     deleted_bytes: int
-    #: Allocated bytes of every file but the active segment's (full listings only).
+    #: Allocated bytes of every single-link file but the active segment's (full listings only).
     settled_bytes: int
     #: The active segment's files: they grow without the directory changing, so their size
     #: is always read afresh.
     active_files: tuple[str, ...]
     full: bool
+    #: Files with other hard links (``*.deleted`` ones always, others in full listings): they
+    #: count per inode across the whole log dir, see ``InodeTally``.
+    linked: tuple[_Linked, ...] = ()
 
     @property
     def has_deleted(self) -> bool:
-        return self.deleted_bytes > 0
+        return self.deleted_bytes > 0 or any(f.deleted for f in self.linked)
 
 
 def _list_partition(path: str, full: bool) -> _PartitionListing:
     bases: set[int] = set()
     deleted = 0
-    sizes: dict[str, int] = {}
+    linked: list[_Linked] = []
+    stats: dict[str, os.stat_result] = {}
     with os.scandir(path) as entries:
         for entry in entries:
             name = entry.name
             try:
                 if name.endswith(DELETED_SUFFIX):
                     if entry.is_file(follow_symlinks=False):
-                        deleted += allocated_bytes(entry.stat(follow_symlinks=False))
+                        st = entry.stat(follow_symlinks=False)
+                        if st.st_nlink > 1:
+                            linked.append(_Linked.of(name, st, deleted=True))
+                        else:
+                            deleted += allocated_bytes(st)
                     continue
                 if name.endswith(".log"):
                     parsed = parse_segment_file(name)
@@ -134,21 +205,28 @@ def _list_partition(path: str, full: bool) -> _PartitionListing:
                     if parsed is not None and entry.is_file(follow_symlinks=False):
                         bases.add(parsed[0])
                 if full and entry.is_file(follow_symlinks=False):
-                    sizes[name] = allocated_bytes(entry.stat(follow_symlinks=False))
+                    stats[name] = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
     active = max(bases) if bases else None
     active_files = (
         tuple(
             n
-            for n in sizes
+            for n in stats
             if parse_segment_file(n) is not None and n.startswith(f"{active:020d}.")
         )
         if active is not None
         else ()
     )
-    settled = sum(size for name, size in sizes.items() if name not in active_files)
-    return _PartitionListing(frozenset(bases), deleted, settled, active_files, full)
+    settled = 0
+    for name, st in stats.items():
+        if name in active_files:
+            continue
+        if st.st_nlink > 1:
+            linked.append(_Linked.of(name, st))
+        else:
+            settled += allocated_bytes(st)
+    return _PartitionListing(frozenset(bases), deleted, settled, active_files, full, tuple(linked))
 
 
 class ListingCache:
@@ -160,6 +238,9 @@ class ListingCache:
     files are stat'ed again. A directory changed within the last ``settle_s`` seconds is not
     cached, as a change in the same clock tick could go unseen. This is what keeps the idle
     daemon's periodic rescan of a large log dir to one ``stat`` per partition.
+    A hard link made from elsewhere to a cached file does not touch this directory, so the link
+    counts kept here can lag until it changes: that only delays reported Kafka bytes, since
+    the planner re-stats every segment it considers (``SegmentFileReader``).
     """
 
     def __init__(self, settle_s: float = 2.0) -> None:
@@ -192,14 +273,14 @@ class ListingCache:
         self._touched.clear()
 
 
-def _active_bytes(path: str, listing: _PartitionListing) -> int:
-    total = 0
+def _active_stats(path: str, listing: _PartitionListing) -> list[os.stat_result]:
+    out = []
     for name in listing.active_files:
         try:
-            total += allocated_bytes(os.lstat(os.path.join(path, name)))
+            out.append(os.lstat(os.path.join(path, name)))
         except FileNotFoundError:
             continue
-    return total
+    return out
 
 
 def _is_protected(topic: str, patterns: Sequence[re.Pattern[str]], compacted: set[str]) -> bool:
@@ -238,10 +319,12 @@ def scan_log_dir(
         compacted = set()
 
     partitions: list[Partition] = []
-    pending = 0
-    kafka_bytes = 0
+    # Per inode, not per name: a file also linked from outside frees nothing when deleted,
+    # and two names of one inode occupy its blocks once (see InodeTally).
+    pending = InodeTally()
+    kafka = InodeTally()
     try:
-        entries = list(os.scandir(log_dir))
+        entries = sorted(os.scandir(log_dir), key=lambda e: e.name)
     except OSError as exc:
         return LogDir(
             path=log_dir,
@@ -250,6 +333,7 @@ def scan_log_dir(
             warnings=(f"{log_dir}: cannot list log dir: {exc.strerror or exc}",),
             error=exc.strerror or str(exc),
         )
+    top_files: list[os.stat_result] = []
     for entry in entries:
         try:
             if entry.is_symlink():
@@ -257,7 +341,7 @@ def scan_log_dir(
                 continue
             if not entry.is_dir(follow_symlinks=False):
                 if full and entry.is_file(follow_symlinks=False):
-                    kafka_bytes += allocated_bytes(entry.stat(follow_symlinks=False))
+                    top_files.append(entry.stat(follow_symlinks=False))
                 continue
         except FileNotFoundError:
             continue
@@ -269,20 +353,21 @@ def scan_log_dir(
         if name.kind is PartitionDirKind.DELETE:
             # A broker removes these after file.delete.delay.ms; with no broker running
             # (offline, use_log_start=False) nobody will, so they are not "on their way out".
-            size = _tree_bytes(entry.path)
-            if use_log_start:
-                pending += size
-            kafka_bytes += size
+            for st in _tree_stats(entry.path):
+                if use_log_start:
+                    pending.add(st)
+                kafka.add(st)
             continue
         if name.kind is not PartitionDirKind.LIVE:
             if full:
-                kafka_bytes += _tree_bytes(entry.path)
+                for st in _tree_stats(entry.path):
+                    kafka.add(st)
             continue
         try:
             listing = (
                 cache.listing(entry.path, full) if cache else _list_partition(entry.path, full)
             )
-            file_bytes = listing.settled_bytes + (_active_bytes(entry.path, listing) if full else 0)
+            active = _active_stats(entry.path, listing) if full else []
         except FileNotFoundError:
             continue  # partition deleted while we looked
         except OSError as exc:
@@ -300,21 +385,32 @@ def scan_log_dir(
             ),
             protected=_is_protected(name.topic, protect, compacted),
         )
-        reclaiming_bytes = sum(_segment_bytes(part.path, base) for base in part.reclaiming)
-        pending += listing.deleted_bytes + reclaiming_bytes
-        kafka_bytes += file_bytes + (listing.deleted_bytes if full else 0)
+        pending.single += listing.deleted_bytes
+        for linked in listing.linked:
+            if linked.deleted:
+                pending.add_linked(linked)
+        for base in part.reclaiming:
+            for st in _segment_stats(part.path, base):
+                pending.add(st)
+        # Bytes this partition adds to the log dir's (inodes seen before count there once).
+        part_bytes = listing.settled_bytes + listing.deleted_bytes
+        kafka.single += part_bytes
+        part_bytes += sum(kafka.add_linked(linked) for linked in listing.linked)
+        part_bytes += sum(kafka.add(st) for st in active)
         if topics is not None:
             acc = topics.setdefault(name.topic, [0, 0])
             acc[0] += 1
-            acc[1] += file_bytes + listing.deleted_bytes
+            acc[1] += part_bytes
         partitions.append(part)
+    for st in top_files:
+        kafka.add(st)
     partitions.sort(key=lambda p: (p.topic, p.partition))
     return LogDir(
         path=log_dir,
         mount=mount,
         partitions=tuple(partitions),
-        pending_reclaim_bytes=pending,
-        kafka_bytes=kafka_bytes if full else None,
+        pending_reclaim_bytes=pending.freeable,
+        kafka_bytes=kafka.allocated if full else None,
         warnings=tuple(warnings),
     )
 
@@ -331,16 +427,17 @@ def _segment_paths(partition_dir: str, base: int) -> list[str]:
     ]
 
 
-def _segment_bytes(partition_dir: str, base: int) -> int:
-    total = 0
+def _segment_stats(partition_dir: str, base: int) -> list[os.stat_result]:
+    """``lstat`` of the segment's regular files (vanished ones skipped)."""
+    out = []
     for path in _segment_paths(partition_dir, base):
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             continue
         if stat.S_ISREG(st.st_mode):
-            total += allocated_bytes(st)
-    return total
+            out.append(st)
+    return out
 
 
 class AgeCache:
@@ -386,7 +483,8 @@ class SegmentFileReader:
     def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo:
         self.reads += 1
         files: list[str] = []
-        size = 0
+        tally = InodeTally()
+        inodes: dict[str, tuple[int, int]] = {}
         log_mtime_ms = 0
         identity: list[tuple[str, int, int, int]] = []
         for path in _segment_paths(partition.path, base_offset):
@@ -397,10 +495,21 @@ class SegmentFileReader:
             if not stat.S_ISREG(st.st_mode):
                 continue
             files.append(path)
-            size += allocated_bytes(st)
+            tally.add(st)
+            inodes[path] = (st.st_dev, st.st_ino)
             identity.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
             if path.endswith(".log"):
                 log_mtime_ms = st.st_mtime_ns // 1_000_000
+        outside = tally.shared()
+        shared = tuple(path for path in files if inodes[path] in outside)
+        if shared:
+            self.warnings.append(
+                f"{partition.path}/{base_offset:020d}: "
+                f"{', '.join(os.path.basename(p) for p in shared)} hard-linked elsewhere too "
+                "(st_nlink > 1; a backup?): deleting the segment would lose its records and "
+                f"free none of those bytes, so it is kept and {partition.topic}-"
+                f"{partition.partition} is not trimmed past it this cycle"
+            )
         key = tuple(identity)
         cached = self.ages.get(key) if self.ages is not None else None
         if cached is not None:
@@ -413,7 +522,11 @@ class SegmentFileReader:
             if self.ages is not None:
                 self.ages.put(key, (ts, source))
         return SegmentInfo(
-            bytes=size, max_timestamp_ms=ts, timestamp_source=source, files=tuple(files)
+            bytes=tally.freeable,
+            max_timestamp_ms=ts,
+            timestamp_source=source,
+            files=tuple(files),
+            shared_files=shared,
         )
 
     def _max_timestamp(self, partition_dir: str, base: int) -> tuple[int | None, str]:
@@ -495,11 +608,11 @@ def _max_batch_timestamp(log_path: str, start: int) -> int | None:
 
 
 def group_by_filesystem(log_dirs: Iterable[str]) -> dict[str, list[str]]:
-    """mount point -> log dirs on it (several log dirs may share one filesystem)."""
+    """Mount label -> log dirs on that *device* (several log dirs may share one filesystem,
+    whatever mount point leads to each); see ``fsusage.group_by_device``."""
     out: dict[str, list[str]] = {}
-    for log_dir in log_dirs:
-        mount, _device = fsusage.mount_of(log_dir)
-        out.setdefault(mount, []).append(log_dir)
+    for group in fsusage.group_by_device(log_dirs):
+        out.setdefault(group.mount, []).extend(group.paths)
     return out
 
 
@@ -514,47 +627,64 @@ def scan(
 ) -> ScanResult:
     """Scan every log dir and group them by filesystem with ``df``-exact usage.
 
+    A filesystem is a *device* (``st_dev`` of the log dir), not a mount point: log dirs
+    reached through a bind mount of the same device share one heap and one excess, labelled
+    with the first mount point seen for it. The same directory named twice (two paths to one
+    inode) is scanned once, or its segments would be planned twice.
     ``requested_log_start``: log dir -> (topic, partition) -> offset asked of the broker.
     """
     protect = [re.compile(p) for p in protect_topics]
-    by_mount: dict[str, list[LogDir]] = {}
+    filesystems: list[Filesystem] = []
     topics_by_mount: dict[str, dict[str, TopicUsage]] = {}
     warnings: list[str] = []
-    usages = {}
-    for raw in log_dirs:
-        log_dir = str(raw)
-        try:
-            mount, device = fsusage.mount_of(log_dir)
-            usage = fsusage.filesystem_usage(log_dir) if mount not in usages else None
-        except OSError as exc:
-            # A log dir that vanished or whose disk was unmounted: say so, guard the rest.
-            warnings.append(f"{log_dir}: log dir unreadable ({exc.strerror or exc}); skipped")
-            continue
-        if usage is not None:
-            usages[mount] = replace(usage, mount=mount, device=device)
-        topic_acc: dict[str, list[int]] = {}
-        scanned = scan_log_dir(
-            log_dir,
-            mount,
-            protect,
-            full=full,
-            topics=topic_acc if full else None,
-            requested_log_start=(requested_log_start or {}).get(log_dir),
-            use_log_start=use_log_start,
-            on_partition=on_partition,
-            cache=cache,
-        )
-        warnings.extend(scanned.warnings)
-        by_mount.setdefault(mount, []).append(scanned)
-        if full:
-            merged = topics_by_mount.setdefault(mount, {})
-            for topic, (parts, size) in topic_acc.items():
-                prev = merged.get(topic, TopicUsage(0, 0))
-                merged[topic] = TopicUsage(prev.partitions + parts, prev.bytes + size)
+    paths = [str(raw) for raw in log_dirs]
+    try:
+        groups = fsusage.group_by_device(paths)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        return ScanResult((), {}, tuple(f"{d}: log dir unreadable ({why}); skipped" for d in paths))
+    seen_dirs: dict[tuple[int, int], str] = {}
+    for group in groups:
+        usage: FilesystemUsage | None = None
+        scanned_dirs: list[LogDir] = []
+        for log_dir in group.paths:
+            try:
+                st = os.stat(log_dir)
+                if usage is None:
+                    usage = fsusage.usage_of(log_dir, group.mount, group.device)
+            except OSError as exc:
+                # A log dir that vanished or whose disk was unmounted: say so, guard the rest.
+                warnings.append(f"{log_dir}: log dir unreadable ({exc.strerror or exc}); skipped")
+                continue
+            first = seen_dirs.setdefault((st.st_dev, st.st_ino), log_dir)
+            if first != log_dir:
+                warnings.append(
+                    f"{log_dir}: the same directory as log dir {first} (another path to it); "
+                    "scanned once"
+                )
+                continue
+            topic_acc: dict[str, list[int]] = {}
+            scanned = scan_log_dir(
+                log_dir,
+                group.mount,
+                protect,
+                full=full,
+                topics=topic_acc if full else None,
+                requested_log_start=(requested_log_start or {}).get(log_dir),
+                use_log_start=use_log_start,
+                on_partition=on_partition,
+                cache=cache,
+            )
+            warnings.extend(scanned.warnings)
+            scanned_dirs.append(scanned)
+            if full:
+                merged = topics_by_mount.setdefault(group.mount, {})
+                for topic, (parts, size) in topic_acc.items():
+                    prev = merged.get(topic, TopicUsage(0, 0))
+                    merged[topic] = TopicUsage(prev.partitions + parts, prev.bytes + size)
+        if usage is not None and scanned_dirs:
+            filesystems.append(Filesystem(usage=usage, log_dirs=tuple(scanned_dirs)))
     if cache is not None:
         cache.prune()
-    filesystems = tuple(
-        Filesystem(usage=usages[mount], log_dirs=tuple(dirs))
-        for mount, dirs in sorted(by_mount.items())
-    )
-    return ScanResult(filesystems, topics_by_mount, tuple(warnings))
+    filesystems.sort(key=lambda fs: fs.usage.mount)
+    return ScanResult(tuple(filesystems), topics_by_mount, tuple(warnings))

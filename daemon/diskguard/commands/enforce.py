@@ -19,9 +19,10 @@ from diskguard.runtime import Runtime, daemon_rates
 def enforce_command(config_path: Path, once: bool) -> None:
     """Run one retention cycle, then exit.
 
-    Exit 0: every filesystem at/under its limit (or its excess already on its way out);
-    1: limit unreachable or a deletion failed; 2: config/usage error; 3: refused for safety
-    (offline while another process holds a log dir's .lock — nothing touched).
+    Exit 0: every filesystem at/under its limit as measured after the cycle (in broker mode
+    net of what the broker will still remove); 1: limit unreachable, a deletion failed, or
+    still over the limit; 2: config/usage error; 3: refused for safety (offline while another
+    process holds a log dir's .lock — nothing touched).
     """
     if not once:
         fail("enforce needs --once (use `diskguard run` for the daemon)", EXIT_USAGE)
@@ -35,4 +36,17 @@ def enforce_command(config_path: Path, once: bool) -> None:
     code = outcome.exit_code()
     if code == 3:
         click.echo(f"diskguard: refused: {outcome.mode.reason}", err=True)
+    elif code == 1:
+        for fs in outcome.plan.filesystems:
+            if outcome.at_or_under_limit(fs):
+                continue
+            usage = outcome.usage_after(fs)
+            now = f"{usage.usage_percent:.1f}%" if usage is not None else "unknown (statvfs failed)"
+            pending = outcome.pending_after(fs)
+            more = f", {pending} bytes still to be removed by the broker" if pending else ""
+            click.echo(
+                f"diskguard: {fs.mount}: over its {fs.limit_percent}% limit after the cycle: "
+                f"{now} measured{more}",
+                err=True,
+            )
     sys.exit(code)

@@ -85,7 +85,7 @@ def _what_is_left(fs: Filesystem | None) -> str:
     """Once every candidate is chosen only active segments and protected topics remain; say
     which, naming a few protected topics that still hold closed segments."""
     if fs is None:
-        return "only active or protected segments are left"
+        return "only active, protected or hard-linked segments are left"
     protected = sorted(
         {
             p.topic

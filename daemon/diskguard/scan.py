@@ -32,9 +32,12 @@ from diskguard.model import (
     parse_segment_file,
     segment_file_name,
 )
+from diskguard.topicpolicy import ProtectionRule
 
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+#: An entry a broker with tiered storage keeps in the partition dir (remote log metadata).
+REMOTE_LOG_SNAPSHOT = "remote_log_snapshot"
 
 
 @dataclass(frozen=True)
@@ -61,11 +64,15 @@ def allocated_bytes(st: os.stat_result) -> int:
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     """Kafka's ``OffsetCheckpointFile``: version 0, a count, then ``topic partition offset``.
 
-    A missing file is normal (new broker); a malformed one raises ValueError naming it.
+    A missing or empty file is normal (a broker creates ``cleaner-offset-checkpoint`` empty at
+    start-up and leaves it so until the first compaction); a malformed one raises ValueError
+    naming it.
     """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        return {}
+    if not text:
         return {}
     lines = text.splitlines()
     if len(lines) < 2 or lines[0].strip() != "0" or not lines[1].strip().isdigit():
@@ -110,6 +117,8 @@ class _PartitionListing:
     #: is always read afresh.
     active_files: tuple[str, ...]
     full: bool
+    #: A ``remote_log_snapshot`` entry (any kind) is in the dir: tiered storage.
+    remote_log_state: bool = False
 
     @property
     def has_deleted(self) -> bool:
@@ -119,10 +128,13 @@ class _PartitionListing:
 def _list_partition(path: str, full: bool) -> _PartitionListing:
     bases: set[int] = set()
     deleted = 0
+    remote = False
     sizes: dict[str, int] = {}
     with os.scandir(path) as entries:
         for entry in entries:
             name = entry.name
+            if name == REMOTE_LOG_SNAPSHOT:
+                remote = True
             try:
                 if name.endswith(DELETED_SUFFIX):
                     if entry.is_file(follow_symlinks=False):
@@ -148,7 +160,7 @@ def _list_partition(path: str, full: bool) -> _PartitionListing:
         else ()
     )
     settled = sum(size for name, size in sizes.items() if name not in active_files)
-    return _PartitionListing(frozenset(bases), deleted, settled, active_files, full)
+    return _PartitionListing(frozenset(bases), deleted, settled, active_files, full, remote)
 
 
 class ListingCache:
@@ -202,22 +214,49 @@ def _active_bytes(path: str, listing: _PartitionListing) -> int:
     return total
 
 
-def _is_protected(topic: str, patterns: Sequence[re.Pattern[str]], compacted: set[str]) -> bool:
-    return topic in compacted or any(p.search(topic) for p in patterns)
+def as_rule(protect: ProtectionRule | Sequence[re.Pattern[str] | str]) -> ProtectionRule:
+    """Callers that still pass ``protect_topics`` regexes get a rule with no known policies:
+    every non-internal topic is then protected as "cleanup.policy unknown"."""
+    if isinstance(protect, ProtectionRule):
+        return protect
+    return ProtectionRule(
+        protect_topics=tuple(p if isinstance(p, str) else p.pattern for p in protect)
+    )
+
+
+def compacted_topics(log_dirs: Iterable[str]) -> tuple[frozenset[str], list[str]]:
+    """Topics any log dir's ``cleaner-offset-checkpoint`` lists, plus warnings.
+
+    A partition's topic may be cleaned in another log dir (JBOD): the cleaner only lists the
+    partitions it holds, but the policy is the topic's, so every dir's checkpoint counts.
+    """
+    topics: set[str] = set()
+    warnings: list[str] = []
+    for log_dir in log_dirs:
+        try:
+            topics.update(tp[0] for tp in read_checkpoint(Path(log_dir) / CLEANER_CHECKPOINT))
+        except (ValueError, OSError) as exc:
+            warnings.append(f"{exc}; compacted topics unknown from the cleaner checkpoint")
+    return frozenset(topics), warnings
 
 
 def scan_log_dir(
     log_dir: str,
     mount: str,
-    protect: Sequence[re.Pattern[str]],
+    protect: ProtectionRule | Sequence[re.Pattern[str] | str],
     full: bool = False,
     topics: dict[str, list[int]] | None = None,
     requested_log_start: Mapping[tuple[str, int], int] | None = None,
     use_log_start: bool = True,
     on_partition: Callable[[float], None] | None = None,
     cache: ListingCache | None = None,
+    own_checkpoint: bool = True,
 ) -> LogDir:
     """One log dir: its live partitions, pending reclaim and (if ``full``) its Kafka bytes.
+
+    ``protect`` decides each partition's protection (``topicpolicy``); with
+    ``own_checkpoint`` this dir's ``cleaner-offset-checkpoint`` is added to it (``scan``
+    reads every dir's checkpoint up front and passes False).
 
     ``topics`` (optional, out-parameter) receives ``topic -> [partitions, bytes]`` sums.
     ``requested_log_start`` holds log start offsets diskguard asked the broker for
@@ -231,11 +270,11 @@ def scan_log_dir(
     except (ValueError, OSError) as exc:
         warnings.append(f"{exc}; log start offsets unknown, no segment counted as reclaiming")
         log_start = {}
-    try:
-        compacted = {tp[0] for tp in read_checkpoint(root / CLEANER_CHECKPOINT)}
-    except (ValueError, OSError) as exc:
-        warnings.append(f"{exc}; compacted topics unknown from the cleaner checkpoint")
-        compacted = set()
+    rule = as_rule(protect)
+    if own_checkpoint:
+        compacted, checkpoint_warnings = compacted_topics([log_dir])
+        warnings.extend(checkpoint_warnings)
+        rule = rule.with_compacted(compacted)
 
     partitions: list[Partition] = []
     pending = 0
@@ -288,6 +327,7 @@ def scan_log_dir(
         except OSError as exc:
             warnings.append(f"{entry.path}: cannot list partition: {exc.strerror or exc}; skipped")
             continue
+        reason = rule.reason(name.topic, listing.remote_log_state)
         part = Partition(
             log_dir=log_dir,
             topic=name.topic,
@@ -298,7 +338,9 @@ def scan_log_dir(
                 log_start.get((name.topic, name.partition)),
                 (requested_log_start or {}).get((name.topic, name.partition)),
             ),
-            protected=_is_protected(name.topic, protect, compacted),
+            protected=reason is not None,
+            protected_reason=reason,
+            remote_log_state=listing.remote_log_state,
         )
         reclaiming_bytes = sum(_segment_bytes(part.path, base) for base in part.reclaiming)
         pending += listing.deleted_bytes + reclaiming_bytes
@@ -505,7 +547,7 @@ def group_by_filesystem(log_dirs: Iterable[str]) -> dict[str, list[str]]:
 
 def scan(
     log_dirs: Sequence[str | Path],
-    protect_topics: Sequence[str],
+    protect_topics: ProtectionRule | Sequence[str],
     full: bool = False,
     requested_log_start: Mapping[str, Mapping[tuple[str, int], int]] | None = None,
     use_log_start: bool = True,
@@ -515,11 +557,13 @@ def scan(
     """Scan every log dir and group them by filesystem with ``df``-exact usage.
 
     ``requested_log_start``: log dir -> (topic, partition) -> offset asked of the broker.
+    ``protect_topics``: the protection rule (``enforcement.Planner`` builds it from the config
+    and the known topic policies); plain regexes still work (no policy known).
     """
-    protect = [re.compile(p) for p in protect_topics]
+    compacted, warnings = compacted_topics(str(d) for d in log_dirs)
+    rule = as_rule(protect_topics).with_compacted(compacted)
     by_mount: dict[str, list[LogDir]] = {}
     topics_by_mount: dict[str, dict[str, TopicUsage]] = {}
-    warnings: list[str] = []
     usages = {}
     for raw in log_dirs:
         log_dir = str(raw)
@@ -536,13 +580,14 @@ def scan(
         scanned = scan_log_dir(
             log_dir,
             mount,
-            protect,
+            rule,
             full=full,
             topics=topic_acc if full else None,
             requested_log_start=(requested_log_start or {}).get(log_dir),
             use_log_start=use_log_start,
             on_partition=on_partition,
             cache=cache,
+            own_checkpoint=False,
         )
         warnings.extend(scanned.warnings)
         by_mount.setdefault(mount, []).append(scanned)

@@ -85,6 +85,15 @@ def render_plan(chosen: Plan, mode: str, reason: str, warnings: list[str]) -> No
         console.print(table)
         total = sum(d.bytes for d in chosen.deletions)
         console.print(f"{len(chosen.deletions)} segment(s), {format_bytes(total)}.")
+    if chosen.protected:
+        protected = Table(
+            title="Protected topics (never deleted, whatever the usage)", title_justify="left"
+        )
+        protected.add_column("topic")
+        protected.add_column("why")
+        for topic in chosen.protected:
+            protected.add_row(topic.topic, topic.reason)
+        console.print(protected)
     for fs in chosen.filesystems:
         if not fs.reachable:
             console.print(

@@ -11,9 +11,11 @@ and on metadata logs built here record by record.
 from __future__ import annotations
 
 import concurrent.futures
+import gzip
 import json
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import uuid
@@ -21,13 +23,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigEntry, DeletedRecords
 
 from diskguard.config import Config, load_config
 from diskguard.runtime import Runtime
-from kafkagen import SegmentSpec, encode_batch, write_checkpoint, write_log_dir
+from kafkagen import SegmentSpec, encode_batch, encode_record, write_checkpoint, write_log_dir
 
 FIXTURE = Path("/work/shared/fixtures/kraft-logdir")
 MiB = 1024**2
@@ -536,6 +539,37 @@ def test_a_corrupt_metadata_log_only_adds_protection(tmp_path: Path) -> None:
     assert meta is not None and not meta.complete and "CRC32C" in (meta.problem or "")
     found = kraftmeta.topic_policy(meta, "orders", "delete", 1, 0)
     assert found is not None and found.cleanup_policy == "compact"
+
+
+def compressed_batch(base_offset: int, values: Sequence[bytes], codec: int) -> bytes:
+    """A v2 batch whose records are compressed (1 gzip; other codecs: body left as is)."""
+    records = b"".join(encode_record(i, 0, v) for i, v in enumerate(values))
+    body = gzip.compress(records) if codec == 1 else records
+    after_crc = struct.pack(
+        ">hiqqqhii", codec, len(values) - 1, LEARNED_MS, LEARNED_MS, -1, -1, -1, len(values)
+    )
+    crc = crc32c.crc32c(after_crc + body)
+    length = 4 + 1 + 4 + len(after_crc) + len(body)
+    return struct.pack(">qiibI", base_offset, length, 0, 2, crc) + after_crc + body
+
+
+def test_gzip_metadata_batches_are_read_and_other_codecs_make_the_read_incomplete(
+    tmp_path: Path,
+) -> None:
+    from diskguard import kraftmeta
+
+    log_dir = tmp_path / "kafka"
+    path = log_dir / "__cluster_metadata-0" / "00000000000000000000.log"
+    path.parent.mkdir(parents=True)
+    events = tid()
+    values = [topic_record("events", events), config_record("events", "cleanup.policy", "compact")]
+    path.write_bytes(compressed_batch(0, values, codec=1))
+    meta = kraftmeta.read_metadata(log_dir)
+    assert meta is not None and meta.complete, meta and meta.problem
+    assert meta.topic_configs == {"events": {"cleanup.policy": "compact"}}
+    path.write_bytes(compressed_batch(0, values, codec=4))
+    zstd = kraftmeta.read_metadata(log_dir)
+    assert zstd is not None and not zstd.complete and "zstd" in (zstd.problem or "")
 
 
 # ----------------------------------------------------------------------------- the pure rule

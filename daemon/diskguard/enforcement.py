@@ -246,8 +246,11 @@ class Planner:
             self._broker_facts = (default, node_id, problems)
         return self._broker_facts[0], self._broker_facts[1]
 
-    def rule(self, offline: bool) -> tuple[ProtectionRule, list[str]]:
-        """The protection rule for a scan now, and warnings not reported yet."""
+    def rule(self, offline: bool, kraft: bool | None = None) -> tuple[ProtectionRule, list[str]]:
+        """The protection rule for a scan now, and warnings not reported yet.
+
+        ``kraft``: read the KRaft metadata log too (default: when ``offline``).
+        """
         retention = self.config.retention
         if self.policies is None:
             return ProtectionRule(
@@ -264,14 +267,18 @@ class Planner:
             offline=offline,
             static_default=default,
             node_id=node_id,
+            read_kraft=offline if kraft is None else kraft,
         )
         return rule, warnings + self.policies.take_warnings()
 
-    def scan(self, full: bool = False, offline: bool = False) -> ScanResult:
+    def scan(
+        self, full: bool = False, offline: bool = False, kraft: bool | None = None
+    ) -> ScanResult:
         """``offline``: no broker will remove segments below the log start offset, so they are
-        candidates (the oldest of all) instead of pending reclaim."""
+        candidates (the oldest of all) instead of pending reclaim. ``kraft``: also read the
+        KRaft metadata log for topic policies (default: when ``offline``)."""
         cfg = self.config
-        rule, rule_warnings = self.rule(offline)
+        rule, rule_warnings = self.rule(offline, kraft)
         result = scan(
             [str(d) for d in cfg.broker.log_dirs],
             rule,

@@ -196,16 +196,19 @@ class PolicyStore:
         offline: bool,
         static_default: str | None = None,
         node_id: int | None = None,
+        read_kraft: bool = True,
     ) -> ProtectionRule:
         """The protection rule from the config and everything known now.
 
         KRaft metadata wins over the cache offline (nothing can have changed since the broker
-        stopped writing it); in broker mode the cache holds the broker's fresh answers and
-        the metadata only fills gaps.
+        stopped writing it); otherwise the cache holds the broker's fresh answers and the
+        metadata only fills gaps. ``read_kraft`` False skips it: under a running broker the
+        metadata log changes every half second (NoOpRecords) and would be re-read each scan
+        for nothing the broker cannot say itself.
         """
         policies = dict(self._policies)
         learned = self._wall_ms()
-        for log_dir in log_dirs:
+        for log_dir in log_dirs if read_kraft else ():
             meta = self._metadata(log_dir)
             if meta is None:
                 continue

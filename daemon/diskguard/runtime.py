@@ -148,7 +148,8 @@ class Runtime:
         Asked only for topics not known yet and, every few minutes, for all; a broker that
         does not answer leaves them unknown, hence protected.
         """
-        result = self.planner.scan(full=full, offline=mode.mode == OFFLINE)
+        kraft = mode.mode in (OFFLINE, DRY_RUN)
+        result = self.planner.scan(full=full, offline=mode.mode == OFFLINE, kraft=kraft)
         store = self.planner.policies
         if mode.mode != BROKER or self.broker is None or store is None:
             return result
@@ -157,7 +158,7 @@ class Runtime:
             return result
         default, _node = self.planner.broker_facts()
         if store.refresh(self.broker, topics, default):
-            result = self.planner.scan(full=full, offline=False)
+            result = self.planner.scan(full=full, offline=False, kraft=False)
         return result
 
     def _may_need_space(self) -> bool:

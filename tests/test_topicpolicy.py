@@ -601,6 +601,13 @@ def test_the_rule_order_and_reasons() -> None:
     assert reason("_confluent-command", None, assume=[".*"]) is not None
     assert reason("orders", "delete", protect=["^orders$"]) is not None
     # An unknown remote.storage.enable with a delete policy is not taken as "not tiered".
+    no_default = TopicPolicy(None, False, 0, "kraft-metadata")
+    assert "broker default is unknown" in (
+        protection_reason(
+            "orders", policy=no_default, in_cleaner_checkpoint=False, remote_log_state=False
+        )
+        or ""
+    )
     unsure = TopicPolicy("delete", None, 0, "kraft-metadata")
     assert protection_reason(
         "orders", policy=unsure, in_cleaner_checkpoint=False, remote_log_state=False

@@ -136,6 +136,12 @@ def protection_reason(
     if known is None:
         if assumed is not None:
             return None
+        if policy is not None:
+            return (
+                f"cleanup.policy unknown: no override ({policy.source}) and the broker default "
+                "is unknown (set broker.server_properties, or list the topic in "
+                "retention.assume_delete_policy)"
+            )
         return (
             "cleanup.policy unknown (no broker answer, cache or KRaft metadata); "
             "list the topic in retention.assume_delete_policy if it is a delete topic"

@@ -90,7 +90,8 @@ def write_config(path: Path, tree: Path, limit_percent: float, state_dir: Path) 
         "[retention]\n"
         f"disk_usage_percent = {limit_percent!r}\n"
         'mode = "auto"\n'
-        "offline_headroom = 0\n\n"
+        "offline_headroom = 0\n"
+        'assume_delete_policy = [".*"]\n\n'
         "[daemon]\n"
         f'state_dir = "{state_dir}"\n\n'
         "[logging]\n"

@@ -326,6 +326,7 @@ def write_config(
         *([f"target_percent = {target}"] if target is not None else []),
         'mode = "offline"',
         "offline_headroom = 0",
+        'assume_delete_policy = [".*"]',
         "",
         "[snapshots]",
         'host = "bench"',

@@ -73,6 +73,7 @@ def write_config(
                 f"target_percent = {target}",
                 'mode = "offline"',
                 "offline_headroom = 0",
+                'assume_delete_policy = [".*"]',
                 "[snapshots]",
                 'interval = "10s"',
                 'host = "soak"',

@@ -31,11 +31,14 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import (
     AdminClient,
+    ConfigEntry,
+    ConfigResource,
     ConsumerGroupListing,
     DeletedRecords,
     ListConsumerGroupsResult,
     NewTopic,
 )
+from structlog.testing import capture_logs
 
 from diskguard.brokerclient import BrokerClient, describe_error
 from diskguard.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
@@ -75,6 +78,11 @@ class FakeAdmin:
         self.groups: Any = []
         self.group_offsets: dict[str, Any] = {}
         self.topics_raise: BaseException | None = None
+        #: topic -> {key: value} or an exception for that topic's future; absent topics are
+        #: left out of the answer.
+        self.configs: dict[str, Any] = {}
+        self.configs_raise: BaseException | None = None
+        self.config_calls: list[list[str]] = []
 
     def list_topics(self, *args: Any, **kwargs: Any) -> Any:
         if self.topics_raise is not None:
@@ -127,6 +135,25 @@ class FakeAdmin:
             tps = [TopicPartition(t, p, off) for t, p, off in answer]
             future.set_result(ConsumerGroupTopicPartitions(group, tps))
         return {group: future}
+
+    def describe_configs(
+        self, resources: list[ConfigResource], **kwargs: Any
+    ) -> Mapping[ConfigResource, concurrent.futures.Future[Any]]:
+        self.config_calls.append([r.name for r in resources])
+        if self.configs_raise is not None:
+            raise self.configs_raise
+        out: dict[ConfigResource, concurrent.futures.Future[Any]] = {}
+        for resource in resources:
+            if resource.name not in self.configs:
+                continue
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            answer = self.configs[resource.name]
+            if isinstance(answer, BaseException):
+                future.set_exception(answer)
+            elif answer is not NEVER:
+                future.set_result({k: ConfigEntry(k, v) for k, v in answer.items()})
+            out[resource] = future
+        return out
 
 
 def kafka_error(code: int, text: str = "") -> KafkaException:
@@ -250,6 +277,38 @@ def test_group_without_committed_offset_on_a_partition_has_not_consumed_it() -> 
     for key in (1, 2):
         assert by_part[key].unconsumed_records == {"billing": 100}
         assert by_part[key].groups_without_offset == ("billing",)
+
+
+def test_describe_topic_configs_returns_the_policy_keys_of_answered_topics() -> None:
+    admin = FakeAdmin()
+    admin.configs = {
+        "orders": {"cleanup.policy": "delete", "remote.storage.enable": "false", "x": "1"},
+        "events": {"cleanup.policy": "compact,delete"},  # a broker returning only set keys
+        "denied": kafka_error(KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        "slow": NEVER,
+    }
+    client = BrokerClient("unused:9092", admin=admin, timeout=0.2)
+    with capture_logs() as logs:
+        got = client.describe_topic_configs(["orders", "events", "denied", "slow", "gone"])
+    assert got == {
+        "orders": {"cleanup.policy": "delete", "remote.storage.enable": "false"},
+        "events": {"cleanup.policy": "compact,delete"},
+    }
+    assert admin.config_calls == [["denied", "events", "gone", "orders", "slow"]]
+    # One warning names every topic left unknown.
+    warnings = [e for e in logs if e["event"] == "topic_configs_unavailable"]
+    assert len(warnings) == 1
+    assert warnings[0]["topics"] == ["denied", "gone", "slow"]
+    assert client.describe_topic_configs([]) == {}
+
+
+def test_a_failing_describe_configs_call_answers_nothing_without_raising() -> None:
+    admin = FakeAdmin()
+    admin.configs_raise = kafka_error(KafkaError._TRANSPORT)
+    client = BrokerClient("unused:9092", admin=admin)
+    with capture_logs() as logs:
+        assert client.describe_topic_configs(["orders"]) == {}
+    assert [e["topics"] for e in logs if e["event"] == "topic_configs_unavailable"] == [["orders"]]
 
 
 def test_describe_error() -> None:

@@ -72,6 +72,25 @@ underfull_percent = 90
     assert "flow_control" in text and "underfull_percent" in text
 
 
+def test_topic_regex_lists_are_validated_and_protect_topics_defaults_to_empty(
+    tmp_path: Path,
+) -> None:
+    base = {"broker": {"log_dirs": [str(tmp_path)]}}
+    config = parse_config(base, tmp_path / "c.toml")
+    # Internal topics are protected by topicpolicy, not by a default list a user replaces.
+    assert config.retention.protect_topics == []
+    assert config.retention.assume_delete_policy == []
+    with pytest.raises(ConfigError) as exc:
+        parse_config(
+            {**base, "retention": {"assume_delete_policy": ["^ok$", "(unclosed"]}},
+            tmp_path / "c.toml",
+        )
+    assert len(exc.value.problems) == 1
+    problem = exc.value.problems[0]
+    assert problem.startswith(f"{tmp_path / 'c.toml'}: retention.assume_delete_policy: ")
+    assert "(unclosed" in problem
+
+
 def test_missing_log_dir_named(tmp_path: Path) -> None:
     path = write(tmp_path, '[broker]\nlog_dirs = ["/does/not/exist"]\n')
     proc = run_cli("check-config", "-c", str(path))

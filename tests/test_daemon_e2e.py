@@ -88,6 +88,8 @@ target_percent = {target}
 check_interval = "2s"
 mode = "offline"
 offline_headroom = 0
+# The test topics are cleanup.policy=delete; offline, nobody can tell diskguard so.
+assume_delete_policy = [".*"]
 [flow_control]
 overfull_percent = {overfull}
 underfull_percent = {underfull}

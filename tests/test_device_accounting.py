@@ -59,6 +59,8 @@ def config(tmp: Path, log_dirs: list[Path], **retention: object) -> Path:
         "[broker]",
         f"log_dirs = {json.dumps([str(d) for d in log_dirs])}",
         "[retention]",
+        # Generated topics have no broker or KRaft metadata to tell their cleanup.policy.
+        'assume_delete_policy = [".*"]',
         *(f"{k} = {json.dumps(v)}" for k, v in retention.items()),
         "[daemon]",
         f'state_dir = "{tmp / "state"}"',

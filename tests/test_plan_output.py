@@ -49,6 +49,8 @@ def write_config(tmp: Path, log_dir: Path, **retention: object) -> Path:
         "[broker]",
         f'log_dirs = ["{log_dir}"]',
         "[retention]",
+        # Generated topics have no broker or KRaft metadata to tell their cleanup.policy.
+        *(() if "assume_delete_policy" in retention else ('assume_delete_policy = [".*"]',)),
         *(f"{k} = {json.dumps(v)}" for k, v in retention.items()),
         "[daemon]",
         f'state_dir = "{tmp / "state"}"',

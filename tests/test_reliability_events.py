@@ -119,6 +119,7 @@ check_interval = "{check_interval}s"
 usage_poll_interval = "0.1s"
 mode = "offline"
 offline_headroom = 0
+assume_delete_policy = [".*"]  # the test topics are delete topics
 [snapshots]
 interval = "30s"
 [daemon]
@@ -204,6 +205,7 @@ check_interval = "1s"
 usage_poll_interval = "0.1s"
 mode = "offline"
 offline_headroom = 0
+assume_delete_policy = [".*"]  # the test topics are delete topics
 [daemon]
 state_dir = "{work / "state"}"
 """

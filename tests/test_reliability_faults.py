@@ -95,6 +95,8 @@ disk_usage_percent = {ceiling}
 check_interval = "1s"
 mode = "offline"
 offline_headroom = 0
+# The test topics are cleanup.policy=delete; offline, nobody can tell diskguard so.
+assume_delete_policy = [".*"]
 [snapshots]
 interval = "0.5s"
 host = "faults"

@@ -79,7 +79,11 @@ def write_config(tmp: Path, log_dirs: list[Path], **retention: object) -> Path:
         "[broker]",
         f"log_dirs = {json.dumps([str(d) for d in log_dirs])}",
         "[retention]",
-        *(f"{k} = {json.dumps(v)}" for k, v in retention.items()),
+        # The test topics are cleanup.policy=delete; without a broker nobody can say so.
+        *(
+            f"{k} = {json.dumps(v)}"
+            for k, v in {"assume_delete_policy": [".*"], **retention}.items()
+        ),
         "[daemon]",
         f'state_dir = "{state}"',
     ]
@@ -203,6 +207,7 @@ _SECTIONS: dict[str, list[str]] = {
         "max_bytes",
         "mode",
         "protect_topics",
+        "assume_delete_policy",
         "check_interval",
         "usage_poll_interval",
         "offline_headroom",
@@ -285,6 +290,7 @@ _TOML_LINES = st.sampled_from(
         'offline_headroom = "9999999999999999999999TiB"',
         "mode = 3",
         'protect_topics = ["(unclosed"]',
+        'assume_delete_policy = ["(unclosed"]',
         "[flow_control]",
         "overfull_percent = 90",
         "underfull_percent = 95",

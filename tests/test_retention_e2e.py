@@ -70,7 +70,11 @@ def write_config(tmp: Path, log_dir: Path, **retention: object) -> Path:
         "[broker]",
         f'log_dirs = ["{log_dir}"]',
         "[retention]",
-        *(f"{k} = {json.dumps(v)}" for k, v in retention.items()),
+        # The test topics are cleanup.policy=delete; without a broker nobody can say so.
+        *(
+            f"{k} = {json.dumps(v)}"
+            for k, v in {"assume_delete_policy": [".*"], **retention}.items()
+        ),
         "[daemon]",
         f'state_dir = "{state}"',
     ]

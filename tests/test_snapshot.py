@@ -67,6 +67,7 @@ def test_record_has_exactly_the_contract_fields() -> None:
             {"topic": "mid", "partitions": 3, "bytes": 100},
             {"topic": "small", "partitions": 1, "bytes": 10},
         ],
+        "reclaim": None,
     }
     assert SCHEMA_VERSION == 1
 

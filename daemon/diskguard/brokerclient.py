@@ -35,6 +35,9 @@ log = get_logger("diskguard.broker")
 
 MODE = "broker"
 
+#: Topic configs that decide whether diskguard may delete a topic's segments (topicpolicy).
+TOPIC_POLICY_KEYS = ("cleanup.policy", "remote.storage.enable")
+
 
 class AdminApi(Protocol):
     """The part of ``confluent_kafka.admin.AdminClient`` diskguard uses."""
@@ -50,6 +53,10 @@ class AdminApi(Protocol):
     def list_consumer_group_offsets(
         self, list_consumer_group_offsets_request: list[ConsumerGroupTopicPartitions], **kwargs: Any
     ) -> Mapping[str, concurrent.futures.Future[Any]]: ...
+
+    def describe_configs(
+        self, resources: list[Any], **kwargs: Any
+    ) -> Mapping[Any, concurrent.futures.Future[Any]]: ...
 
 
 #: Hints for the answers an operator is most likely to meet.
@@ -328,6 +335,54 @@ class BrokerClient:
             for key, offset in _group_offsets(answer, wanted).items():
                 out.setdefault(key, {})[group] = offset
         self._serve_logs()
+        return out
+
+    # -- topic configs -------------------------------------------------------------------
+    def describe_topic_configs(
+        self, topics: Sequence[str], keys: Sequence[str] = TOPIC_POLICY_KEYS
+    ) -> dict[str, dict[str, str | None]]:
+        """``topic -> {key: value}`` (only ``keys`` the broker returned) for every topic the
+        broker answered for. A topic it could not answer for is left out, so its policy stays
+        unknown (and protected); one warning names them. Never raises."""
+        out: dict[str, dict[str, str | None]] = {}
+        if not topics:
+            return out
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
+            ConfigResource,
+            ResourceType,
+        )
+
+        failed: dict[str, str] = {}
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in sorted(set(topics))]
+        try:
+            futures = self._admin.describe_configs(resources, request_timeout=self.timeout)
+        except Exception as exc:
+            futures = {}
+            failed = {r.name: describe_error(exc) for r in resources}
+        deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
+        for resource, future in futures.items():
+            name = str(getattr(resource, "name", resource))
+            try:
+                entries = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                out[name] = {
+                    key: (None if entry.value is None else str(entry.value))
+                    for key, entry in dict(entries).items()
+                    if key in keys
+                }
+            except Exception as exc:  # one topic's failure must not hide the others
+                failed[name] = describe_error(exc)
+        for resource in resources:
+            if resource.name not in out and resource.name not in failed:
+                failed[resource.name] = "no answer for this topic from the broker"
+        self._serve_logs()
+        if failed:
+            first = next(iter(sorted(failed.items())))
+            log.warning(
+                "topic_configs_unavailable",
+                topics=sorted(failed),
+                error=first[1],
+                consequence="cleanup.policy unknown: these topics stay protected",
+            )
         return out
 
 

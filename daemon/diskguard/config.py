@@ -33,16 +33,6 @@ from diskguard.units import parse_duration, parse_size
 
 DEFAULT_CONFIG_PATH = Path("/etc/diskguard/diskguard.toml")
 
-#: Topics Kafka and its ecosystem keep for themselves; never candidates by default.
-DEFAULT_PROTECTED_TOPICS: tuple[str, ...] = (
-    r"^__consumer_offsets$",
-    r"^__transaction_state$",
-    r"^__cluster_metadata$",
-    r"^__share_group_state$",
-    r"^_schemas$",
-    r"^__.*",
-)
-
 
 def _not_boolean(value: Any) -> Any:
     """TOML ``true`` is not a number: pydantic would read it as 1 (``disk_usage_percent =
@@ -94,7 +84,12 @@ class RetentionConfig(_Section):
     target_percent: Percent | None = None
     max_bytes: Size | None = None
     mode: Literal["auto", "broker", "offline", "dry-run"] = "auto"
-    protect_topics: list[str] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_TOPICS))
+    #: Regexes of topics never deleted, *in addition to* the internal topics (``__*``,
+    #: ``_schemas``, ``_confluent-*``), which are always protected (``topicpolicy``).
+    protect_topics: list[str] = Field(default_factory=list)
+    #: Regexes of topics the operator knows to be ``cleanup.policy=delete`` (or accepts to
+    #: trim although ``compact,delete``) while diskguard cannot learn their policy.
+    assume_delete_policy: list[str] = Field(default_factory=list)
     check_interval: CheckInterval = 5.0
     #: How often the daemon re-reads each filesystem's usage (one statvfs, microseconds) between
     #: inotify hints: what keeps the reaction time under a second even when events are lost.
@@ -105,7 +100,7 @@ class RetentionConfig(_Section):
     #: Prefer, among equally old segments, those every consumer group has read.
     consumer_aware: StrictBool = True
 
-    @field_validator("protect_topics")
+    @field_validator("protect_topics", "assume_delete_policy")
     @classmethod
     def _regexes_compile(cls, patterns: list[str]) -> list[str]:
         for pattern in patterns:

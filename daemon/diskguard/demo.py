@@ -396,6 +396,9 @@ mode = "offline"
 # The host's disk is not ours to fill: KIP-61's percent rule stays off, the byte budget acts.
 disk_usage_percent = 100
 max_bytes = {BUDGET_BYTES}   # {format_bytes(BUDGET_BYTES)}
+# Offline, no broker can say which topics are compacted; the operator knows these three are
+# cleanup.policy=delete. Any other topic (and always __consumer_offsets) stays protected.
+assume_delete_policy = ["^orders$", "^clickstream$", "^payments$"]
 check_interval = "2s"
 
 [flow_control]

@@ -17,12 +17,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from diskguard import topicconfigs
 from diskguard.atomicfile import read_json, write_json_atomic
 from diskguard.config import Config
 from diskguard.model import Filesystem, FilesystemUsage
 from diskguard.planner import CommittedOffsets, Deletion, FilesystemPlan, Limits, Plan, plan
+from diskguard.policystore import PolicyStore
 from diskguard.reclaim import Forecast
 from diskguard.scan import AgeCache, ListingCache, ScanResult, SegmentFileReader, scan
+from diskguard.topicpolicy import ProtectionRule
 
 DRY_RUN = "dry-run"
 BROKER = "broker"
@@ -268,6 +271,7 @@ def plan_json(outcome_plan: Plan) -> dict[str, Any]:
             }
             for d in outcome_plan.deletions
         ],
+        "protected": [{"topic": t.topic, "reason": t.reason} for t in outcome_plan.protected],
     }
 
 
@@ -299,14 +303,65 @@ class Planner:
     forecast_for: Callable[[str], Forecast | None] | None = None
     #: Broker mode: partitions this broker leads (preferred among equally old candidates).
     led_here: Collection[tuple[str, int]] | None = None
+    #: Known topic policies (cache, broker answers, KRaft metadata); None: none known, so
+    #: every topic not internal, not compacted by evidence, is "policy unknown".
+    policies: PolicyStore | None = None
+    _broker_facts: tuple[str | None, int | None, list[str]] | None = field(
+        default=None, init=False, repr=False
+    )
 
-    def scan(self, full: bool = False, offline: bool = False) -> ScanResult:
+    def broker_facts(self) -> tuple[str | None, int | None]:
+        """``log.cleanup.policy`` from server.properties (None unless the config names the
+        file) and this broker's node id (meta.properties): read once per config."""
+        if self._broker_facts is None:
+            broker = self.config.broker
+            default: str | None = None
+            problems: list[str] = []
+            if broker.server_properties is not None:
+                try:
+                    default = topicconfigs.broker_defaults(broker).cleanup_policy
+                except (OSError, ValueError) as exc:
+                    problems.append(f"broker default cleanup.policy unknown: {exc}")
+            node_id = topicconfigs.local_broker_id(broker.log_dirs)
+            self._broker_facts = (default, node_id, problems)
+        return self._broker_facts[0], self._broker_facts[1]
+
+    def rule(self, offline: bool, kraft: bool | None = None) -> tuple[ProtectionRule, list[str]]:
+        """The protection rule for a scan now, and warnings not reported yet.
+
+        ``kraft``: read the KRaft metadata log too (default: when ``offline``).
+        """
+        retention = self.config.retention
+        if self.policies is None:
+            return ProtectionRule(
+                tuple(retention.protect_topics), tuple(retention.assume_delete_policy)
+            ), []
+        default, node_id = self.broker_facts()
+        assert self._broker_facts is not None
+        warnings = list(self._broker_facts[2])
+        self._broker_facts[2].clear()
+        rule = self.policies.rule(
+            retention.protect_topics,
+            retention.assume_delete_policy,
+            [str(d) for d in self.config.broker.log_dirs],
+            offline=offline,
+            static_default=default,
+            node_id=node_id,
+            read_kraft=offline if kraft is None else kraft,
+        )
+        return rule, warnings + self.policies.take_warnings()
+
+    def scan(
+        self, full: bool = False, offline: bool = False, kraft: bool | None = None
+    ) -> ScanResult:
         """``offline``: no broker will remove segments below the log start offset, so they are
-        candidates (the oldest of all) instead of pending reclaim."""
+        candidates (the oldest of all) instead of pending reclaim. ``kraft``: also read the
+        KRaft metadata log for topic policies (default: when ``offline``)."""
         cfg = self.config
-        return scan(
+        rule, rule_warnings = self.rule(offline, kraft)
+        result = scan(
             [str(d) for d in cfg.broker.log_dirs],
-            cfg.retention.protect_topics,
+            rule,
             full=full or cfg.retention.max_bytes is not None,
             requested_log_start=(
                 self.requested.as_mapping() if self.requested and not offline else None
@@ -315,6 +370,9 @@ class Planner:
             on_partition=self.on_partition,
             cache=self.cache,
         )
+        if rule_warnings:
+            result = replace(result, warnings=(*rule_warnings, *result.warnings))
+        return result
 
     def plan(self, result: ScanResult, mode: str) -> tuple[Plan, list[str]]:
         reader = SegmentFileReader(self.ages)

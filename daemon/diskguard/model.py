@@ -138,6 +138,11 @@ class Partition:
     base_offsets: tuple[int, ...]
     log_start_offset: int | None = None
     protected: bool = False
+    #: Why the partition is protected (``topicpolicy``); None when it is not, or when a
+    #: caller set ``protected`` by hand.
+    protected_reason: str | None = None
+    #: The partition dir holds tiered-storage state (a ``remote_log_snapshot`` entry).
+    remote_log_state: bool = False
 
     @property
     def active_base_offset(self) -> int | None:

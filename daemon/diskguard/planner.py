@@ -132,9 +132,19 @@ class FilesystemPlan:
 
 
 @dataclass(frozen=True)
+class ProtectedTopic:
+    """A topic on a guarded disk none of whose segments may go, and why (``plan`` shows it)."""
+
+    topic: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Plan:
     filesystems: tuple[FilesystemPlan, ...]
     deletions: tuple[Deletion, ...]
+    #: Protected topics with a partition on a planned filesystem, sorted by topic.
+    protected: tuple[ProtectedTopic, ...] = ()
 
     @property
     def reachable(self) -> bool:
@@ -428,4 +438,22 @@ def plan(
         fs_plan, chosen = plan_filesystem(fs, limits_for(fs), read, committed, led_here)
         fs_plans.append(fs_plan)
         deletions.extend(chosen)
-    return Plan(tuple(fs_plans), tuple(deletions))
+    return Plan(tuple(fs_plans), tuple(deletions), protected_topics(filesystems))
+
+
+def protected_topics(filesystems: Sequence[Filesystem]) -> tuple[ProtectedTopic, ...]:
+    """One entry per protected topic; partitions protected for different reasons (one of
+    them tiered, say) give the distinct reasons joined by "; "."""
+    reasons: dict[str, list[str]] = {}
+    for fs in filesystems:
+        for log_dir in fs.log_dirs:
+            for part in log_dir.partitions:
+                if not part.protected:
+                    continue
+                why = part.protected_reason or "protected"
+                seen = reasons.setdefault(part.topic, [])
+                if why not in seen:
+                    seen.append(why)
+    return tuple(
+        ProtectedTopic(topic, "; ".join(sorted(whys))) for topic, whys in sorted(reasons.items())
+    )

@@ -33,6 +33,7 @@ from diskguard.logs import get_logger
 from diskguard.model import FilesystemUsage
 from diskguard.offline import OfflineExecutor
 from diskguard.planner import Deletion, Plan
+from diskguard.policystore import CACHE_FILE, PolicyStore
 from diskguard.reclaim import Forecast, GrowthEstimator
 from diskguard.reclaimwatch import ReclaimWatch, reclaim_settings
 from diskguard.scan import ScanResult
@@ -99,7 +100,9 @@ class Runtime:
             )
         self.audit = AuditLog(state_dir / "audit.jsonl")
         self.offline = OfflineExecutor(state_dir, self.audit)
-        self.planner = Planner(config, self.requested)
+        self.planner = Planner(
+            config, self.requested, policies=PolicyStore(state_dir / CACHE_FILE, not read_only)
+        )
         self.planner.forecast_for = self.forecast
         self._reachable_cache: tuple[float, bool] | None = None
         # Broker reclaim latency: settings now from server.properties/defaults, from the broker
@@ -208,7 +211,7 @@ class Runtime:
             self.refresh_reclaim_settings()
         if act and mode.mode == OFFLINE and self._may_need_space():
             self._sweep_offline()
-        result = self.planner.scan(full=full, offline=mode.mode == OFFLINE)
+        result = self._scan_with_policies(full, mode)
         if not self.read_only:
             self.requested.prune(result)
         chosen, warnings = self.planner.plan(result, mode.mode)
@@ -223,7 +226,7 @@ class Runtime:
                 if (decided.mode == OFFLINE) != (mode.mode == OFFLINE):
                     if act and decided.mode == OFFLINE and self._may_need_space():
                         self._sweep_offline()
-                    result = self.planner.scan(full=full, offline=decided.mode == OFFLINE)
+                    result = self._scan_with_policies(full, decided)
                 mode = decided
                 chosen, warnings = self.planner.plan(result, mode.mode)
         all_warnings = [*result.warnings, *warnings]
@@ -259,6 +262,26 @@ class Runtime:
                 except OSError:
                     continue
         return out
+
+    def _scan_with_policies(self, full: bool, mode: ModeDecision) -> ScanResult:
+        """Scan; in broker mode first let the broker say which topics are compacted or tiered
+        (DescribeConfigs, cached in the state dir) and rescan if that changed anything.
+
+        Asked only for topics not known yet and, every few minutes, for all; a broker that
+        does not answer leaves them unknown, hence protected.
+        """
+        kraft = mode.mode in (OFFLINE, DRY_RUN)
+        result = self.planner.scan(full=full, offline=mode.mode == OFFLINE, kraft=kraft)
+        store = self.planner.policies
+        if mode.mode != BROKER or self.broker is None or store is None:
+            return result
+        topics = {p.topic for fs in result.filesystems for d in fs.log_dirs for p in d.partitions}
+        if not store.due(topics)[0] or not self.broker_reachable():
+            return result
+        default, _node = self.planner.broker_facts()
+        if store.refresh(self.broker, topics, default):
+            result = self.planner.scan(full=full, offline=False, kraft=False)
+        return result
 
     def _may_need_space(self) -> bool:
         """Cheap pre-check (one statvfs per log dir) before the offline sweep lists dirs."""

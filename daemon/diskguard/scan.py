@@ -33,9 +33,12 @@ from diskguard.model import (
     parse_segment_file,
     segment_file_name,
 )
+from diskguard.topicpolicy import ProtectionRule
 
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+#: An entry a broker with tiered storage keeps in the partition dir (remote log metadata).
+REMOTE_LOG_SNAPSHOT = "remote_log_snapshot"
 
 
 @dataclass(frozen=True)
@@ -122,11 +125,15 @@ class InodeTally:
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     """Kafka's ``OffsetCheckpointFile``: version 0, a count, then ``topic partition offset``.
 
-    A missing file is normal (new broker); a malformed one raises ValueError naming it.
+    A missing or empty file is normal (a broker creates ``cleaner-offset-checkpoint`` empty at
+    start-up and leaves it so until the first compaction); a malformed one raises ValueError
+    naming it.
     """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        return {}
+    if not text:
         return {}
     lines = text.splitlines()
     if len(lines) < 2 or lines[0].strip() != "0" or not lines[1].strip().isdigit():
@@ -176,6 +183,8 @@ class _PartitionListing:
     #: Files with other hard links (``*.deleted`` ones always, others in full listings): they
     #: count per inode across the whole log dir, see ``InodeTally``.
     linked: tuple[_Linked, ...] = ()
+    #: A ``remote_log_snapshot`` entry (any kind) is in the dir: tiered storage.
+    remote_log_state: bool = False
 
     @property
     def has_deleted(self) -> bool:
@@ -187,9 +196,12 @@ def _list_partition(path: str, full: bool) -> _PartitionListing:
     deleted = 0
     linked: list[_Linked] = []
     stats: dict[str, os.stat_result] = {}
+    remote = False
     with os.scandir(path) as entries:
         for entry in entries:
             name = entry.name
+            if name == REMOTE_LOG_SNAPSHOT:
+                remote = True
             try:
                 if name.endswith(DELETED_SUFFIX):
                     if entry.is_file(follow_symlinks=False):
@@ -226,7 +238,9 @@ def _list_partition(path: str, full: bool) -> _PartitionListing:
             linked.append(_Linked.of(name, st))
         else:
             settled += allocated_bytes(st)
-    return _PartitionListing(frozenset(bases), deleted, settled, active_files, full, tuple(linked))
+    return _PartitionListing(
+        frozenset(bases), deleted, settled, active_files, full, tuple(linked), remote
+    )
 
 
 class ListingCache:
@@ -283,22 +297,49 @@ def _active_stats(path: str, listing: _PartitionListing) -> list[os.stat_result]
     return out
 
 
-def _is_protected(topic: str, patterns: Sequence[re.Pattern[str]], compacted: set[str]) -> bool:
-    return topic in compacted or any(p.search(topic) for p in patterns)
+def as_rule(protect: ProtectionRule | Sequence[re.Pattern[str] | str]) -> ProtectionRule:
+    """Callers that still pass ``protect_topics`` regexes get a rule with no known policies:
+    every non-internal topic is then protected as "cleanup.policy unknown"."""
+    if isinstance(protect, ProtectionRule):
+        return protect
+    return ProtectionRule(
+        protect_topics=tuple(p if isinstance(p, str) else p.pattern for p in protect)
+    )
+
+
+def compacted_topics(log_dirs: Iterable[str]) -> tuple[frozenset[str], list[str]]:
+    """Topics any log dir's ``cleaner-offset-checkpoint`` lists, plus warnings.
+
+    A partition's topic may be cleaned in another log dir (JBOD): the cleaner only lists the
+    partitions it holds, but the policy is the topic's, so every dir's checkpoint counts.
+    """
+    topics: set[str] = set()
+    warnings: list[str] = []
+    for log_dir in log_dirs:
+        try:
+            topics.update(tp[0] for tp in read_checkpoint(Path(log_dir) / CLEANER_CHECKPOINT))
+        except (ValueError, OSError) as exc:
+            warnings.append(f"{exc}; compacted topics unknown from the cleaner checkpoint")
+    return frozenset(topics), warnings
 
 
 def scan_log_dir(
     log_dir: str,
     mount: str,
-    protect: Sequence[re.Pattern[str]],
+    protect: ProtectionRule | Sequence[re.Pattern[str] | str],
     full: bool = False,
     topics: dict[str, list[int]] | None = None,
     requested_log_start: Mapping[tuple[str, int], int] | None = None,
     use_log_start: bool = True,
     on_partition: Callable[[float], None] | None = None,
     cache: ListingCache | None = None,
+    own_checkpoint: bool = True,
 ) -> LogDir:
     """One log dir: its live partitions, pending reclaim and (if ``full``) its Kafka bytes.
+
+    ``protect`` decides each partition's protection (``topicpolicy``); with
+    ``own_checkpoint`` this dir's ``cleaner-offset-checkpoint`` is added to it (``scan``
+    reads every dir's checkpoint up front and passes False).
 
     ``topics`` (optional, out-parameter) receives ``topic -> [partitions, bytes]`` sums.
     ``requested_log_start`` holds log start offsets diskguard asked the broker for
@@ -312,11 +353,11 @@ def scan_log_dir(
     except (ValueError, OSError) as exc:
         warnings.append(f"{exc}; log start offsets unknown, no segment counted as reclaiming")
         log_start = {}
-    try:
-        compacted = {tp[0] for tp in read_checkpoint(root / CLEANER_CHECKPOINT)}
-    except (ValueError, OSError) as exc:
-        warnings.append(f"{exc}; compacted topics unknown from the cleaner checkpoint")
-        compacted = set()
+    rule = as_rule(protect)
+    if own_checkpoint:
+        compacted, checkpoint_warnings = compacted_topics([log_dir])
+        warnings.extend(checkpoint_warnings)
+        rule = rule.with_compacted(compacted)
 
     partitions: list[Partition] = []
     # Per inode, not per name: a file also linked from outside frees nothing when deleted,
@@ -373,6 +414,7 @@ def scan_log_dir(
         except OSError as exc:
             warnings.append(f"{entry.path}: cannot list partition: {exc.strerror or exc}; skipped")
             continue
+        reason = rule.reason(name.topic, listing.remote_log_state)
         part = Partition(
             log_dir=log_dir,
             topic=name.topic,
@@ -383,7 +425,9 @@ def scan_log_dir(
                 log_start.get((name.topic, name.partition)),
                 (requested_log_start or {}).get((name.topic, name.partition)),
             ),
-            protected=_is_protected(name.topic, protect, compacted),
+            protected=reason is not None,
+            protected_reason=reason,
+            remote_log_state=listing.remote_log_state,
         )
         pending.single += listing.deleted_bytes
         for linked in listing.linked:
@@ -618,7 +662,7 @@ def group_by_filesystem(log_dirs: Iterable[str]) -> dict[str, list[str]]:
 
 def scan(
     log_dirs: Sequence[str | Path],
-    protect_topics: Sequence[str],
+    protect_topics: ProtectionRule | Sequence[str],
     full: bool = False,
     requested_log_start: Mapping[str, Mapping[tuple[str, int], int]] | None = None,
     use_log_start: bool = True,
@@ -632,17 +676,20 @@ def scan(
     with the first mount point seen for it. The same directory named twice (two paths to one
     inode) is scanned once, or its segments would be planned twice.
     ``requested_log_start``: log dir -> (topic, partition) -> offset asked of the broker.
+    ``protect_topics``: the protection rule (``enforcement.Planner`` builds it from the config
+    and the known topic policies); plain regexes still work (no policy known).
     """
-    protect = [re.compile(p) for p in protect_topics]
+    compacted, warnings = compacted_topics(str(d) for d in log_dirs)
+    rule = as_rule(protect_topics).with_compacted(compacted)
     filesystems: list[Filesystem] = []
     topics_by_mount: dict[str, dict[str, TopicUsage]] = {}
-    warnings: list[str] = []
     paths = [str(raw) for raw in log_dirs]
     try:
         groups = fsusage.group_by_device(paths)
     except OSError as exc:
         why = exc.strerror or str(exc)
-        return ScanResult((), {}, tuple(f"{d}: log dir unreadable ({why}); skipped" for d in paths))
+        unreadable = [f"{d}: log dir unreadable ({why}); skipped" for d in paths]
+        return ScanResult((), {}, (*warnings, *unreadable))
     seen_dirs: dict[tuple[int, int], str] = {}
     for group in groups:
         usage: FilesystemUsage | None = None
@@ -667,13 +714,14 @@ def scan(
             scanned = scan_log_dir(
                 log_dir,
                 group.mount,
-                protect,
+                rule,
                 full=full,
                 topics=topic_acc if full else None,
                 requested_log_start=(requested_log_start or {}).get(log_dir),
                 use_log_start=use_log_start,
                 on_partition=on_partition,
                 cache=cache,
+                own_checkpoint=False,
             )
             warnings.extend(scanned.warnings)
             scanned_dirs.append(scanned)

@@ -25,6 +25,7 @@ from diskguard.config import BrokerConfig, read_properties
 from diskguard.logs import get_logger
 from diskguard.model import PartitionDirKind, parse_partition_dir
 from diskguard.reserve import TopicSettings, policy_kind
+from diskguard.topicpolicy import ALWAYS_COMPACTED
 
 __all__ = [
     "KAFKA_DEFAULTS",
@@ -39,19 +40,6 @@ __all__ = [
     "topics_from_broker",
     "topics_from_log_dirs",
 ]
-
-#: Topics Kafka and its ecosystem always create compacted, whatever log.cleanup.policy says;
-#: from the log dirs alone their policy is otherwise unknowable. ``__cluster_metadata`` is
-#: KRaft's snapshot-trimmed metadata log: sized like a compacted topic.
-ALWAYS_COMPACTED = frozenset(
-    {
-        "__consumer_offsets",
-        "__transaction_state",
-        "__share_group_state",
-        "__cluster_metadata",
-        "_schemas",
-    }
-)
 
 TOPIC_KEYS = ("retention.bytes", "segment.bytes", "segment.index.bytes", "cleanup.policy")
 

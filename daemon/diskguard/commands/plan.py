@@ -180,6 +180,15 @@ def render_plan(
         note = far_future_note(chosen.deletions)
         if note:
             console.print(note)
+    if chosen.protected:
+        protected = Table(
+            title="Protected topics (never deleted, whatever the usage)", title_justify="left"
+        )
+        protected.add_column("topic")
+        protected.add_column("why")
+        for topic in chosen.protected:
+            protected.add_row(topic.topic, topic.reason)
+        console.print(protected)
     for line in blocked:
         console.print(line, style="bold", markup=False, highlight=False, soft_wrap=True)
     for warning in warnings:

@@ -256,7 +256,12 @@ class PolicyAdmin:
     def describe_configs(
         self, resources: list[Any], **kwargs: Any
     ) -> Mapping[Any, concurrent.futures.Future[Any]]:
-        self.described.append(sorted(r.name for r in resources))
+        from confluent_kafka.admin import ResourceType
+
+        # Topic resources only: the broker's own settings (reclaim latency) are asked too.
+        topics = sorted(r.name for r in resources if r.restype == ResourceType.TOPIC)
+        if topics:
+            self.described.append(topics)
         out: dict[Any, concurrent.futures.Future[Any]] = {}
         for resource in resources:
             future: concurrent.futures.Future[Any] = concurrent.futures.Future()

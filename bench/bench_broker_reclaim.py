@@ -149,7 +149,9 @@ def produce(bootstrap: str, topic: str, rate: float, stop: threading.Event) -> N
     producer.flush(10)
 
 
-def run_one(kafka_home: Path, sc: Scenario, variant: str, port: int) -> Result:
+def run_one(
+    kafka_home: Path, sc: Scenario, variant: str, port: int, keep: Path | None = None
+) -> Result:
     with (
         fsfixtures.loop_ext4(384 * MiB, 0) as mount,
         tempfile.TemporaryDirectory(prefix="dg-bench-") as tmp,
@@ -205,6 +207,11 @@ def run_one(kafka_home: Path, sc: Scenario, variant: str, port: int) -> Result:
                 daemon.terminate()
                 daemon.wait(30)
             lines = [json.loads(x) for x in events.read_text().splitlines() if x.startswith("{")]
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                stem = f"{sc.name}-{variant}"
+                (keep / f"{stem}-events.jsonl").write_text(events.read_text())
+                (keep / f"{stem}-usage.json").write_text(json.dumps(samples))
     first = next((e for e in lines if e.get("event") == "delete_records"), None)
     deletions = sum(1 for e in lines if e.get("event") == "segment_deleted")
     first_s: float | None = None
@@ -239,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--variants", default="predictive,reactive")
     ap.add_argument("--out", default=str(RESULTS / "broker_reclaim.json"))
+    ap.add_argument("--keep", help="copy each run's daemon events and usage samples here")
     args = ap.parse_args(argv)
     if not args.kafka_home:
         print("bench_broker_reclaim: set DISKGUARD_KAFKA_HOME to a Kafka distribution dir")
@@ -247,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     port = 39092
     for name in args.scenarios.split(","):
         for variant in args.variants.split(","):
-            res = run_one(Path(args.kafka_home), SCENARIOS[name], variant, port)
+            keep = Path(args.keep) if args.keep else None
+            res = run_one(Path(args.kafka_home), SCENARIOS[name], variant, port, keep)
             port += 2
             print(json.dumps(asdict(res)), flush=True)
             results.append(asdict(res))

@@ -109,6 +109,7 @@ class Daemon:
         self._warned: set[str] = set()
         self._reclaim_slow: dict[str, float] = {}
         self._next_state_write = 0.0
+        self._last_poll_at = time.monotonic()
         self.deleted = DeletedBytesCounter()
         self.metrics = Metrics(stale_after=max(60.0, 6 * config.retention.check_interval))
         self._build(config)
@@ -245,6 +246,24 @@ class Daemon:
             out[mount] = usage
             self.runtime.observe_usage(mount, time.monotonic(), usage.used_bytes)
         return out
+
+    def _account_reclaim(self, usages: dict[str, FilesystemUsage], now: float) -> None:
+        """Between scans, a drop in usage is pending reclaim the broker has freed.
+
+        ``pending`` is measured only by a scan (plus what a cycle asked for); without this the
+        forecast would keep subtracting space the broker already gave back, predict too low,
+        and ask only once the disk is over its ceiling. What was written meanwhile (rate x
+        elapsed) is added back, so a drop during steady writes counts in full.
+        """
+        for mount, usage in usages.items():
+            before = self.memory.usage.get(mount)
+            pending = self.memory.pending.get(mount, 0)
+            if before is None or not pending or usage.used_bytes >= before.used_bytes:
+                continue
+            elapsed = max(0.0, now - self._last_poll_at)
+            written = (self.runtime.growth_rate(mount) or 0.0) * elapsed
+            freed = before.used_bytes - usage.used_bytes + int(written)
+            self.memory.pending[mount] = max(0, pending - freed)
 
     def _broker_mode(self) -> bool:
         last = self._last_outcome
@@ -405,6 +424,10 @@ class Daemon:
             # scan: the forecast and flow control must not count it as still to be freed.
             mount = fs.usage.mount
             self.memory.pending[mount] = fs.pending_reclaim_bytes + asked.get(mount, 0)
+            # The scan's usage is the baseline for the drops ``_account_reclaim`` counts next:
+            # what was freed before the scan is already out of its pending.
+            self.memory.usage[mount] = fs.usage
+        self._last_poll_at = time.monotonic()
         return outcome
 
     def _snapshot(self) -> None:
@@ -489,6 +512,7 @@ class Daemon:
                 deleted_open_bytes=self.memory.deleted_open.get(mount),
             )
         self.memory.usage = usages
+        self._last_poll_at = time.monotonic()
         self.metrics.cycle_done()
 
     def _write_state(self) -> None:
@@ -587,6 +611,7 @@ class Daemon:
             timers.next_full = 0.0
         now = time.monotonic()
         usages = self._read_usage()
+        self._account_reclaim(usages, now)
         transitions = self._flow(usages)
         full_due = now >= timers.next_full
         snapshot_due = now >= timers.next_snapshot or bool(transitions)

@@ -577,6 +577,10 @@ class Daemon:
                 else 0
             ),
             mode=first.mode.mode if first else "unknown",
+            # What the broker-mode forecast starts from (measured values follow in status).
+            reclaim_check_interval_s=self.runtime.reclaim.settings.check_interval_s,
+            reclaim_delete_delay_s=self.runtime.reclaim.settings.delete_delay_s,
+            reclaim_settings_source=self.runtime.reclaim.settings.source,
         )
         self._start_watching()
         sdnotify.ready(self._status_line())

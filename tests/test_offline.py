@@ -335,8 +335,7 @@ def test_kill_9_at_any_step_then_recover_leaves_no_half_deleted_segment(
         assert all(
             a.outcome is not None
             and (
-                a.outcome["phase"] == "done"
-                or "interrupted before" in str(a.outcome.get("error"))
+                a.outcome["phase"] == "done" or "interrupted before" in str(a.outcome.get("error"))
             )
             for a in actions
         ), where

@@ -298,6 +298,40 @@ class AuditLog:
         if ok and freed_bytes > 0:
             self.ensure_reserve()
 
+    def size(self) -> int:
+        """The log's current length: where lines written from now on start."""
+        try:
+            return os.stat(self.path).st_size
+        except OSError:
+            return 0
+
+    def outcome_of(self, action_id: str, offset: int = 0) -> dict[str, Any] | None:
+        """The outcome line of ``action_id`` written at or after ``offset`` (see ``size``), or
+        None. Crash recovery asks before writing one, so an action never gets two outcomes
+        when the process died between its audit outcome and its journal ``done``."""
+        try:
+            with open(self.path, "rb") as fh:
+                end = fh.seek(0, os.SEEK_END)
+                fh.seek(offset if 0 <= offset <= end else 0)
+                data = fh.read()
+        except OSError:
+            return None
+        found: dict[str, Any] | None = None
+        for raw in data.split(b"\n")[:-1]:
+            if action_id.encode() not in raw:
+                continue
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                continue
+            if (
+                isinstance(value, dict)
+                and value.get("action_id") == action_id
+                and value.get("phase") != INTENT
+            ):
+                found = value
+        return found
+
     def refused(
         self, deletion: Deletion, why: str, usage_before_percent: float, mode: str, error: str
     ) -> str:

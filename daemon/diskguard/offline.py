@@ -360,6 +360,7 @@ class OfflineExecutor:
             "op": "intent",
             "kind": _SEGMENT,
             "action_id": action_id,
+            "audit_offset": self.audit.size(),
             "log_dir_real": os.path.realpath(d.log_dir),
             "partition_dir": checked.partition_dir,
             "names": list(checked.names),
@@ -393,9 +394,11 @@ class OfflineExecutor:
             error = f"{exc.strerror or exc} ({exc.filename or checked.partition_dir})"
             self._after(action_id, False, 0, error)
             return DeletionResult(d, False, 0, MODE, error)
+        # Outcome first, then the journal's done: a crash in between leaves the entry open
+        # and recovery finds the outcome already written (``outcome_of``).
+        self._after(action_id, True, freed, None)
         self._step("journal-done")
         self._close(entry)
-        self._after(action_id, True, freed, None)
         return DeletionResult(d, True, freed, MODE)
 
     def _remove(self, partition_dir: str, names: Sequence[str]) -> int:
@@ -447,18 +450,45 @@ class OfflineExecutor:
         A segment entry gives a result; sweep entries give None (they are audited, and the
         runtime reports what recovery did per segment)."""
         kind = str(entry.get("kind", _SEGMENT))
+        if kind != _SWEEP:
+            outcome = self.audit.outcome_of(
+                str(entry["action_id"]), int(entry.get("audit_offset", 0) or 0)
+            )
+            if outcome is not None and not self._finish_after_failure(entry, outcome):
+                # Died between the audit outcome and the journal's done: only the latter.
+                self._close(entry)
+                if kind != _SEGMENT:
+                    return None
+                ok = outcome.get("phase") == "done"
+                freed = int(outcome.get("freed_bytes") or 0)
+                error = None if ok else str(outcome.get("error"))
+                return DeletionResult(_deletion_from_entry(entry), ok, freed, MODE, error)
         if kind == _SEGMENT:
             return self._recover_segment(entry)
         if kind == _SWEEP:
-            # The crashed sweep is done again now (what is left of it); its own entry closes.
-            self._close(entry)
+            # The crashed sweep is done again now (what is left of it), then its entry closes
+            # (claimed entries come sweep sessions last: their items are finished first).
             self._sweep(str(entry.get("log_dir_real", "")))
+            self._close(entry)
             return None
         if kind in (_SWEEP_DIR, _SWEEP_FILES):
             self._recover_sweep_item(entry)
             return None
         self._abandon(entry, f"abandoned: unknown journal entry kind {kind!r}")
         return None
+
+    def _finish_after_failure(self, entry: Mapping[str, Any], outcome: Mapping[str, Any]) -> bool:
+        """A segment deletion that failed on an I/O error mid-way (``failed``, journal left
+        open on purpose) is still finished by recovery, which then records ``done``; every
+        other recorded outcome is final."""
+        if entry.get("kind", _SEGMENT) != _SEGMENT or outcome.get("phase") != "failed":
+            return False
+        error = str(outcome.get("error") or "")
+        if error == CANCELLED or error.startswith(("abandoned", "audit log not writable")):
+            return False
+        names = [str(n) for n in entry.get("names", [])]
+        partition_dir = str(entry.get("partition_dir", ""))
+        return os.path.lexists(partition_dir) and _started(partition_dir, names)
 
     def _recover_segment(self, entry: dict[str, Any]) -> DeletionResult:
         d = _deletion_from_entry(entry)
@@ -470,8 +500,8 @@ class OfflineExecutor:
                 # Crashed between the journal entry and the first rename: the audit intent
                 # may or may not have been written, so nothing may be removed on its word.
                 why = CANCELLED
-                self._close(entry, cancelled=why)
                 self._after(str(entry["action_id"]), False, 0, why, entry.get("fields", {}))
+                self._close(entry, cancelled=why)
                 log.info("offline_recover_cancelled", action_id=entry.get("action_id"))
                 return DeletionResult(d, False, 0, MODE, why, True)
             log_name = next((n for n in names if n.endswith(".log")), None)
@@ -492,10 +522,10 @@ class OfflineExecutor:
             error = f"recovery failed: {exc.strerror or exc} ({exc.filename or partition_dir})"
             log.error("offline_recover_failed", partition_dir=partition_dir, error=error)
             return DeletionResult(d, False, 0, MODE, error)
-        self._close(entry)
         self._after(
             str(entry["action_id"]), True, freed, None, {**entry["fields"], "recovered": True}
         )
+        self._close(entry)
         log.info(
             "offline_recovered",
             topic=d.topic,
@@ -531,8 +561,9 @@ class OfflineExecutor:
 
     def _abandon(self, entry: dict[str, Any], why: str) -> DeletionResult:
         log.warning("offline_recover_abandoned", action_id=entry.get("action_id"), reason=why)
+        if str(entry.get("kind", _SEGMENT)) != _SWEEP:  # a sweep session has no audit line
+            self._after(str(entry["action_id"]), False, 0, why, entry.get("fields", {}))
         self._close(entry, abandoned=why)
-        self._after(str(entry["action_id"]), False, 0, why, entry.get("fields", {}))
         return DeletionResult(_deletion_from_entry(entry), False, 0, MODE, why)
 
     # -- sweeps ----------------------------------------------------------------------------
@@ -675,6 +706,7 @@ class OfflineExecutor:
             "op": "intent",
             **item,
             "action_id": action_id,
+            "audit_offset": self.audit.size(),
             "log_dir_real": log_dir_real,
             "fields": fields,
             "owner": process_identity(),
@@ -708,12 +740,12 @@ class OfflineExecutor:
         except (OSError, Refused) as exc:
             error = str(exc) if isinstance(exc, Refused) else f"{exc.strerror or exc}"
             log.error("offline_sweep_failed", path=path, error=error)
-            self._close(entry, abandoned=error)
             self._after(str(entry["action_id"]), False, 0, error, entry.get("fields", {}))
+            self._close(entry, abandoned=error)
             return
-        self._close(entry)
         context = {**entry.get("fields", {}), **({"recovered": True} if recovered else {})}
         self._after(str(entry["action_id"]), True, freed, None, context)
+        self._close(entry)
         log.info(
             "offline_swept",
             what=entry.get("fields", {}).get("what"),
@@ -728,8 +760,8 @@ class OfflineExecutor:
         if not entry.get("_audited"):
             # The audit intent may be missing: nothing was removed on its word; the sweep
             # that follows recovery finds what is still there.
-            self._close(entry, cancelled=CANCELLED)
             self._after(str(entry["action_id"]), False, 0, CANCELLED, entry.get("fields", {}))
+            self._close(entry, cancelled=CANCELLED)
             return
         parsed = parse_partition_dir(os.path.basename(path))
         want = PartitionDirKind.DELETE if entry.get("kind") == _SWEEP_DIR else PartitionDirKind.LIVE
@@ -854,6 +886,7 @@ class OfflineExecutor:
                     continue
                 self._journal({"op": "claim", "action_id": entry["action_id"], "owner": me})
                 claimed.append({**entry, "owner": me})
+        claimed.sort(key=lambda e: e.get("kind") == _SWEEP)
         return claimed
 
     def _open_entries(self) -> list[dict[str, Any]]:

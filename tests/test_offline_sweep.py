@@ -341,3 +341,32 @@ def test_journal_compaction_waits_for_another_process_appending(tmp_path: Path) 
             holder.wait()
     assert '"b"' in journal.read_text()
     assert executor(state).pending() == 1
+
+
+def test_a_mount_inside_a_delete_dir_is_never_emptied(
+    loop_ext4: Callable[..., Path], tmp_path: Path
+) -> None:
+    """rm -rf semantics would empty a filesystem mounted below a ``-delete`` dir; the sweep
+    refuses the whole dir instead (and removes other -delete dirs as usual)."""
+    mnt = loop_ext4(64 * MiB)
+    log_dir, state = mnt / "logs", tmp_path / "state"
+    write_log_dir(log_dir, {("orders", 0): [seg_at(0), seg_at(1)]})
+    doomed = log_dir / "gone-0.bb-delete"
+    (doomed / "sub").mkdir(parents=True)
+    fill(doomed / "00000000000000000000.log", MiB)
+    other = log_dir / "gone-1.cc-delete"
+    other.mkdir()
+    fill(other / "00000000000000000000.log", MiB)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(doomed / "sub")], check=True
+    )
+    try:
+        (doomed / "sub" / "precious").write_text("on another filesystem")
+        executor(state).recover([log_dir], sweep_deleted=True)
+        assert (doomed / "sub" / "precious").read_text() == "on another filesystem"
+        assert (doomed / "00000000000000000000.log").exists()
+        assert not other.exists()
+    finally:
+        subprocess.run(["umount", str(doomed / "sub")], check=False)
+    swept = {a.first["path"] for a in pair_actions(list(read_audit(state / "audit.jsonl")))}
+    assert swept == {str(other)}

@@ -578,6 +578,9 @@ class OfflineExecutor:
                 session: list[dict[str, Any]] = []
                 for part in entries:
                     parsed = parse_partition_dir(part.name)
+                    # Only -delete dirs: a -future dir is a replica move between log dirs in
+                    # progress (its data is the partition's future), and -stray dirs are
+                    # KRaft's, left for the broker to decide about.
                     if parsed is None or parsed.kind is not PartitionDirKind.DELETE:
                         continue
                     if not part.is_dir(follow_symlinks=False):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import fcntl
 import json
 import os
 import threading
@@ -45,6 +46,13 @@ INTENT = "intent"
 DONE = "done"
 FAILED = "failed"
 REFUSED = "refused"
+
+#: ``kind`` of the lines of an offline sweep: a ``-delete`` dir or a partition dir's leftover
+#: ``*.deleted`` segment files removed (what Kafka itself removes at start-up). Lines without
+#: a ``kind`` are segment deletions.
+SWEPT = "swept"
+SWEPT_DELETE_DIR = "delete_dir"
+SWEPT_DELETED_FILES = "deleted_files"
 
 
 class AuditWriteFailed(Exception):
@@ -97,6 +105,41 @@ def deletion_fields(d: Deletion) -> dict[str, Any]:
     }
 
 
+def sweep_fields(
+    what: str,
+    log_dir: str,
+    path: str,
+    topic: str,
+    partition: int,
+    files: int,
+    nbytes: int,
+    names: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The fields of a ``swept`` audit line: ``path`` is the ``-delete`` dir, or the partition
+    dir whose ``names`` (``*.deleted`` files) go; ``bytes`` as measured just before."""
+    why = (
+        "a -delete dir (topic or replica already deleted; Kafka removes it after start-up)"
+        if what == SWEPT_DELETE_DIR
+        else "leftover *.deleted segment files (Kafka removes them at start-up)"
+    )
+    fields: dict[str, Any] = {
+        "kind": SWEPT,
+        "what": what,
+        "mode": "offline",
+        "log_dir": log_dir,
+        "path": path,
+        "topic": topic,
+        "partition": partition,
+        "files": files,
+        "bytes": nbytes,
+        "rule": SWEPT,
+        "reason": why,
+    }
+    if names:
+        fields["names"] = list(names)
+    return fields
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
@@ -120,6 +163,10 @@ def append_line(path: Path, data: bytes, make_room: Any = None) -> None:
 def _append_once(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     try:
+        # Two processes (a daemon and ``enforce --once``) may append to the same file: the
+        # torn-line repair and the truncate-back on failure below must not cut the other's
+        # line. flock (BSD) is per open file, so closing other fds never drops it.
+        fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             # A torn line from a crash/power loss: end it, so it stays one unparseable line
@@ -199,11 +246,30 @@ class AuditLog:
             except OSError as exc:
                 raise AuditWriteFailed(f"cannot write {self.path}: {exc.strerror or exc}") from exc
 
-    def before(self, deletion: Deletion, why: str, usage_before_percent: float, mode: str) -> str:
-        """Record the intent to delete; returns the action id for ``after``."""
+    def intent(self, fields: Mapping[str, Any], action_id: str | None = None) -> str:
+        """Record the intent of an action that is not a segment deletion (``sweep_fields``);
+        returns the action id for ``after`` (``action_id`` when the caller chose it, e.g. to
+        journal it first)."""
         if not self.reserve_path.exists():
             self.ensure_reserve()
-        action_id = uuid.uuid4().hex[:16]
+        action_id = action_id or uuid.uuid4().hex[:16]
+        self.append({"ts": _now(), "action_id": action_id, "phase": INTENT, **fields})
+        self._pending[action_id] = dict(fields)
+        return action_id
+
+    def before(
+        self,
+        deletion: Deletion,
+        why: str,
+        usage_before_percent: float,
+        mode: str,
+        action_id: str | None = None,
+    ) -> str:
+        """Record the intent to delete; returns the action id for ``after`` (``action_id``
+        when the caller chose it, e.g. to journal it first)."""
+        if not self.reserve_path.exists():
+            self.ensure_reserve()
+        action_id = action_id or uuid.uuid4().hex[:16]
         fields = {
             **deletion_fields(deletion),
             "mode": mode,
@@ -239,6 +305,40 @@ class AuditLog:
         )
         if ok and freed_bytes > 0:
             self.ensure_reserve()
+
+    def size(self) -> int:
+        """The log's current length: where lines written from now on start."""
+        try:
+            return os.stat(self.path).st_size
+        except OSError:
+            return 0
+
+    def outcome_of(self, action_id: str, offset: int = 0) -> dict[str, Any] | None:
+        """The outcome line of ``action_id`` written at or after ``offset`` (see ``size``), or
+        None. Crash recovery asks before writing one, so an action never gets two outcomes
+        when the process died between its audit outcome and its journal ``done``."""
+        try:
+            with open(self.path, "rb") as fh:
+                end = fh.seek(0, os.SEEK_END)
+                fh.seek(offset if 0 <= offset <= end else 0)
+                data = fh.read()
+        except OSError:
+            return None
+        found: dict[str, Any] | None = None
+        for raw in data.split(b"\n")[:-1]:
+            if action_id.encode() not in raw:
+                continue
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                continue
+            if (
+                isinstance(value, dict)
+                and value.get("action_id") == action_id
+                and value.get("phase") != INTENT
+            ):
+                found = value
+        return found
 
     def refused(
         self, deletion: Deletion, why: str, usage_before_percent: float, mode: str, error: str

@@ -284,8 +284,14 @@ class Runtime:
         return result
 
     def _may_need_space(self) -> bool:
-        """Cheap pre-check (one statvfs per log dir) before the offline sweep lists dirs."""
+        """Cheap pre-check (one statvfs per log dir) before the offline sweep lists dirs.
+
+        An open journal entry (a crash mid-deletion or mid-sweep) also says yes, whatever the
+        usage now: recovery must give every audit intent its outcome and finish the sweep.
+        """
         if self.config.retention.max_bytes is not None:
+            return True
+        if self.offline.has_open_entries():
             return True
         limit = self.config.retention.disk_usage_percent
         for log_dir in self.config.broker.log_dirs:
@@ -299,9 +305,10 @@ class Runtime:
     def _sweep_offline(self) -> None:
         """Offline, nobody else will reclaim what is "on its way out": finish it now.
 
-        Half-done deletions from the journal and leftover ``*.deleted`` segment files are
-        exactly what Kafka removes itself at start-up, so removing them first frees space
-        without choosing a single live segment.
+        Half-done deletions from the journal, ``-delete`` dirs and leftover ``*.deleted``
+        segment files are exactly what Kafka removes itself at start-up, so removing them
+        first (audited, ``kind: swept``) frees space without choosing a single live segment;
+        the scan that follows sees what is left.
         """
         try:
             done = self.offline.recover(

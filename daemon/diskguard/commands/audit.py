@@ -17,7 +17,16 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from diskguard.audit import AUDIT_FILE, DONE, FAILED, REFUSED, AuditAction, pair_actions, read_audit
+from diskguard.audit import (
+    AUDIT_FILE,
+    DONE,
+    FAILED,
+    REFUSED,
+    SWEPT,
+    AuditAction,
+    pair_actions,
+    read_audit,
+)
 from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
 from diskguard.units import format_bytes
 
@@ -82,13 +91,19 @@ def render(actions: list[AuditAction]) -> None:
     for action in actions:
         line = action.first
         when = _ts(line)
+        swept = line.get("kind") == SWEPT
         table.add_row(
             when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S") if when else "?",
             str(line.get("mode", "?")),
-            f"{line.get('topic', '?')}-{line.get('partition', '?')}",
-            str(line.get("base_offset", "?")),
+            # A sweep names a dir (a -delete dir, or the partition dir of *.deleted files).
+            Path(str(line.get("path", "?"))).name
+            if swept
+            else f"{line.get('topic', '?')}-{line.get('partition', '?')}",
+            "-" if swept else str(line.get("base_offset", "?")),
             format_bytes(int(line.get("bytes") or 0)),
-            str(line.get("rule") or line.get("reason", "")),
+            f"swept {line.get('what', '')}".strip()
+            if swept
+            else str(line.get("rule") or line.get("reason", "")),
             _outcome(action),
             _unconsumed(line),
         )

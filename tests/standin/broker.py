@@ -282,6 +282,7 @@ class Broker:
                     continue
                 self._load_partition(d, child, parsed.topic, parsed.partition, start_offsets)
         counter = len(self.partitions)
+        created: list[PartitionLog] = []
         for name, spec in self.conf.get("topics", {}).items():
             for index in range(int(spec.get("partitions", 1))):
                 if (name, index) in self.partitions:
@@ -293,10 +294,9 @@ class Broker:
                 part = PartitionLog(name, index, log_dir, directory, self.topic_config(name))
                 part.active = self._new_active(part, 0)
                 self.partitions[(name, index)] = part
-        for name, spec in self.conf.get("topics", {}).items():
-            prefill = int(spec.get("prefill_bytes", 0))
-            for index in range(int(spec.get("partitions", 1))):
-                self.write(self.partitions[(name, index)], prefill)
+                created.append(part)
+        for part in created:  # prefill only what this start created, not a reloaded log
+            self.write(part, int(self.conf["topics"][part.topic].get("prefill_bytes", 0)))
         for group, entries in self.conf.get("groups", {}).items():
             for topic, partition, offset in entries:
                 self.groups.setdefault(group, {})[(topic, int(partition))] = int(offset)

@@ -11,6 +11,7 @@ once it serves: ``.bootstrap``, ``.state()``, ``.set_rate()``, ``.pause()``, ``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -18,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,7 +42,7 @@ class Standin:
         self.proc = proc
         self.workdir = workdir
         self.bootstrap = bootstrap
-        self.control_socket = workdir / "control.sock"
+        self.control_socket = _control_path(workdir)
         self.log_path = workdir / "standin.log"
 
     @property
@@ -129,6 +131,16 @@ class Standin:
             self.kill()
 
 
+def _control_path(workdir: Path) -> Path:
+    """``workdir/control.sock``, or a short name in /tmp when that path would not fit a
+    unix socket address (108 bytes)."""
+    path = workdir / "control.sock"
+    if len(os.fsencode(path)) < 100:
+        return path
+    digest = hashlib.sha1(os.fsencode(workdir)).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"standin-{digest}.sock"
+
+
 def start(
     workdir: str | os.PathLike[str],
     *,
@@ -160,7 +172,7 @@ def start(
         "checkpoint_interval_ms": checkpoint_interval_ms,
         "write_rate": write_rate,
         "record_bytes": record_bytes,
-        "control_socket": str(work / "control.sock"),
+        "control_socket": str(_control_path(work)),
     }
     conf_path = work / "standin.json"
     conf_path.write_text(json.dumps(conf, indent=1))

@@ -39,9 +39,10 @@ What it mirrors of Kafka's ``LogManager`` / ``Log``:
   SIGKILL leaves whatever was on disk; the kernel drops the locks.
 
 Kafka APIs answered (versions chosen so librdkafka 2.x needs no special client settings):
-ApiVersions 0-3 (a newer request gets ``UNSUPPORTED_VERSION`` in the v0 format, as Kafka
-does), Metadata 0-9, ListOffsets 0-5 (earliest/latest only; a timestamp lookup answers
-offset -1), FindCoordinator 0-4, OffsetCommit 0-8 (simple, ``assign()``-style commits),
+ApiVersions 0-3 (librdkafka 2.16 sends v3 first, answered as is; a newer request gets
+``UNSUPPORTED_VERSION`` in the v0 format with the ApiVersions range, as Kafka does),
+Metadata 0-9, ListOffsets 0-5 (earliest/latest only; a timestamp lookup answers offset -1),
+FindCoordinator 0-4, OffsetCommit 0-8 (simple, ``assign()``-style commits),
 OffsetFetch 0-7 (-1 for a partition the group never committed), ListGroups 0-4 (a group with
 only committed offsets is ``Empty``), DeleteRecords 0-2, DescribeConfigs 0-4 (topic and
 broker resources). Encoding is kafka-python's (``kafka.protocol``, Kafka's own JSON schemas).
@@ -231,6 +232,7 @@ class Broker:
         self._lock_fds: list[int] = []
         self._payload = os.urandom(max(1, self.record_bytes))
         self._rr = 0
+        self._tick_lock = threading.Lock()
         self.port = 0
         self._threads: list[threading.Thread] = []
         self._server: socketserver.ThreadingTCPServer | None = None
@@ -402,11 +404,15 @@ class Broker:
             budget += self.write_rate * (now - last)
             last = now
             parts = sorted(self.partitions.values(), key=lambda p: (p.topic, p.index))
-            while budget >= self.record_bytes and not self.stopping.is_set():
-                part = parts[self._rr % len(parts)]
-                self._rr += 1
-                chunk = min(self.batch_bytes, int(budget))
-                budget -= self.write(part, chunk) or chunk
+            with self._tick_lock:
+                while budget >= self.record_bytes and self.writing():
+                    part = parts[self._rr % len(parts)]
+                    self._rr += 1
+                    chunk = min(self.batch_bytes, int(budget))
+                    budget -= self.write(part, chunk) or chunk
+
+    def writing(self) -> bool:
+        return not (self.paused or self.write_rate <= 0 or self.stopping.is_set())
 
     # ------------------------------------------------------------------ log manager
     def delete_records(self, topic: str, index: int, offset: int) -> tuple[int, int]:
@@ -494,10 +500,13 @@ class Broker:
         ``resume``, ``commit`` (group, offsets [[topic, partition, offset]]), ``write``
         (topic, partition, bytes), ``roll`` (topic, partition), ``retention_check``."""
         op = request.get("op")
-        if op == "set_rate":
-            self.write_rate = float(request["bytes_per_sec"])
-        elif op == "pause":
-            self.paused = True
+        if op in ("set_rate", "pause"):
+            if op == "pause":
+                self.paused = True
+            else:
+                self.write_rate = float(request["bytes_per_sec"])
+            with self._tick_lock:
+                pass  # the producer's current tick is over: no write after this answer
         elif op == "resume":
             self.paused = False
         elif op == "commit":
@@ -560,7 +569,9 @@ class Broker:
         R = MetadataResponse
         with self.lock:
             known = sorted({t for t, _ in self.partitions})
-            names = known if req.topics is None else [t.name for t in req.topics]
+            # v0 has no null: an empty list means all topics there.
+            all_topics = req.topics is None or (version == 0 and not req.topics)
+            names = known if all_topics else [t.name for t in req.topics]
             topics = []
             for name in names:
                 if name not in known:
@@ -865,9 +876,17 @@ class Broker:
                 if api_key != 18:
                     log(f"api key {api_key} v{version} above v{max_version}: closing")
                     return
-                # Kafka answers an ApiVersions it cannot parse in the v0 format.
-                out = self._api_18(0, None)
-                out.error_code = UNSUPPORTED_VERSION
+                # Kafka (KIP-511) answers an ApiVersions version it does not know in the v0
+                # format, with its own ApiVersions range, so the client retries with that.
+                out = ApiVersionsResponse(
+                    version=0,
+                    error_code=UNSUPPORTED_VERSION,
+                    api_keys=[
+                        ApiVersionsResponse.ApiVersion(
+                            api_key=18, min_version=0, max_version=max_version
+                        )
+                    ],
+                )
                 out.with_header(correlation_id=correlation_id)
                 conn.sendall(out.encode(header=True, framed=True))
                 continue

@@ -963,8 +963,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m standin.broker CONFIG.json", file=sys.stderr)
         return 2
-    conf = json.loads(Path(argv[0]).read_text())
-    broker = Broker(conf)
+    try:
+        conf = json.loads(Path(argv[0]).read_text())
+        broker = Broker(conf)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"standin: bad config {argv[0]}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -118,13 +118,15 @@ def real_kafka(kafka_dist: Path) -> Iterator[realbroker.RealBroker]:
     blocks), run as nobody, 1 s retention checks, SimpleAclAuthorizer with
     allow.everyone.if.no.acl.found; stopped at session end."""
     try:
-        with fsfixtures.loop_ext4(256 * fsfixtures.MiB, 0, name="kafka-disk") as mount:
-            with realbroker.running_broker(
+        with (
+            fsfixtures.loop_ext4(256 * fsfixtures.MiB, 0, name="kafka-disk") as mount,
+            realbroker.running_broker(
                 kafka_dist,
                 mount / "kafka-logs",
                 settings=(*realbroker.FAST_RETENTION, *realbroker.ACL_SETTINGS),
-            ) as broker:
-                yield broker
+            ) as broker,
+        ):
+            yield broker
     except (fsfixtures.FilesystemSetupError, realbroker.BrokerSetupError) as exc:
         pytest.fail(f"cannot start the real Kafka broker: {exc}", pytrace=False)
 

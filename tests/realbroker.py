@@ -36,7 +36,6 @@ PORT, ZK_PORT = 29092, 22181
 FAST_RETENTION = (
     "log.retention.check.interval.ms=1000",
     "log.segment.delete.delay.ms=500",
-    "log.cleaner.backoff.ms=1000",
 )
 ACL_SETTINGS = (
     "authorizer.class.name=kafka.security.auth.SimpleAclAuthorizer",

@@ -220,7 +220,7 @@ def test_describe_configs_of_the_broker(real_kafka: RealBroker) -> None:
     assert entries["log.segment.delete.delay.ms"].value == "500"
 
 
-# ----------------------------------------------------------------------------- ListGroups + OffsetFetch
+# ------------------------------------------------------------------- ListGroups + OffsetFetch
 
 
 def test_committed_offsets_of_a_subscribing_group(real_kafka: RealBroker) -> None:

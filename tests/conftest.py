@@ -65,37 +65,25 @@ def fill() -> Callable[..., Path]:
 
 
 # ======================= real Apache Kafka broker (realbroker) — begin =======================
-# Tests marked ``realkafka`` need a real Kafka distribution (env DISKGUARD_KAFKA_HOME). Without
-# it they are skipped, and the terminal summary says so in one loud line: a green run that
-# never talked to Kafka must not look like one that did.
+# Tests that use ``real_kafka`` / ``kafka_dist`` (marked ``realkafka``) need a real Kafka
+# distribution (env DISKGUARD_KAFKA_HOME). Without it they are skipped, and the terminal summary
+# says so in one loud line: a green run that never talked to Kafka must not look like one that
+# did.
 
-_REALKAFKA_SKIPPED = pytest.StashKey[int]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "realkafka: needs a real Apache Kafka broker (env DISKGUARD_KAFKA_HOME)"
-    )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if realbroker.kafka_home() is not None:
-        return
-    skip = pytest.mark.skip(reason=f"set {realbroker.ENV}=<kafka dist> to run")
-    count = 0
-    for item in items:
-        if item.get_closest_marker("realkafka") is not None:
-            item.add_marker(skip)
-            count += 1
-    config.stash[_REALKAFKA_SKIPPED] = count
+_REALKAFKA_SKIP = f"set {realbroker.ENV}=<kafka dist> to run"
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    count = config.stash.get(_REALKAFKA_SKIPPED, 0)
-    if count:
+    skipped = [
+        report
+        for report in terminalreporter.stats.get("skipped", [])
+        if isinstance(report.longrepr, tuple) and _REALKAFKA_SKIP in str(report.longrepr[-1])
+    ]
+    if skipped:
         terminalreporter.write_sep(
             "!",
-            f"REAL KAFKA BROKER TESTS SKIPPED: set {realbroker.ENV}=<kafka dist> ({count} tests)",
+            f"REAL KAFKA BROKER TESTS SKIPPED: set {realbroker.ENV}=<kafka dist> "
+            f"({len(skipped)} tests)",
             red=True,
             bold=True,
         )
@@ -106,7 +94,7 @@ def kafka_dist() -> Path:
     """The Kafka distribution dir; a set but unusable one is a failure, never a skip."""
     dist = realbroker.kafka_home()
     if dist is None:
-        pytest.skip(f"set {realbroker.ENV}=<kafka dist> to run")
+        pytest.skip(_REALKAFKA_SKIP)
     if not (dist / "bin" / "kafka-server-start.sh").is_file():
         pytest.fail(f"{realbroker.ENV}={dist}: no bin/kafka-server-start.sh there", pytrace=False)
     return dist

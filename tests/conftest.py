@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import fsfixtures
+import realbroker
 
 # ======================= real filesystems (fsfixtures) — begin =======================
 
@@ -60,3 +62,61 @@ def fill() -> Callable[..., Path]:
 
 
 # ======================= real filesystems (fsfixtures) — end =========================
+
+
+# ======================= real Apache Kafka broker (realbroker) — begin =======================
+# Tests that use ``real_kafka`` / ``kafka_dist`` (marked ``realkafka``) need a real Kafka
+# distribution (env DISKGUARD_KAFKA_HOME). Without it they are skipped, and the terminal summary
+# says so in one loud line: a green run that never talked to Kafka must not look like one that
+# did.
+
+_REALKAFKA_SKIP = f"set {realbroker.ENV}=<kafka dist> to run"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    skipped = [
+        report
+        for report in terminalreporter.stats.get("skipped", [])
+        if isinstance(report.longrepr, tuple) and _REALKAFKA_SKIP in str(report.longrepr[-1])
+    ]
+    if skipped:
+        terminalreporter.write_sep(
+            "!",
+            f"REAL KAFKA BROKER TESTS SKIPPED: set {realbroker.ENV}=<kafka dist> "
+            f"({len(skipped)} tests)",
+            red=True,
+            bold=True,
+        )
+
+
+@pytest.fixture(scope="session")
+def kafka_dist() -> Path:
+    """The Kafka distribution dir; a set but unusable one is a failure, never a skip."""
+    dist = realbroker.kafka_home()
+    if dist is None:
+        pytest.skip(_REALKAFKA_SKIP)
+    if not (dist / "bin" / "kafka-server-start.sh").is_file():
+        pytest.fail(f"{realbroker.ENV}={dist}: no bin/kafka-server-start.sh there", pytrace=False)
+    return dist
+
+
+@pytest.fixture(scope="session")
+def real_kafka(kafka_dist: Path) -> Iterator[realbroker.RealBroker]:
+    """ONE real broker for the whole session: log dir on a 256 MiB loop ext4 (no reserved
+    blocks), run as nobody, 1 s retention checks, SimpleAclAuthorizer with
+    allow.everyone.if.no.acl.found; stopped at session end."""
+    try:
+        with (
+            fsfixtures.loop_ext4(256 * fsfixtures.MiB, 0, name="kafka-disk") as mount,
+            realbroker.running_broker(
+                kafka_dist,
+                mount / "kafka-logs",
+                settings=(*realbroker.FAST_RETENTION, *realbroker.ACL_SETTINGS),
+            ) as broker,
+        ):
+            yield broker
+    except (fsfixtures.FilesystemSetupError, realbroker.BrokerSetupError) as exc:
+        pytest.fail(f"cannot start the real Kafka broker: {exc}", pytrace=False)
+
+
+# ======================= real Apache Kafka broker (realbroker) — end =========================

@@ -3,10 +3,12 @@
 tansu (0.6.0, checked here) implements neither client quotas nor ACL management: its
 ApiVersions lists no DescribeClientQuotas (48) / AlterClientQuotas (49) / DeleteAcls (31), so
 kafka-python refuses those with IncompatibleBrokerVersion, and it lists CreateAcls (30) but
-never answers it parseably (the client times out). confluent-kafka, given that answer,
-aborts the whole process in a librdkafka assertion — why the actuators use kafka-python.
-The protocol handling itself is tested against fakes at the client boundary (kafka-python
-request objects in, response objects out), injected through the constructor.
+answers it with a response librdkafka cannot parse — and librdkafka then *aborts the
+process* (a C assertion). The acl actuator runs its confluent-kafka calls in a child process
+for that reason; the test below shows the daemon's side surviving it. The protocol handling
+itself is tested against fakes at the client boundary (kafka-python quota request objects;
+confluent-kafka ``AclBinding``s and futures), injected through the constructor. Against a real
+Apache Kafka broker: tests/test_realkafka.py (DISKGUARD_KAFKA_HOME).
 """
 
 from __future__ import annotations
@@ -17,13 +19,22 @@ import json
 import stat
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
-from kafka.admin import ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourceType
-from kafka.errors import NoError, for_code
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+from kafka.errors import IncompatibleBrokerVersion
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
     AlterClientQuotasResponse,
@@ -34,7 +45,7 @@ from kafka.protocol.admin import (
 from diskguard.actuators import (
     STATE_FILE,
     Actuators,
-    KafkaAclAdmin,
+    ConfluentAclAdmin,
     KafkaAdminConnection,
     KafkaQuotaAdmin,
     QuotaEntity,
@@ -357,65 +368,81 @@ def test_quota_dropped_from_config_still_restores(tmp_path: Path, logs: io.Strin
 # ----------------------------------------------------------------------------- acl
 
 
-class FakeKafkaPythonAdmin:
-    """kafka-python KafkaAdminClient's create_acls/delete_acls, with its return shapes."""
+def _done(value: Any = None, error: BaseException | None = None) -> Future[Any]:
+    future: Future[Any] = Future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+    return future
+
+
+class FakeConfluentAdmin:
+    """confluent-kafka AdminClient's create_acls/describe_acls/delete_acls, with its shapes:
+    dicts of binding/filter -> Future, and ``KafkaException(KafkaError)`` failures."""
 
     def __init__(self) -> None:
-        self.acls: set[tuple[str, str, str, int, int, int, int]] = set()
+        self.acls: set[AclBinding] = set()
         self.fail_creates = 0
+        #: Answer CreateAcls with success but keep nothing (a broker that drops ACLs).
+        self.forget = False
 
     @staticmethod
-    def _key(acl: Any) -> tuple[str, str, str, int, int, int, int]:
-        pattern = acl.resource_pattern
+    def _matches(f: AclBindingFilter, b: AclBinding) -> bool:
         return (
-            acl.principal,
-            acl.host,
-            pattern.resource_name,
-            int(pattern.resource_type),
-            int(pattern.pattern_type),
-            int(acl.operation),
-            int(acl.permission_type),
+            f.restype == b.restype
+            and f.name in (None, b.name)
+            and f.resource_pattern_type == b.resource_pattern_type
+            and f.principal in (None, b.principal)
+            and f.host in (None, b.host)
+            and f.operation == b.operation
+            and f.permission_type == b.permission_type
         )
 
-    def create_acls(self, acls: list[Any]) -> dict[str, list[Any]]:
+    def create_acls(self, acls: list[AclBinding], **_: Any) -> dict[AclBinding, Future[Any]]:
         if self.fail_creates:
             self.fail_creates -= 1
-            return {"succeeded": [], "failed": [for_code(-1) for _ in acls]}
-        for acl in acls:
-            self.acls.add(self._key(acl))
-        return {"succeeded": list(acls), "failed": []}
+            err = KafkaException(KafkaError(KafkaError.SECURITY_DISABLED, "no authorizer"))
+            return {acl: _done(error=err) for acl in acls}
+        if not self.forget:
+            self.acls.update(acls)
+        return {acl: _done() for acl in acls}
 
-    def delete_acls(self, filters: list[Any]) -> list[tuple[Any, list[Any], Any]]:
-        out = []
+    def describe_acls(self, acl_filter: AclBindingFilter, **_: Any) -> Future[Any]:
+        return _done([b for b in self.acls if self._matches(acl_filter, b)])
+
+    def delete_acls(
+        self, filters: list[AclBindingFilter], **_: Any
+    ) -> dict[AclBindingFilter, Future[Any]]:
+        out = {}
         for f in filters:
-            key = self._key(f)
-            matched = [a for a in self.acls if a == key]
+            matched = [b for b in self.acls if self._matches(f, b)]
             self.acls.difference_update(matched)
-            out.append((f, matched, NoError))
+            out[f] = _done(matched)
         return out
 
     def topics(self) -> set[str]:
-        return {a[2] for a in self.acls}
+        return {a.name for a in self.acls}
 
 
-def acl_actuators(tmp_path: Path, admin: FakeKafkaPythonAdmin) -> Actuators:
+def acl_actuators(tmp_path: Path, admin: FakeConfluentAdmin) -> Actuators:
     cfg = make_config(tmp_path, actuators=["acl"], acl_principal="User:producer")
-    return Actuators(cfg, acl_admin=KafkaAclAdmin(admin), background=False)
+    return Actuators(cfg, acl_admin=ConfluentAclAdmin(admin), background=False)
 
 
 def test_acl_denies_writes_on_the_overfull_mounts_topics(tmp_path: Path) -> None:
-    admin = FakeKafkaPythonAdmin()
+    admin = FakeConfluentAdmin()
     acts = acl_actuators(tmp_path, admin)
     acts.apply(transition("overfull", mount="/a"), topics=["orders", "clicks"])
     assert admin.acls == {
-        (
+        AclBinding(
+            ResourceType.TOPIC,
+            topic,
+            ResourcePatternType.LITERAL,
             "User:producer",
             "*",
-            topic,
-            int(ResourceType.TOPIC),
-            int(ACLResourcePatternType.LITERAL),
-            int(ACLOperation.WRITE),
-            int(ACLPermissionType.DENY),
+            AclOperation.WRITE,
+            AclPermissionType.DENY,
         )
         for topic in ("orders", "clicks")
     }
@@ -431,7 +458,7 @@ def test_acl_denies_writes_on_the_overfull_mounts_topics(tmp_path: Path) -> None
 
 
 def test_acl_failure_is_retried_and_crash_is_reconciled(tmp_path: Path, logs: io.StringIO) -> None:
-    admin = FakeKafkaPythonAdmin()
+    admin = FakeConfluentAdmin()
     admin.fail_creates = 1
     acts = acl_actuators(tmp_path, admin)
     acts.apply(transition("overfull"), topics=["orders"])
@@ -446,7 +473,7 @@ def test_acl_failure_is_retried_and_crash_is_reconciled(tmp_path: Path, logs: io
 
 
 def test_unknown_mount_state_keeps_what_was_recorded(tmp_path: Path) -> None:
-    admin = FakeKafkaPythonAdmin()
+    admin = FakeConfluentAdmin()
     acl_actuators(tmp_path, admin).apply(transition("overfull"), topics=["orders"])
     restarted = acl_actuators(tmp_path, admin)
     restarted.reconcile({"/data": None})  # not observed yet after the restart
@@ -481,11 +508,13 @@ def test_real_broker_without_quota_or_acl_support(tmp_path: Path, logs: io.Strin
             started = time.monotonic()
             acts.apply(transition("overfull"), topics=["orders"])
             assert time.monotonic() - started < 0.5, "apply waited for the broker"
-            assert acts.wait_idle(30)
+            assert acts.wait_idle(60)
             assert not acts.converged
             failed = {f["actuator"]: f["error"] for f in events(logs, "actuator_failed")}
-            assert "IncompatibleBrokerVersion" in failed["quota"]
-            assert "acl" in failed
+            assert "not supported by the broker" in failed["quota"]
+            assert "DescribeClientQuotas" in failed["quota"]
+            # librdkafka aborted on tansu's CreateAcls answer — in the child, not here.
+            assert "CreateAcls" in failed["acl"] and "aborted (SIGABRT)" in failed["acl"]
             assert set(failures) == {"quota", "acl"}
             # What was attempted is recorded, so a later daemon (or this one) undoes it.
             saved = json.loads((tmp_path / "state" / STATE_FILE).read_text())
@@ -495,8 +524,61 @@ def test_real_broker_without_quota_or_acl_support(tmp_path: Path, logs: io.Strin
             acts.close()
 
 
+def test_missing_quota_api_is_one_line_per_episode_not_retried(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """A broker before Kafka 2.6 has no client-quota API (what 2.2 answers: kafka-python's
+    IncompatibleBrokerVersion). Retrying cannot help: one counted line per overfull episode,
+    nothing recorded, and the pass counts as converged (the acl actuator is not held up)."""
+
+    def send(request: Any) -> Any:
+        raise IncompatibleBrokerVersion(
+            f"Kafka broker does not support the '{type(request).__name__}' Kafka protocol."
+        )
+
+    failures: list[str] = []
+    cfg = make_config(tmp_path, actuators=["quota"], quota={"producer_byte_rate": 1024})
+    acts = Actuators(
+        cfg, quota_admin=KafkaQuotaAdmin(send), background=False, on_failure=failures.append
+    )
+    acts.apply(transition("overfull"), topics=["orders"])
+    acts.reconcile({"/data": True}, {"/data": ["orders"]})
+    acts.reconcile({"/data": True}, {"/data": ["orders", "new"]})
+    (failed,) = events(logs, "actuator_failed")
+    assert failed["actuator"] == "quota" and failed["action"] == "throttle"
+    assert failed["error"].startswith("DescribeClientQuotas/AlterClientQuotas not supported")
+    assert failures == ["quota"] and acts.failure_counts()["quota"] == 1
+    assert acts.converged
+    assert acts.applied()["quota"] == {"applied": False, "previous": []}  # nothing to restore
+    assert not (tmp_path / "state" / STATE_FILE).exists()
+    # Cleared, then a new episode: said once more.
+    acts.apply(transition("overfull_cleared", percent=10))
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert len(events(logs, "actuator_failed")) == 2
+
+
+def test_acl_accepted_but_not_held_is_a_failure(tmp_path: Path, logs: io.StringIO) -> None:
+    admin = FakeConfluentAdmin()
+    admin.forget = True
+    acts = acl_actuators(tmp_path, admin)
+    acts.apply(transition("overfull"), topics=["orders"])
+    (failed,) = events(logs, "actuator_failed")
+    assert "DescribeAcls does not list DENY WRITE for User:producer" in failed["error"]
+    assert not acts.converged
+
+
+def test_acl_broker_error_names_the_kafka_error(tmp_path: Path, logs: io.StringIO) -> None:
+    admin = FakeConfluentAdmin()
+    admin.fail_creates = 1
+    acl_actuators(tmp_path, admin).apply(transition("overfull"), topics=["orders"])
+    (failed,) = events(logs, "actuator_failed")
+    assert failed["error"] == (
+        "CreateAcls failed for 1 of 1 ACL(s): topic 'orders': SECURITY_DISABLED: no authorizer"
+    )
+
+
 def test_overfull_without_topics_keeps_recorded_topics(tmp_path: Path) -> None:
-    admin = FakeKafkaPythonAdmin()
+    admin = FakeConfluentAdmin()
     acl_actuators(tmp_path, admin).apply(transition("overfull"), topics=["orders"])
     restarted = acl_actuators(tmp_path, admin)
     assert restarted.recorded_overfull_mounts() == {"/data"}

@@ -24,19 +24,24 @@ as ``actuator_failed``, counted (``failure_counts()``, for metrics), and retried
 ``reconcile``; nothing here ever raises into the daemon loop, and nothing here blocks it:
 broker calls and hooks run on worker threads.
 
-Both broker actuators talk Kafka through kafka-python (``KafkaAdminClient``): confluent-kafka
-has no client-quota API, and its ``create_acls`` aborts the whole process (a librdkafka
-assertion) when a broker answers CreateAcls with a malformed response — a guard must
-survive a broken broker.
+``acl`` talks Kafka through confluent-kafka's ``AdminClient`` (``create_acls``,
+``describe_acls``, ``delete_acls``; verified against Apache Kafka 2.2 with
+SimpleAclAuthorizer), each call in a child process: librdkafka aborts the whole process on
+a CreateAcls answer it cannot parse, and a guard must survive a broken broker. ``quota``
+uses kafka-python (``KafkaAdminClient``): confluent-kafka has no client-quota API. Brokers
+before Kafka 2.6 have no client-quota API either (KIP-546): ``quota`` then logs one
+``actuator_failed`` per overfull episode naming the missing API and does not retry it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -54,10 +59,11 @@ __all__ = [
     "AclAdmin",
     "ActuatorError",
     "Actuators",
+    "ConfluentAclAdmin",
     "HookRunner",
-    "KafkaAclAdmin",
     "KafkaAdminConnection",
     "KafkaQuotaAdmin",
+    "ProcessAclAdmin",
     "QuotaAdmin",
     "QuotaEntity",
     "quota_entities",
@@ -185,68 +191,178 @@ class KafkaQuotaAdmin:
                 raise _kafka_error(entry.error_code, entry.error_message, "AlterClientQuotas")
 
 
-class KafkaAclAdmin:
-    """DENY WRITE on TOPIC LITERAL through kafka-python's ``create_acls`` / ``delete_acls``.
+class ConfluentAclAdmin:
+    """DENY WRITE on TOPIC LITERAL through confluent-kafka's ``AdminClient``:
+    ``create_acls``, then ``describe_acls`` to check the broker really holds them (a broker
+    that answers CreateAcls without keeping the ACL would otherwise look like a success
+    while producers go on writing); ``delete_acls`` on clear.
 
-    ``admin`` is a ``kafka.admin.KafkaAdminClient`` or anything with those two methods and
-    kafka-python's return shapes (tests inject a fake).
+    ``admin`` is a ``confluent_kafka.admin.AdminClient`` or anything with those three
+    methods and its future-returning shapes (tests inject a fake).
     """
 
-    def __init__(self, admin: Any) -> None:
+    def __init__(self, admin: Any, timeout_s: float = 10.0) -> None:
         self._admin = admin
+        self._timeout = timeout_s
+
+    @staticmethod
+    def _pattern(topic: str | None, principal: str, binding: bool) -> Any:
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
+            AclBinding,
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        cls: Any = AclBinding if binding else AclBindingFilter
+        return cls(
+            ResourceType.TOPIC,
+            topic,
+            ResourcePatternType.LITERAL,
+            principal,
+            "*",
+            AclOperation.WRITE,
+            AclPermissionType.DENY,
+        )
+
+    def _results(self, futures: Mapping[Any, Any], what: str, total: int) -> list[Any]:
+        answers: list[Any] = []
+        errors: list[str] = []
+        for key, future in futures.items():
+            try:
+                answers.append(future.result(timeout=self._timeout))
+            except Exception as exc:
+                errors.append(f"topic {getattr(key, 'name', key)!r}: {_client_error(exc)}")
+        if errors:
+            raise ActuatorError(f"{what} failed for {len(errors)} of {total} ACL(s): {errors[0]}")
+        return answers
 
     def deny_writes(self, topics: Sequence[str], principal: str) -> None:
-        from kafka.admin import (
-            ACL,
-            ACLOperation,
-            ACLPermissionType,
-            ACLResourcePatternType,
-            ResourcePattern,
-            ResourceType,
-        )
-
-        acls = [
-            ACL(
-                principal=principal,
-                host="*",
-                operation=ACLOperation.WRITE,
-                permission_type=ACLPermissionType.DENY,
-                resource_pattern=ResourcePattern(
-                    ResourceType.TOPIC, topic, ACLResourcePatternType.LITERAL
-                ),
+        bindings = [self._pattern(topic, principal, binding=True) for topic in topics]
+        futures = self._admin.create_acls(bindings, request_timeout=self._timeout)
+        self._results(futures, "CreateAcls", len(bindings))
+        listed = self._admin.describe_acls(
+            self._pattern(None, principal, binding=False), request_timeout=self._timeout
+        ).result(timeout=self._timeout)
+        missing = sorted(set(topics) - {b.name for b in listed or ()})
+        if missing:
+            raise ActuatorError(
+                f"CreateAcls was accepted but DescribeAcls does not list DENY WRITE for "
+                f"{principal} on {len(missing)} topic(s), e.g. {missing[0]!r}"
             )
-            for topic in topics
-        ]
-        result = self._admin.create_acls(acls)
-        failed = list(result.get("failed") or ())
-        if failed:
-            raise ActuatorError(f"CreateAcls failed for {len(failed)} ACL(s): {failed[0]}")
 
     def remove_deny_writes(self, topics: Sequence[str], principal: str) -> None:
-        from kafka.admin import (
-            ACLFilter,
-            ACLOperation,
-            ACLPermissionType,
-            ACLResourcePatternType,
-            ResourcePatternFilter,
-            ResourceType,
-        )
+        filters = [self._pattern(topic, principal, binding=False) for topic in topics]
+        futures = self._admin.delete_acls(filters, request_timeout=self._timeout)
+        self._results(futures, "DeleteAcls", len(filters))
 
-        filters = [
-            ACLFilter(
-                principal=principal,
-                host="*",
-                operation=ACLOperation.WRITE,
-                permission_type=ACLPermissionType.DENY,
-                resource_pattern=ResourcePatternFilter(
-                    ResourceType.TOPIC, topic, ACLResourcePatternType.LITERAL
-                ),
+
+def _client_error(exc: BaseException) -> str:
+    """One line for a confluent-kafka failure: Kafka's error name and its text."""
+    err = exc.args[0] if exc.args else None
+    name = getattr(err, "name", None)
+    text = getattr(err, "str", None)
+    if callable(name) and callable(text):
+        return f"{name()}: {text()}"
+    if isinstance(exc, TimeoutError):
+        return "timed out waiting for the broker's answer"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class ProcessAclAdmin:
+    """Runs each ACL call in a short-lived child process (``python -c`` of ``_acl_child``).
+
+    Why: librdkafka *aborts the process* (a failed C assertion in
+    ``rd_kafka_admin_response_parse``) when a broker answers CreateAcls with a response it
+    cannot parse — tansu does. A guard must survive a broken broker, so the call that can
+    take the process down runs where only it goes down; the daemon gets one
+    ``ActuatorError`` naming what happened. A flow-control transition is rare, so the
+    child's start-up cost (~0.5 s) is irrelevant.
+    """
+
+    def __init__(self, broker: BrokerConfig, timeout_s: float = 10.0) -> None:
+        self._broker = broker
+        self._timeout = timeout_s
+
+    def deny_writes(self, topics: Sequence[str], principal: str) -> None:
+        self._call("deny", topics, principal)
+
+    def remove_deny_writes(self, topics: Sequence[str], principal: str) -> None:
+        self._call("remove", topics, principal)
+
+    def _call(self, op: str, topics: Sequence[str], principal: str) -> None:
+        if not self._broker.bootstrap_servers:
+            raise ActuatorError("broker.bootstrap_servers is not set")
+        what = "CreateAcls" if op == "deny" else "DeleteAcls"
+        request = {
+            "op": op,
+            "topics": list(topics),
+            "principal": principal,
+            "timeout_s": self._timeout,
+            # Passed on stdin, not argv: it may hold SASL secrets.
+            "config": {
+                **dict(self._broker.client),
+                "bootstrap.servers": self._broker.bootstrap_servers,
+                "client.id": "diskguard-acl",
+            },
+        }
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_parent, env.get("PYTHONPATH", "")) if p
+        )
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", "from diskguard.actuators import _acl_child; _acl_child()"],
+                input=json.dumps(request),
+                capture_output=True,
+                text=True,
+                timeout=3 * self._timeout + 15,
+                env=env,
             )
-            for topic in topics
-        ]
-        for _filter, _matched, error in self._admin.delete_acls(filters):
-            if error is not None and getattr(error, "errno", 0) != 0:
-                raise ActuatorError(f"DeleteAcls failed: {getattr(error, '__name__', error)}")
+        except subprocess.TimeoutExpired:
+            raise ActuatorError(f"{what}: the ACL client process did not finish in time") from None
+        except OSError as exc:
+            raise ActuatorError(f"{what}: cannot start the ACL client process: {exc}") from None
+        answer: dict[str, Any] = {}
+        with contextlib.suppress(ValueError):
+            lines = proc.stdout.strip().splitlines()
+            answer = json.loads(lines[-1]) if lines else {}
+        if proc.returncode == 0 and answer.get("ok") is True:
+            return
+        if isinstance(answer.get("error"), str):
+            raise ActuatorError(answer["error"])
+        last = next((ln for ln in reversed(proc.stderr.splitlines()) if ln.strip()), "")
+        if proc.returncode < 0:
+            name = signal.Signals(-proc.returncode).name
+            raise ActuatorError(
+                f"{what}: the Kafka client aborted ({name}) on the broker's answer: "
+                f"{last.strip()[:300]}"
+            )
+        raise ActuatorError(f"{what}: ACL client exited {proc.returncode}: {last.strip()[:300]}")
+
+
+def _acl_child() -> None:
+    """Body of the :class:`ProcessAclAdmin` child: one request on stdin, one JSON line out."""
+    request = json.loads(sys.stdin.read())
+    try:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"log_level": 0, **request["config"]})
+        acl = ConfluentAclAdmin(admin, float(request["timeout_s"]))
+        if request["op"] == "deny":
+            acl.deny_writes(request["topics"], request["principal"])
+        else:
+            acl.remove_deny_writes(request["topics"], request["principal"])
+    except ActuatorError as exc:
+        print(json.dumps({"error": str(exc)}), flush=True)
+        sys.exit(1)
+    except Exception as exc:
+        print(json.dumps({"error": _client_error(exc)}), flush=True)
+        sys.exit(1)
+    print(json.dumps({"ok": True}), flush=True)
 
 
 #: librdkafka-style keys (what ``[broker.client]`` holds for confluent-kafka) -> kafka-python.
@@ -314,18 +430,27 @@ class KafkaAdminConnection:
         return KafkaQuotaAdmin(self.send)
 
     def acl_admin(self) -> AclAdmin:
-        return _LazyAclAdmin(self)
+        return ProcessAclAdmin(self._broker, self._timeout_ms / 1000)
 
 
-class _LazyAclAdmin:
-    def __init__(self, connection: KafkaAdminConnection) -> None:
-        self._connection = connection
+def _missing_quota_api(exc: BaseException) -> str | None:
+    """The ``actuator_failed`` text when ``exc`` says the broker lacks the quota API, else None.
 
-    def deny_writes(self, topics: Sequence[str], principal: str) -> None:
-        KafkaAclAdmin(self._connection.admin()).deny_writes(topics, principal)
-
-    def remove_deny_writes(self, topics: Sequence[str], principal: str) -> None:
-        KafkaAclAdmin(self._connection.admin()).remove_deny_writes(topics, principal)
+    kafka-python raises ``IncompatibleBrokerVersion`` (an ``UnsupportedVersionError``) before
+    sending when the broker's ApiVersions answer does not list the request; a broker that
+    lists it but rejects our version answers UNSUPPORTED_VERSION (error code 35).
+    """
+    try:
+        from kafka.errors import UnsupportedVersionError
+    except ImportError:  # pragma: no cover - kafka-python is a dependency
+        return None
+    if not isinstance(exc, UnsupportedVersionError) and "UnsupportedVersion" not in str(exc):
+        return None
+    return (
+        "DescribeClientQuotas/AlterClientQuotas not supported by the broker (client quotas "
+        "API, Kafka 2.6+, KIP-546): producers are NOT throttled; use the acl or exec actuator "
+        f"({type(exc).__name__})"
+    )
 
 
 # --------------------------------------------------------------------------- exec hook
@@ -534,12 +659,16 @@ class Actuators:
         )
         need_acl = "acl" in self._kinds or bool(self._applied.acl)
         self._connection: KafkaAdminConnection | None = None
-        if (quota_admin is None and need_quota) or (acl_admin is None and need_acl):
+        if quota_admin is None and need_quota:
             self._connection = KafkaAdminConnection(cfg.broker, broker_timeout_s)
         self._quota_admin = quota_admin or (
             self._connection.quota_admin() if self._connection else None
         )
-        self._acl_admin = acl_admin or (self._connection.acl_admin() if self._connection else None)
+        if acl_admin is None and need_acl:
+            acl_admin = ProcessAclAdmin(cfg.broker, broker_timeout_s)
+        self._acl_admin = acl_admin
+        #: The broker has no client-quota API (Kafka < 2.6): said once per overfull episode.
+        self._quota_unsupported = False
         self._hooks: HookRunner | None = None
         if "exec" in self._kinds and flow.on_change:
             self._hooks = HookRunner(flow.on_change, flow.on_change_timeout, self._failed)
@@ -585,6 +714,7 @@ class Actuators:
                 )
             with self._lock:
                 if transition.event == "overfull":
+                    self._quota_unsupported = False  # a new episode: try (and say) again
                     wanted = sorted(set(topics))
                     # No topic list (no scan yet) must not drop ACLs recorded before a restart.
                     if wanted or transition.mount not in self._applied.overfull:
@@ -779,6 +909,8 @@ class Actuators:
             return True
         if want and have and confirmed:
             return True
+        if want and not have and self._quota_unsupported:
+            return True  # already said this episode; retrying cannot help
         admin = self._quota_admin
         if admin is None:
             if have:
@@ -831,6 +963,15 @@ class Actuators:
                 self._save()
             return True
         except Exception as exc:  # logged, counted, retried next cycle
+            missing = _missing_quota_api(exc)
+            with self._lock:
+                recorded = self._applied.quota_applied or bool(self._applied.quota_previous)
+            if missing is not None and want and not recorded:
+                # Nothing was applied, nothing to restore, and no retry will make the broker
+                # grow the API: one line, one count, and the daemon goes on.
+                self._quota_unsupported = True
+                self._failed("quota", "throttle", missing)
+                return True
             self._broker_failed("quota", "throttle" if want else "restore", exc)
             return False
 

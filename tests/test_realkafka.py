@@ -524,3 +524,46 @@ state_dir = "{tmp_path / "state"}"
             assert daemon.stop() == 0
     finally:
         filler.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------- the broker's reclaim latency (issue 12)
+
+
+def test_check_config_connect_learns_the_reclaim_latency_and_the_authorizer(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    """DescribeConfigs on the BROKER resource, as diskguard uses it: the retention-check
+    interval and delete delay (the reclaim latency) and whether an authorizer is on."""
+    config = write_config(
+        tmp_path / "diskguard.toml",
+        f"""
+[broker]
+log_dirs = ["{real_kafka.log_dir}"]
+bootstrap_servers = "{real_kafka.bootstrap}"
+[retention]
+disk_usage_percent = 95
+[flow_control]
+overfull_percent = 97
+underfull_percent = 96
+actuators = ["acl"]
+[daemon]
+state_dir = "{tmp_path / "state"}"
+""",
+    )
+    proc = diskguard("check-config", "--connect", "-c", str(config))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(
+        line.startswith(
+            "ok: broker reclaim latency: retention check every 1 s + delete delay 0.5 s"
+        )
+        and line.endswith("(broker)")
+        for line in lines
+    ), lines
+    assert any(
+        "acl actuator: authorizer kafka.security.auth.SimpleAclAuthorizer" in x for x in lines
+    )
+    from diskguard.brokerclient import BrokerClient
+
+    values = BrokerClient(real_kafka.bootstrap, timeout=10).broker_configs(0)
+    assert values is not None and values["log.retention.check.interval.ms"] == "1000"

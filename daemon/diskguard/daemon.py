@@ -295,6 +295,8 @@ class Daemon:
             self.metrics.count_deleted(mode, count, size)
         for fs in outcome.scan.filesystems:
             self.memory.pending[fs.usage.mount] = fs.pending_reclaim_bytes
+        for fsp in outcome.plan.filesystems:
+            self.metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
         return outcome
 
     def _snapshot(self) -> None:

@@ -123,6 +123,11 @@ class Metrics:
             "diskguard_filesystem_deleted_open_bytes",
             "Bytes held by deleted-but-still-open files: counted by df, invisible to du.",
         )
+        self.retention_unreachable_bytes = fs_gauge(
+            "diskguard_filesystem_retention_unreachable_bytes",
+            "Excess the last retention cycle could not cover: only active, protected or "
+            "hard-linked segments were left (0 = the target is reachable).",
+        )
         self.segments_deleted = Counter(
             "diskguard_segments_deleted",
             "Log segments deleted (broker: DeleteRecords; offline: unlinked).",
@@ -184,6 +189,11 @@ class Metrics:
         if deleted_open_bytes is not None:
             self.deleted_open_bytes.labels(*labels).set(deleted_open_bytes)
 
+    def observe_retention(self, mount: str, device: str, unreachable_bytes: int) -> None:
+        """One retention cycle's verdict for a filesystem: how much of its excess no deletable
+        segment can cover. A gauge, not an event, so an alert can say it *persists*."""
+        self.retention_unreachable_bytes.labels(mount, device).set(max(0, unreachable_bytes))
+
     def forget_filesystem(self, mount: str, device: str) -> None:
         """Drop a filesystem's series (a log dir removed by a config reload)."""
         for gauge in (
@@ -196,6 +206,7 @@ class Metrics:
             self.overfull,
             self.free_space_alert,
             self.deleted_open_bytes,
+            self.retention_unreachable_bytes,
         ):
             with contextlib.suppress(KeyError):
                 gauge.remove(mount, device)

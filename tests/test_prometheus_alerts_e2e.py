@@ -91,6 +91,13 @@ state_dir = "{tmp_path / "state"}"
             assert [v for _, v in scraped] == [0.0]
             assert scraped[0][0]["job"] == "diskguard"
             assert not _alerts_named(prom, "DiskguardFilesystemOverfull", mount)
+            # The flow-control band as usage ratios, for the dashboard's lines.
+            for name, ratio in (("overfull", 0.6), ("underfull", 0.4)):
+                series = f'diskguard_filesystem_{name}_limit_ratio{{mountpoint="{mount}"}}'
+                band = prom.wait_until(
+                    f"{name} limit scraped", lambda s=series: prom.value(s), left()
+                )
+                assert [v for _, v in band] == [ratio]
 
             # Fill the disk past overfull (and the ceiling): nothing in the log dir can go.
             fill_to(mount, "filler", 75)

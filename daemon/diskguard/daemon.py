@@ -268,6 +268,11 @@ class Daemon:
             return None
         self._last_outcome = outcome
         self.metrics.observe_scan(outcome.duration_s)
+        for fsp in outcome.plan.filesystems:
+            self.metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
+            capacity = fsp.used_bytes + fsp.available_bytes
+            limits = FlowLimits.from_config(self.config, fsp.total_bytes)
+            self.metrics.observe_flow_limits(fsp.mount, fsp.device, limits, capacity)
         for warning in outcome.warnings:
             # Each distinct problem once (a damaged index would otherwise repeat every cycle).
             if warning not in self._warned:
@@ -295,8 +300,6 @@ class Daemon:
             self.metrics.count_deleted(mode, count, size)
         for fs in outcome.scan.filesystems:
             self.memory.pending[fs.usage.mount] = fs.pending_reclaim_bytes
-        for fsp in outcome.plan.filesystems:
-            self.metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
         return outcome
 
     def _snapshot(self) -> None:

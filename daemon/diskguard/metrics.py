@@ -32,6 +32,7 @@ from prometheus_client import (
 )
 
 from diskguard import __version__
+from diskguard.flowstate import FlowLimits
 from diskguard.model import FilesystemUsage
 
 __all__ = ["DELETE_MODES", "KNOWN_ACTUATORS", "Metrics", "parse_listen"]
@@ -128,6 +129,16 @@ class Metrics:
             "Excess the last retention cycle could not cover: only active, protected or "
             "hard-linked segments were left (0 = the target is reachable).",
         )
+        self.overfull_limit_ratio = fs_gauge(
+            "diskguard_filesystem_overfull_limit_ratio",
+            "Usage ratio at which flow control engages: the lowest of overfull_percent, "
+            "overfull_bytes and the min_free_bytes floor.",
+        )
+        self.underfull_limit_ratio = fs_gauge(
+            "diskguard_filesystem_underfull_limit_ratio",
+            "Usage ratio below which flow control is released: the lowest of "
+            "underfull_percent, underfull_bytes and the min_free_bytes floor.",
+        )
         self.segments_deleted = Counter(
             "diskguard_segments_deleted",
             "Log segments deleted (broker: DeleteRecords; offline: unlinked).",
@@ -194,6 +205,27 @@ class Metrics:
         segment can cover. A gauge, not an event, so an alert can say it *persists*."""
         self.retention_unreachable_bytes.labels(mount, device).set(max(0, unreachable_bytes))
 
+    def observe_flow_limits(
+        self, mount: str, device: str, limits: FlowLimits, capacity_bytes: int
+    ) -> None:
+        """Where the overfull/underfull band lies, as usage ratios (used / capacity, capacity
+        = used + avail), whatever mix of percent, byte and free-space limits the config uses:
+        a dashboard draws it against ``usage_ratio`` without knowing the config."""
+        if capacity_bytes <= 0:
+            return
+        floor = max(0.0, 1.0 - limits.min_free_bytes / capacity_bytes)
+        over, under = [floor], [floor]
+        if limits.overfull_percent is not None:
+            over.append(limits.overfull_percent / 100.0)
+        if limits.overfull_bytes is not None:
+            over.append(limits.overfull_bytes / capacity_bytes)
+        if limits.underfull_percent is not None:
+            under.append(limits.underfull_percent / 100.0)
+        if limits.underfull_bytes is not None:
+            under.append(limits.underfull_bytes / capacity_bytes)
+        self.overfull_limit_ratio.labels(mount, device).set(min(over))
+        self.underfull_limit_ratio.labels(mount, device).set(min(under))
+
     def forget_filesystem(self, mount: str, device: str) -> None:
         """Drop a filesystem's series (a log dir removed by a config reload)."""
         for gauge in (
@@ -207,6 +239,8 @@ class Metrics:
             self.free_space_alert,
             self.deleted_open_bytes,
             self.retention_unreachable_bytes,
+            self.overfull_limit_ratio,
+            self.underfull_limit_ratio,
         ):
             with contextlib.suppress(KeyError):
                 gauge.remove(mount, device)

@@ -124,21 +124,6 @@ class Metrics:
             "diskguard_filesystem_deleted_open_bytes",
             "Bytes held by deleted-but-still-open files: counted by df, invisible to du.",
         )
-        self.retention_unreachable_bytes = fs_gauge(
-            "diskguard_filesystem_retention_unreachable_bytes",
-            "Excess the last retention cycle could not cover: only active, protected or "
-            "hard-linked segments were left (0 = the target is reachable).",
-        )
-        self.overfull_limit_ratio = fs_gauge(
-            "diskguard_filesystem_overfull_limit_ratio",
-            "Usage ratio at which flow control engages: the lowest of overfull_percent, "
-            "overfull_bytes and the min_free_bytes floor.",
-        )
-        self.underfull_limit_ratio = fs_gauge(
-            "diskguard_filesystem_underfull_limit_ratio",
-            "Usage ratio below which flow control is released: the lowest of "
-            "underfull_percent, underfull_bytes and the min_free_bytes floor.",
-        )
         self.segments_deleted = Counter(
             "diskguard_segments_deleted",
             "Log segments deleted (broker: DeleteRecords; offline: unlinked).",
@@ -167,6 +152,21 @@ class Metrics:
             "Flow-control actuator runs that failed (exec exit != 0, quota/ACL API errors).",
             ["actuator"],
             registry=r,
+        )
+        self.retention_unreachable_bytes = fs_gauge(
+            "diskguard_filesystem_retention_unreachable_bytes",
+            "Excess the last retention cycle could not cover: only active, protected or "
+            "hard-linked segments were left (0 = the target is reachable).",
+        )
+        self.overfull_limit_ratio = fs_gauge(
+            "diskguard_filesystem_overfull_limit_ratio",
+            "Usage ratio at which flow control engages: the lowest of overfull_percent, "
+            "overfull_bytes and the min_free_bytes floor.",
+        )
+        self.underfull_limit_ratio = fs_gauge(
+            "diskguard_filesystem_underfull_limit_ratio",
+            "Usage ratio below which flow control is released: the lowest of "
+            "underfull_percent, underfull_bytes and the min_free_bytes floor.",
         )
         build = Info("diskguard_build", "diskguard version.", registry=r)
         build.info({"version": __version__})
@@ -200,6 +200,41 @@ class Metrics:
         if deleted_open_bytes is not None:
             self.deleted_open_bytes.labels(*labels).set(deleted_open_bytes)
 
+    def forget_filesystem(self, mount: str, device: str) -> None:
+        """Drop a filesystem's series (a log dir removed by a config reload)."""
+        for gauge in (
+            self.size_bytes,
+            self.avail_bytes,
+            self.used_bytes,
+            self.usage_ratio,
+            self.retention_unreachable_bytes,
+            self.overfull_limit_ratio,
+            self.underfull_limit_ratio,
+            self.limit_ratio,
+            self.pending_reclaim_bytes,
+            self.overfull,
+            self.free_space_alert,
+            self.deleted_open_bytes,
+        ):
+            with contextlib.suppress(KeyError):
+                gauge.remove(mount, device)
+
+    def count_deleted(self, mode: str, segments: int, bytes: int) -> None:
+        """Segments handed to the broker (``broker``) or unlinked (``offline``)."""
+        self.segments_deleted.labels(mode).inc(segments)
+        self.deleted_bytes.labels(mode).inc(bytes)
+
+    def observe_scan(self, seconds: float) -> None:
+        self.scan_duration.observe(seconds)
+
+    def cycle_done(self, ts: float | None = None) -> None:
+        """The loop finished a cycle at Unix time ``ts`` (now if None); feeds ``/healthz``."""
+        self.last_cycle.set(time.time() if ts is None else ts)
+        self._last_cycle_monotonic = self._clock()
+
+    def actuator_failed(self, name: str) -> None:
+        self.actuator_failures.labels(name).inc()
+
     def observe_retention(self, mount: str, device: str, unreachable_bytes: int) -> None:
         """One retention cycle's verdict for a filesystem: how much of its excess no deletable
         segment can cover. A gauge, not an event, so an alert can say it *persists*."""
@@ -225,41 +260,6 @@ class Metrics:
             under.append(limits.underfull_bytes / capacity_bytes)
         self.overfull_limit_ratio.labels(mount, device).set(min(over))
         self.underfull_limit_ratio.labels(mount, device).set(min(under))
-
-    def forget_filesystem(self, mount: str, device: str) -> None:
-        """Drop a filesystem's series (a log dir removed by a config reload)."""
-        for gauge in (
-            self.size_bytes,
-            self.avail_bytes,
-            self.used_bytes,
-            self.usage_ratio,
-            self.limit_ratio,
-            self.pending_reclaim_bytes,
-            self.overfull,
-            self.free_space_alert,
-            self.deleted_open_bytes,
-            self.retention_unreachable_bytes,
-            self.overfull_limit_ratio,
-            self.underfull_limit_ratio,
-        ):
-            with contextlib.suppress(KeyError):
-                gauge.remove(mount, device)
-
-    def count_deleted(self, mode: str, segments: int, bytes: int) -> None:
-        """Segments handed to the broker (``broker``) or unlinked (``offline``)."""
-        self.segments_deleted.labels(mode).inc(segments)
-        self.deleted_bytes.labels(mode).inc(bytes)
-
-    def observe_scan(self, seconds: float) -> None:
-        self.scan_duration.observe(seconds)
-
-    def cycle_done(self, ts: float | None = None) -> None:
-        """The loop finished a cycle at Unix time ``ts`` (now if None); feeds ``/healthz``."""
-        self.last_cycle.set(time.time() if ts is None else ts)
-        self._last_cycle_monotonic = self._clock()
-
-    def actuator_failed(self, name: str) -> None:
-        self.actuator_failures.labels(name).inc()
 
     # -- health ---------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint typecheck unit demo bench clean
+.PHONY: venv tools test lint typecheck unit demo bench clean
 
 venv: $(STAMP)
 
@@ -21,7 +21,14 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-unit: venv
+# Prometheus and promtool for the alert-rule and dashboard tests (Debian's package). The
+# tests fail, never skip, without them; this installs them once and is a no-op after.
+tools:
+	command -v promtool >/dev/null && command -v prometheus >/dev/null || \
+	  (apt-get update && DEBIAN_FRONTEND=noninteractive \
+	   apt-get install -y --no-install-recommends prometheus)
+
+unit: venv tools
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test: lint typecheck unit

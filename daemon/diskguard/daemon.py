@@ -390,6 +390,11 @@ class Daemon:
             return None
         self._last_outcome = outcome
         self.metrics.observe_scan(outcome.duration_s)
+        for fsp in outcome.plan.filesystems:
+            self.metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
+            capacity = fsp.used_bytes + fsp.available_bytes
+            limits = FlowLimits.from_config(self.config, fsp.total_bytes)
+            self.metrics.observe_flow_limits(fsp.mount, fsp.device, limits, capacity)
         for warning in outcome.warnings:
             # Each distinct problem once (a damaged index would otherwise repeat every cycle).
             if warning not in self._warned:

@@ -32,6 +32,7 @@ from prometheus_client import (
 )
 
 from diskguard import __version__
+from diskguard.flowstate import FlowLimits
 from diskguard.model import FilesystemUsage
 
 __all__ = ["DELETE_MODES", "KNOWN_ACTUATORS", "Metrics", "parse_listen"]
@@ -177,6 +178,21 @@ class Metrics:
             ["actuator"],
             registry=r,
         )
+        self.retention_unreachable_bytes = fs_gauge(
+            "diskguard_filesystem_retention_unreachable_bytes",
+            "Excess the last retention cycle could not cover: only active, protected or "
+            "hard-linked segments were left (0 = the target is reachable).",
+        )
+        self.overfull_limit_ratio = fs_gauge(
+            "diskguard_filesystem_overfull_limit_ratio",
+            "Usage ratio at which flow control engages: the lowest of overfull_percent, "
+            "overfull_bytes and the min_free_bytes floor.",
+        )
+        self.underfull_limit_ratio = fs_gauge(
+            "diskguard_filesystem_underfull_limit_ratio",
+            "Usage ratio below which flow control is released: the lowest of "
+            "underfull_percent, underfull_bytes and the min_free_bytes floor.",
+        )
         build = Info("diskguard_build", "diskguard version.", registry=r)
         build.info({"version": __version__})
         for mode in DELETE_MODES:
@@ -236,6 +252,9 @@ class Metrics:
             self.avail_bytes,
             self.used_bytes,
             self.usage_ratio,
+            self.retention_unreachable_bytes,
+            self.overfull_limit_ratio,
+            self.underfull_limit_ratio,
             self.limit_ratio,
             self.pending_reclaim_bytes,
             self.overfull,
@@ -267,6 +286,32 @@ class Metrics:
 
     def actuator_failed(self, name: str) -> None:
         self.actuator_failures.labels(name).inc()
+
+    def observe_retention(self, mount: str, device: str, unreachable_bytes: int) -> None:
+        """One retention cycle's verdict for a filesystem: how much of its excess no deletable
+        segment can cover. A gauge, not an event, so an alert can say it *persists*."""
+        self.retention_unreachable_bytes.labels(mount, device).set(max(0, unreachable_bytes))
+
+    def observe_flow_limits(
+        self, mount: str, device: str, limits: FlowLimits, capacity_bytes: int
+    ) -> None:
+        """Where the overfull/underfull band lies, as usage ratios (used / capacity, capacity
+        = used + avail), whatever mix of percent, byte and free-space limits the config uses:
+        a dashboard draws it against ``usage_ratio`` without knowing the config."""
+        if capacity_bytes <= 0:
+            return
+        floor = max(0.0, 1.0 - limits.min_free_bytes / capacity_bytes)
+        over, under = [floor], [floor]
+        if limits.overfull_percent is not None:
+            over.append(limits.overfull_percent / 100.0)
+        if limits.overfull_bytes is not None:
+            over.append(limits.overfull_bytes / capacity_bytes)
+        if limits.underfull_percent is not None:
+            under.append(limits.underfull_percent / 100.0)
+        if limits.underfull_bytes is not None:
+            under.append(limits.underfull_bytes / capacity_bytes)
+        self.overfull_limit_ratio.labels(mount, device).set(min(over))
+        self.underfull_limit_ratio.labels(mount, device).set(min(under))
 
     # -- health ---------------------------------------------------------------------------
 

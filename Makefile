@@ -21,12 +21,17 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-# Prometheus and promtool for the alert-rule and dashboard tests (Debian's package). The
-# tests fail, never skip, without them; this installs them once and is a no-op after.
+# Debian packages the tests drive for real: Prometheus and promtool (alert rules, dashboard),
+# strace (kill -9 at every file-system call of offline deletion). The tests fail, never skip,
+# without them; this installs what is missing once and is a no-op after.
+TOOLS := promtool:prometheus prometheus:prometheus strace:strace
+
 tools:
-	command -v promtool >/dev/null && command -v prometheus >/dev/null || \
-	  (apt-get update && DEBIAN_FRONTEND=noninteractive \
-	   apt-get install -y --no-install-recommends prometheus)
+	@missing=""; for t in $(TOOLS); do \
+	  command -v $${t%%:*} >/dev/null || missing="$$missing $${t##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y --no-install-recommends $$missing; fi
 
 unit: venv tools
 	$(BIN)/pytest -q -p no:cacheprovider

@@ -151,6 +151,9 @@ state_dir = "{state}"
         alerts = [(e["previous_alert_level"], e["alert_level"]) for e in daemon.named("disk_alert")]
         assert (None, 0) not in alerts and alerts[-1][1] in (0, 1)
         assert any(level == 2 for _prev, level in alerts)
+        # Producers held back (level 2) is a warning; the way back is info.
+        levels = {e["alert_level"]: e["level"] for e in daemon.named("disk_alert")}
+        assert levels[2] == "warning" and levels[alerts[-1][1]] == "info", levels
 
         # The hook ran once per transition with the documented environment.
         deadline = time.monotonic() + 5

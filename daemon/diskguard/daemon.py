@@ -33,7 +33,7 @@ from diskguard.atomicfile import write_json_atomic
 from diskguard.ballast import Ballast
 from diskguard.config import Config, ConfigError, load_config
 from diskguard.enforcement import BROKER, CycleOutcome, limits_for, with_forecast
-from diskguard.flowstate import FlowLimits, FlowState, Transition, step
+from diskguard.flowstate import ALERT_DEGRADED, FlowLimits, FlowState, Transition, step
 from diskguard.kafkasink import KafkaSink
 from diskguard.logs import configure_logging, get_logger
 from diskguard.metrics import Metrics
@@ -317,6 +317,9 @@ class Daemon:
                     log.warning("overfull", **fields)
                 elif change.event == "overfull_cleared":
                     log.info("overfull_cleared", **fields)
+                elif change.level == ALERT_DEGRADED:
+                    # Level 2 means producers are being held back: an operator must see it.
+                    log.warning("disk_alert", **fields)
                 else:
                     log.info("disk_alert", **fields)
                 transitions.append(change)

@@ -40,6 +40,38 @@ def configure_logging(fmt: str = "json", level: str = "info", stream: TextIO | N
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
+    _bridge_stdlib_logging(level)
+
+
+class _LibraryLogBridge(logging.Handler):
+    """Libraries' stdlib ``logging`` records (watchdog, py4j, ...) as ``library_log`` events.
+
+    Without it they reach stderr through logging's last-resort handler as plain text (watchdog
+    prints "InotifyEmitter.queue_events() called when the thread is inactive" at shutdown), and
+    one non-JSON line breaks a log shipper that parses the journal.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's bad format string must not kill the daemon
+            message = str(record.msg)
+        level = record.levelname.lower()
+        method = level if level in _LEVELS else "warning"
+        getattr(structlog.get_logger(component="library"), method)(
+            "library_log", logger=record.name, message=message
+        )
+
+
+_BRIDGE = _LibraryLogBridge()
+
+
+def _bridge_stdlib_logging(level: str) -> None:
+    root = logging.getLogger()
+    if _BRIDGE not in root.handlers:
+        root.addHandler(_BRIDGE)
+    # Libraries log at their own pace; only what would matter to an operator gets through.
+    root.setLevel(max(_LEVELS[level], logging.WARNING))
 
 
 def get_logger(name: str | None = None) -> Any:

@@ -8,15 +8,23 @@ from pathlib import Path
 import click
 
 from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
+from diskguard.enforcement import CycleOutcome
 from diskguard.logs import configure_logging
 from diskguard.runtime import Runtime, daemon_rates
+from diskguard.units import format_bytes
 
 
 @cli.command("enforce")
 @config_option
 @click.option("--once", is_flag=True, help="Run one cycle and exit (required).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="JSON event lines on stdout even on a terminal (the default when not on one).",
+)
 @no_traceback
-def enforce_command(config_path: Path, once: bool) -> None:
+def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
     """Run one retention cycle, then exit.
 
     Exit 0: every filesystem at/under its limit as measured after the cycle (in broker mode
@@ -27,7 +35,13 @@ def enforce_command(config_path: Path, once: bool) -> None:
     if not once:
         fail("enforce needs --once (use `diskguard run` for the daemon)", EXIT_USAGE)
     config = load_or_exit(config_path)
-    configure_logging(config.logging.format, config.logging.level)
+    human = sys.stdout.isatty() and not as_json
+    if human:
+        # A person: readable events on stderr, one summary line on stdout at the end.
+        configure_logging("console", config.logging.level, stream=sys.stderr)
+    else:
+        # Cron, scripts, CI: the JSON event stream on stdout, as the daemon writes it.
+        configure_logging(config.logging.format, config.logging.level)
     with Runtime(config) as runtime:
         runtime.daemon_rates = daemon_rates(config)
         outcome = runtime.cycle(act=True)
@@ -49,4 +63,32 @@ def enforce_command(config_path: Path, once: bool) -> None:
                 f"{now} measured{more}",
                 err=True,
             )
+    if human:
+        click.echo(summary(outcome, code))
     sys.exit(code)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def summary(outcome: CycleOutcome, code: int) -> str:
+    """One line for a person at a terminal: what the cycle did and where each disk stands."""
+    done = [r for r in outcome.results if r.ok]
+    freed = sum(r.freed_bytes for r in done)
+    what = (
+        f"{_plural(len(done), 'segment')} deleted ({format_bytes(freed)}, {outcome.mode.mode})"
+        if done
+        else f"nothing deleted ({outcome.mode.mode})"
+    )
+    if outcome.failed:
+        what += f", {_plural(len(outcome.failed), 'deletion')} failed"
+    disks = []
+    for fs in outcome.plan.filesystems:
+        after = outcome.usage_after(fs)
+        now = f"{after.usage_percent:.1f}%" if after is not None else "?"
+        mark = "" if outcome.at_or_under_limit(fs) else " OVER"
+        disks.append(
+            f"{fs.mount} {fs.usage_percent:.1f}% → {now} (limit {fs.limit_percent:g}%){mark}"
+        )
+    return f"diskguard enforce: {what}; " + "; ".join(disks) + f"; exit {code}"

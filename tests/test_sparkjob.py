@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import random
 import re
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -437,3 +440,57 @@ def test_optional_fields_may_be_missing(spark: Any, tmp_path: Path) -> None:
     assert disk["peak_alert_level"] == 0
     assert disk["deleted_bytes"] == 0
     assert result.topics == []
+
+
+def test_log4j_config_is_private_and_per_run() -> None:
+    """Two concurrent launches get their own 0700 directory and 0600 file, gone afterwards."""
+    from diskguard.sparkjob import _LOG4J, private_log4j_config
+
+    barrier = threading.Barrier(2, timeout=30)
+    seen: list[tuple[Path, int, int, str]] = []
+    errors: list[BaseException] = []
+
+    def launch() -> None:
+        try:
+            with private_log4j_config() as path:
+                barrier.wait()  # both inside at once: two runs in flight
+                seen.append(
+                    (
+                        path,
+                        stat.S_IMODE(path.parent.stat().st_mode),
+                        stat.S_IMODE(path.stat().st_mode),
+                        path.read_text(),
+                    )
+                )
+                barrier.wait()
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=launch) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert len(seen) == 2
+    (a, a_dir, a_file, a_text), (b, b_dir, b_file, b_text) = seen
+    assert a != b and a.parent != b.parent
+    assert a_dir == b_dir == 0o700
+    assert a_file == b_file == 0o600  # nobody else can read it, let alone rewrite it
+    assert a_text == b_text == _LOG4J
+    assert not a.parent.exists() and not b.parent.exists()
+
+
+def test_session_log4j_config_was_used_and_removed(spark: Any) -> None:
+    """The running JVM loaded its log4j config from a private per-run file, now removed."""
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    match = re.search(r"-Dlog4j\.configurationFile=file:(\S+)", options or "")
+    assert match, options
+    path = Path(match.group(1))
+    assert path != Path(tempfile.gettempdir()) / "diskguard-spark-log4j2.properties"
+    assert path.parent.name.startswith("diskguard-spark-log4j-")
+    assert not path.parent.exists()
+    jvm = spark.sparkContext._jvm
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    location = context.getConfiguration().getConfigurationSource().getLocation()
+    assert Path(str(location)) == path

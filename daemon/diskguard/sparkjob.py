@@ -33,6 +33,7 @@ import datetime as dt
 import glob
 import json
 import re
+import shutil
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -782,6 +783,27 @@ def _jvm_stderr_filtered() -> Iterator[None]:
         os.dup2(real, 2)
 
 
+@contextmanager
+def private_log4j_config() -> Iterator[Path]:
+    """The log4j2 file for one JVM launch, in a fresh private directory removed afterwards.
+
+    Not a fixed path under /tmp: two runs (two users, or two concurrent jobs) would share and
+    rewrite one file, and another local user could plant a config there first (log4j2
+    configs can name appenders that write anywhere). ``mkdtemp`` makes a 0700 directory; the
+    file is created 0600 inside it. Log4j reads the file while the driver JVM starts, which
+    is over when ``getOrCreate`` returns, so the directory goes at the end of this block.
+    """
+    directory = tempfile.mkdtemp(prefix="diskguard-spark-log4j-")
+    try:
+        path = Path(directory) / "log4j2.properties"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_LOG4J)
+        yield path
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def build_session(
     master: str | None = DEFAULT_MASTER,
     app_name: str = "diskguard-aggregate",
@@ -818,14 +840,12 @@ def build_session(
         if not launched_by_spark_submit:
             builder = builder.config("spark.driver.memory", driver_memory)
     if quiet and not launched_by_spark_submit:
-        log4j = Path(tempfile.gettempdir()) / "diskguard-spark-log4j2.properties"
-        if not log4j.exists() or log4j.read_text() != _LOG4J:
-            log4j.write_text(_LOG4J)
-        builder = builder.config(
-            "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"
-        )
-        with _jvm_stderr_filtered():
-            spark = builder.getOrCreate()
+        with private_log4j_config() as log4j:
+            builder = builder.config(
+                "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"
+            )
+            with _jvm_stderr_filtered():
+                spark = builder.getOrCreate()
     else:
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

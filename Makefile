@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint typecheck unit demo bench clean
+.PHONY: venv test lint typecheck unit demo bench clean tools-chromium
 
 venv: $(STAMP)
 
@@ -21,7 +21,11 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-unit: venv
+# Headless Chromium renders the HTML report in tests/test_report.py (never skipped).
+tools-chromium:
+	command -v chromium || (apt-get update && apt-get install -y --no-install-recommends chromium)
+
+unit: venv tools-chromium
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test: lint typecheck unit

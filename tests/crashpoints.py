@@ -400,6 +400,8 @@ def write_config(ws: Workspace) -> None:
         f"disk_usage_percent = {limit:.4f}\n"
         'mode = "offline"\n'
         "offline_headroom = 0\n"
+        # Generated topics: no broker or KRaft metadata says their cleanup.policy.
+        'assume_delete_policy = [".*"]\n'
         "[logging]\n"
         'level = "info"\n'
         "[daemon]\n"

@@ -9,15 +9,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from diskguard.aggregation import (
+    FORECAST_MIN_POINTS,
+    FORECAST_MIN_SPAN_MS,
+    FORECAST_NOT_ENOUGH_DATA,
+    FORECAST_NOT_GROWING,
+    FORECAST_OK,
+    FORECAST_WEAK_FIT,
     MS_PER_HOUR,
     Episode,
     dedup_snapshots,
     downsample_bucket,
     fleet_skew,
     forecast_full_ts_ms,
+    forecast_status,
     growth_bytes_per_hour,
+    growth_split,
     hours_to_full,
     least_squares_slope,
+    line_fit,
     overfull_history,
     summarize_disks,
     used_ratio,
@@ -181,3 +190,112 @@ def test_forecast_and_buckets() -> None:
     assert downsample_bucket(T0, T0, T0, 10) == 0
     with pytest.raises(ValueError):
         downsample_bucket(T0, T0, T0, 0)
+
+
+def _split_record(
+    ts: int, used: int, kafka: int | None, topics: dict[str, int]
+) -> dict[str, object]:
+    record: dict[str, object] = {
+        "ts_ms": ts,
+        "used_bytes": used,
+        "topics": [{"topic": t, "partitions": 1, "bytes": b} for t, b in topics.items()],
+    }
+    if kafka is not None:
+        record["kafka_bytes"] = kafka
+    return record
+
+
+def test_growth_split_separates_kafka_from_the_rest() -> None:
+    # the demo's situation: the disk grows 45 GiB/h, Kafka's topics a few hundred MiB/h
+    gib, mib, hour = 1 << 30, 1 << 20, int(MS_PER_HOUR)
+    records = []
+    for i in range(12):
+        orders, clicks = 100 * mib * i, 78 * mib * i
+        kafka = 5 * gib + orders + clicks
+        other = 45 * gib * i
+        records.append(
+            _split_record(
+                T0 + i * hour // 4,
+                20 * gib + kafka + other,
+                kafka,
+                {"orders": orders, "clicks": clicks},
+            )
+        )
+    split = growth_split(records[::-1])  # order does not matter
+    assert split.total == pytest.approx(4 * (45 * gib + 178 * mib))
+    assert split.kafka == pytest.approx(4 * 178 * mib)
+    assert split.non_kafka == pytest.approx(4 * 45 * gib)
+    assert split.kafka + split.non_kafka == pytest.approx(split.total)
+    assert [name for name, _ in split.topics] == ["orders", "clicks"]
+    assert dict(split.topics)["orders"] == pytest.approx(400 * mib)
+    assert dict(split.topics)["clicks"] == pytest.approx(4 * 78 * mib)
+
+
+def test_growth_split_uses_only_snapshots_that_report_kafka_bytes() -> None:
+    hour = int(MS_PER_HOUR)
+    records = [_split_record(T0 + i * hour, 1000 + 30 * i, 500 + 10 * i, {}) for i in range(4)]
+    records.append(_split_record(T0 + 4 * hour, 1120, None, {}))  # kafka_bytes missing
+    split = growth_split(records)
+    assert split.kafka == pytest.approx(10.0)
+    assert split.non_kafka == pytest.approx(20.0)  # not dragged by a missing kafka_bytes = 0
+    assert split.topics == ()
+
+
+def test_growth_split_of_one_snapshot_has_no_trend() -> None:
+    split = growth_split([_split_record(T0, 10, 5, {"a": 5})])
+    assert (split.total, split.kafka, split.non_kafka, split.topics) == (None, None, None, ())
+
+
+def test_line_fit_quality() -> None:
+    hour = int(MS_PER_HOUR)
+    exact = line_fit([T0 + i * hour for i in range(5)], [10 + 3 * i for i in range(5)])
+    assert exact.slope == pytest.approx(3.0)
+    assert exact.r2 == pytest.approx(1.0)
+    assert exact.residual_bytes == pytest.approx(0.0, abs=1e-9)
+    # residuals +1, -1, +1, -1 around y = 0: slope -0.4 by least squares; check by hand
+    ys = [1, -1, 1, -1]
+    fit = line_fit([T0 + i * hour for i in range(4)], ys)
+    assert fit.slope == pytest.approx(-0.4)
+    predicted = [0.6 - 0.4 * i for i in range(4)]
+    sse = sum((y - p) ** 2 for y, p in zip(ys, predicted, strict=True))
+    assert fit.r2 == pytest.approx(1 - sse / 4.0)
+    assert fit.residual_bytes == pytest.approx(math.sqrt(sse / 4))
+    flat = line_fit([T0, T0 + hour], [7, 7])
+    assert (flat.slope, flat.r2, flat.residual_bytes) == (0.0, 1.0, 0.0)
+    assert line_fit([T0], [1]) == line_fit([T0, T0], [1, 2])
+    assert line_fit([T0], [1]).slope is None
+
+
+@pytest.mark.parametrize(
+    ("growth", "span_ms", "points", "r2", "expected"),
+    [
+        (1e9, FORECAST_MIN_SPAN_MS, FORECAST_MIN_POINTS, 0.99, FORECAST_OK),
+        # the demo: one minute of snapshots, a steep line: not an alarm
+        (45e9, 60_000, 60, 0.99, FORECAST_NOT_ENOUGH_DATA),
+        (1e9, FORECAST_MIN_SPAN_MS - 1, 500, 0.99, FORECAST_NOT_ENOUGH_DATA),
+        (1e9, 10 * FORECAST_MIN_SPAN_MS, FORECAST_MIN_POINTS - 1, 0.99, FORECAST_NOT_ENOUGH_DATA),
+        (None, 60_000, 1, None, FORECAST_NOT_ENOUGH_DATA),
+        (-5.0, 2 * FORECAST_MIN_SPAN_MS, 100, 0.9, FORECAST_NOT_GROWING),
+        (0.0, 2 * FORECAST_MIN_SPAN_MS, 100, 1.0, FORECAST_NOT_GROWING),
+        (1e9, 2 * FORECAST_MIN_SPAN_MS, 100, 0.49, FORECAST_WEAK_FIT),
+        (1e9, 2 * FORECAST_MIN_SPAN_MS, 100, 0.5, FORECAST_OK),
+    ],
+)
+def test_forecast_trust_rule(
+    growth: float | None, span_ms: int, points: int, r2: float | None, expected: str
+) -> None:
+    assert forecast_status(growth, span_ms, points, r2) == expected
+
+
+def test_summarize_disk_carries_split_and_basis() -> None:
+    hour = int(MS_PER_HOUR)
+    records = [_record("h", "/d", T0 + i * hour // 6, 100 + 12 * i) for i in range(12)]
+    d = summarize_disks(records)[("h", "/d")]
+    # kafka_bytes = used // 2 in _record: half of the 72 B/h each way (integer halves)
+    assert d.growth_bytes_per_hour == pytest.approx(72.0)
+    assert d.kafka_growth_bytes_per_hour == pytest.approx(36.0)
+    assert d.non_kafka_growth_bytes_per_hour == pytest.approx(36.0)
+    assert d.growth_r2 == pytest.approx(1.0)
+    assert d.forecast_status == FORECAST_OK
+    short = summarize_disks(records[:3])[("h", "/d")]
+    assert short.forecast_status == FORECAST_NOT_ENOUGH_DATA

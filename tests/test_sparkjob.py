@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import random
 import re
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,6 +193,25 @@ def test_disks_match_the_pure_reference(file_run: JobResult, fleet: Fleet) -> No
             assert row["growth_bytes_per_hour"] == pytest.approx(
                 ref.growth_bytes_per_hour, rel=1e-6, abs=1e-3
             )
+        _assert_split_and_basis(row, ref)
+
+
+def _assert_split_and_basis(row: dict[str, Any], ref: Any) -> None:
+    """The growth split and the forecast's basis as in the pure reference."""
+    for name in ("kafka_growth_bytes_per_hour", "non_kafka_growth_bytes_per_hour", "growth_r2"):
+        expected = getattr(ref, name)
+        if expected is None:
+            assert row[name] is None, name
+        else:
+            assert row[name] == pytest.approx(expected, rel=1e-6, abs=1e-3), name
+    if ref.growth_residual_bytes is None:
+        assert row["growth_residual_bytes"] is None
+    else:
+        # centred residuals: exact to well under a byte even on 1e11-byte disks
+        assert row["growth_residual_bytes"] == pytest.approx(
+            ref.growth_residual_bytes, rel=1e-6, abs=1e-3
+        )
+    assert row["forecast_status"] == ref.forecast_status
 
 
 def test_overfull_episodes_and_seconds_are_exact(file_run: JobResult) -> None:
@@ -437,3 +459,115 @@ def test_optional_fields_may_be_missing(spark: Any, tmp_path: Path) -> None:
     assert disk["peak_alert_level"] == 0
     assert disk["deleted_bytes"] == 0
     assert result.topics == []
+
+
+def test_growth_split_and_forecast_basis_match_the_reference(spark: Any, tmp_path: Path) -> None:
+    """The demo's case (a minute of snapshots, the disk filling with non-Kafka files), a
+    disk whose snapshots sometimes lack kafka_bytes, and a saw-tooth that no line fits."""
+    gib, mib = 1 << 30, 1 << 20
+    records: list[dict[str, Any]] = []
+
+    def add(host: str, ts: int, used: int, kafka: int | None, topics: dict[str, int]) -> None:
+        record: dict[str, Any] = {
+            "schema": 1,
+            "host": host,
+            "mount": "/",
+            "ts_ms": ts,
+            "total_bytes": 200 * gib,
+            "used_bytes": used,
+            "available_bytes": 190 * gib - used,
+            "flow_state": "normal",
+            "topics": [{"topic": t, "partitions": 1, "bytes": b} for t, b in topics.items()],
+        }
+        if kafka is not None:
+            record["kafka_bytes"] = kafka
+        records.append(record)
+
+    for i in range(30):  # one snapshot every 2 s: 58 s of data
+        ts = T0 + i * 2_000
+        orders, clicks = round(100 * mib * i / 1800), round(78 * mib * i / 1800)
+        kafka = 30 * mib + orders + clicks
+        add(
+            "demo",
+            ts,
+            20 * gib + kafka + round(45 * gib * i / 1800),
+            kafka,
+            {"orders": orders, "clicks": clicks},
+        )
+    for i in range(20):  # three hours, every fourth snapshot without kafka_bytes
+        used = 50 * gib + i * 100 * mib
+        add("gaps", T0 + i * 600_000, used, None if i % 4 == 3 else used - 10 * gib, {})
+    for i in range(40):  # a saw-tooth: retention frees what was written every 4 snapshots
+        add("saw", T0 + i * 300_000, 60 * gib + (i % 4) * gib + i * mib, 30 * gib, {})
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "1.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    result = run_aggregation(spark, resolve_input(str(spool)), tmp_path / "out")
+    reference = summarize_disks(records)
+    rows = _by_disk(result.disks)
+    for key, ref in reference.items():
+        _assert_split_and_basis(rows[key], ref)
+    demo = rows[("demo", "/")]
+    assert demo["forecast_status"] == "not_enough_data"
+    assert demo["non_kafka_growth_bytes_per_hour"] == pytest.approx(45 * gib, rel=1e-3)
+    assert demo["kafka_growth_bytes_per_hour"] == pytest.approx(178 * mib, rel=1e-3)
+    assert rows[("gaps", "/")]["non_kafka_growth_bytes_per_hour"] == pytest.approx(0, abs=1.0)
+    assert rows[("gaps", "/")]["forecast_status"] == "ok"
+    assert rows[("saw", "/")]["forecast_status"] == "weak_fit"
+    page = Path(result.paths["report"]).read_text()
+    assert "not enough data" in page
+    assert "not Kafka" in page
+
+
+def test_log4j_config_is_private_and_per_run() -> None:
+    """Two concurrent launches get their own 0700 directory and 0600 file, gone afterwards."""
+    from diskguard.sparkjob import _LOG4J, private_log4j_config
+
+    barrier = threading.Barrier(2, timeout=30)
+    seen: list[tuple[Path, int, int, str]] = []
+    errors: list[BaseException] = []
+
+    def launch() -> None:
+        try:
+            with private_log4j_config() as path:
+                barrier.wait()  # both inside at once: two runs in flight
+                seen.append(
+                    (
+                        path,
+                        stat.S_IMODE(path.parent.stat().st_mode),
+                        stat.S_IMODE(path.stat().st_mode),
+                        path.read_text(),
+                    )
+                )
+                barrier.wait()
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=launch) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert len(seen) == 2
+    (a, a_dir, a_file, a_text), (b, b_dir, b_file, b_text) = seen
+    assert a != b and a.parent != b.parent
+    assert a_dir == b_dir == 0o700
+    assert a_file == b_file == 0o600  # nobody else can read it, let alone rewrite it
+    assert a_text == b_text == _LOG4J
+    assert not a.parent.exists() and not b.parent.exists()
+
+
+def test_session_log4j_config_was_used_and_removed(spark: Any) -> None:
+    """The running JVM loaded its log4j config from a private per-run file, now removed."""
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    match = re.search(r"-Dlog4j\.configurationFile=file:(\S+)", options or "")
+    assert match, options
+    path = Path(match.group(1))
+    assert path != Path(tempfile.gettempdir()) / "diskguard-spark-log4j2.properties"
+    assert path.parent.name.startswith("diskguard-spark-log4j-")
+    assert not path.parent.exists()
+    jvm = spark.sparkContext._jvm
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    location = context.getConfiguration().getConfigurationSource().getLocation()
+    assert Path(str(location)) == path

@@ -15,6 +15,12 @@ Conventions shared with the Spark job:
   snapshot. The last snapshot contributes no time (we do not know how long it lasted).
 - An episode is a normal -> overfull transition; a window that *starts* overfull counts the
   first snapshot as the start of an episode (it was overfull before we looked).
+- Growth is split into Kafka (slope of ``kafka_bytes``, and per topic) and non-Kafka (slope
+  of ``used_bytes - kafka_bytes``): a disk filling because of a heap dump is not a retention
+  problem, and the report has to say so.
+- A forecast is only as good as what it rests on: the window's span, its number of
+  snapshots and how well a straight line fits them (R²). :func:`forecast_status` is the
+  rule that decides whether a time to full is worth an alarm.
 """
 
 from __future__ import annotations
@@ -27,6 +33,15 @@ SCHEMA_VERSION = 1
 MS_PER_HOUR = 3_600_000.0
 OVERFULL = "overfull"
 NORMAL = "normal"
+
+# The trust rule for a time-to-full forecast (see forecast_status and docs/aggregate.md).
+FORECAST_MIN_SPAN_MS = 3_600_000  # one hour of history
+FORECAST_MIN_POINTS = 10
+FORECAST_MIN_R2 = 0.5
+FORECAST_OK = "ok"
+FORECAST_NOT_ENOUGH_DATA = "not_enough_data"
+FORECAST_NOT_GROWING = "not_growing"
+FORECAST_WEAK_FIT = "weak_fit"
 
 
 def least_squares_slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -57,6 +72,112 @@ def least_squares_slope(xs: Sequence[float], ys: Sequence[float]) -> float | Non
 def growth_bytes_per_hour(ts_ms: Sequence[int], used_bytes: Sequence[int]) -> float | None:
     """Least-squares growth of ``used_bytes`` in bytes per hour (x in hours, not ms)."""
     return least_squares_slope([t / MS_PER_HOUR for t in ts_ms], [float(u) for u in used_bytes])
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """A least-squares line through a disk's snapshots and how well it fits them.
+
+    ``r2`` is the coefficient of determination (1.0 = every snapshot on the line; 1.0 too
+    when the values never change, as Spark's ``regr_r2``); ``residual_bytes`` the root mean
+    square distance of the snapshots from the line, in bytes. All None without a trend
+    (fewer than two distinct timestamps).
+    """
+
+    slope: float | None
+    r2: float | None
+    residual_bytes: float | None
+
+
+def line_fit(ts_ms: Sequence[int], values: Sequence[int | float]) -> LineFit:
+    """Slope (bytes per hour), R² and RMS residual of ``values`` over ``ts_ms``.
+
+    Relative to the first point (exact integer differences): sums of epoch hours in doubles
+    would shift every residual by hundreds of bytes at GiB/h rates.
+    """
+    if not ts_ms:
+        return LineFit(None, None, None)
+    xs = [(t - ts_ms[0]) / MS_PER_HOUR for t in ts_ms]
+    ys = [float(v - values[0]) for v in values]
+    slope = least_squares_slope(xs, ys)
+    if slope is None:
+        return LineFit(None, None, None)
+    n = len(ys)
+    mean_x = sum(xs) / n
+    mean_y = sum(ys) / n
+    syy = sum((y - mean_y) ** 2 for y in ys)
+    sse = sum((y - (mean_y + slope * (x - mean_x))) ** 2 for x, y in zip(xs, ys, strict=True))
+    r2 = 1.0 if syy == 0.0 else max(0.0, 1.0 - sse / syy)
+    return LineFit(slope, r2, (sse / n) ** 0.5)
+
+
+def forecast_status(
+    growth: float | None, span_ms: int | float, points: int, r2: float | None
+) -> str:
+    """Whether a time-to-full forecast may be shown as one, and if not, why.
+
+    - ``not_enough_data``: under :data:`FORECAST_MIN_SPAN_MS` (1 h) of history or under
+      :data:`FORECAST_MIN_POINTS` (10) snapshots. A minute of a disk's life extrapolated to
+      "full in 2 hours" is noise, not a warning; checked first, because with too little data
+      "not growing" cannot be told either.
+    - ``not_growing``: the slope is not positive (no time to full).
+    - ``weak_fit``: R² under :data:`FORECAST_MIN_R2` (0.5): the snapshots are mostly not on
+      a line (deletion saw-tooth, bursts), so the line's crossing of 100% means little.
+    - ``ok``: a forecast worth acting on.
+    """
+    if span_ms < FORECAST_MIN_SPAN_MS or points < FORECAST_MIN_POINTS:
+        return FORECAST_NOT_ENOUGH_DATA
+    if growth is None or growth <= 0:
+        return FORECAST_NOT_GROWING
+    if r2 is None or r2 < FORECAST_MIN_R2:
+        return FORECAST_WEAK_FIT
+    return FORECAST_OK
+
+
+@dataclass(frozen=True)
+class GrowthSplit:
+    """Where a disk's growth comes from, in bytes per hour (least-squares slopes).
+
+    ``kafka`` is the slope of ``kafka_bytes`` and ``non_kafka`` that of ``used_bytes -
+    kafka_bytes`` (everything else on the filesystem), both over the snapshots that report
+    ``kafka_bytes``; with all of them reporting it, ``kafka + non_kafka == total`` (slopes
+    are linear). ``topics``: each topic's slope over the snapshots that list it, biggest
+    first; they need not add up to ``kafka`` (checkpoints and indexes belong to no topic).
+    """
+
+    total: float | None
+    kafka: float | None
+    non_kafka: float | None
+    topics: tuple[tuple[str, float], ...]
+
+
+def growth_split(records: Sequence[Mapping[str, Any]]) -> GrowthSplit:
+    """The growth split of one disk's (deduplicated) snapshots."""
+    ordered = sorted(records, key=lambda r: int(r["ts_ms"]))
+    total = growth_bytes_per_hour(
+        [int(r["ts_ms"]) for r in ordered], [int(r["used_bytes"]) for r in ordered]
+    )
+    known = [r for r in ordered if r.get("kafka_bytes") is not None]
+    known_ts = [int(r["ts_ms"]) for r in known]
+    kafka = growth_bytes_per_hour(known_ts, [int(r["kafka_bytes"]) for r in known])
+    non_kafka = growth_bytes_per_hour(
+        known_ts, [int(r["used_bytes"]) - int(r["kafka_bytes"]) for r in known]
+    )
+    per_topic: dict[str, tuple[list[int], list[int]]] = {}
+    for r in ordered:
+        for t in r.get("topics") or ():
+            if t.get("topic") is None:
+                continue
+            xs, ys = per_topic.setdefault(str(t["topic"]), ([], []))
+            xs.append(int(r["ts_ms"]))
+            ys.append(int(t.get("bytes") or 0))
+    topics = []
+    for name, (xs, ys) in per_topic.items():
+        slope = growth_bytes_per_hour(xs, ys)
+        if slope is not None:
+            topics.append((name, slope))
+    topics.sort(key=lambda item: (-item[1], item[0]))
+    return GrowthSplit(total, kafka, non_kafka, tuple(topics))
 
 
 def hours_to_full(available_bytes: int | float, growth: float | None) -> float | None:
@@ -141,6 +262,11 @@ class DiskSummary:
     overfull_seconds: float
     deleted_bytes: int
     peak_alert_level: int
+    kafka_growth_bytes_per_hour: float | None = None
+    non_kafka_growth_bytes_per_hour: float | None = None
+    growth_r2: float | None = None
+    growth_residual_bytes: float | None = None
+    forecast_status: str = FORECAST_NOT_ENOUGH_DATA
 
 
 def dedup_snapshots(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -162,7 +288,9 @@ def summarize_disk(records: Sequence[Mapping[str, Any]]) -> DiskSummary:
     ordered = sorted(records, key=lambda r: int(r["ts_ms"]))
     last = ordered[-1]
     ts = [int(r["ts_ms"]) for r in ordered]
-    growth = growth_bytes_per_hour(ts, [int(r["used_bytes"]) for r in ordered])
+    fit = line_fit(ts, [int(r["used_bytes"]) for r in ordered])
+    growth = fit.slope
+    split = growth_split(ordered)
     history = overfull_history((int(r["ts_ms"]), str(r["flow_state"])) for r in ordered)
     return DiskSummary(
         host=str(last["host"]),
@@ -180,6 +308,11 @@ def summarize_disk(records: Sequence[Mapping[str, Any]]) -> DiskSummary:
         overfull_seconds=history.seconds,
         deleted_bytes=sum(int(r.get("deleted_bytes") or 0) for r in ordered),
         peak_alert_level=max(int(r.get("alert_level") or 0) for r in ordered),
+        kafka_growth_bytes_per_hour=split.kafka,
+        non_kafka_growth_bytes_per_hour=split.non_kafka,
+        growth_r2=fit.r2,
+        growth_residual_bytes=fit.residual_bytes,
+        forecast_status=forecast_status(growth, ts[-1] - ts[0], len(ordered), fit.r2),
     )
 
 

@@ -33,6 +33,7 @@ import datetime as dt
 import glob
 import json
 import re
+import shutil
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -283,6 +284,9 @@ def classify(parsed: DataFrame) -> DataFrame:
         r["used_bytes"].alias("used_bytes"),
         r["available_bytes"].alias("available_bytes"),
         F.coalesce(r["kafka_bytes"], F.lit(0)).alias("kafka_bytes"),
+        # null when the snapshot does not report it: the growth split must skip it, not
+        # count a missing value as zero Kafka bytes
+        r["kafka_bytes"].alias("kafka_bytes_reported"),
         F.coalesce(r["pending_reclaim_bytes"], F.lit(0)).alias("pending_reclaim_bytes"),
         F.coalesce(r["deleted_bytes"], F.lit(0)).alias("deleted_bytes"),
         r["flow_state"].alias("flow_state"),
@@ -321,8 +325,14 @@ def with_history(snapshots: DataFrame) -> DataFrame:
     prev_state = F.lag("flow_state").over(w)
     next_ts = F.lead("ts_ms").over(w)
     episode_start = overfull & (prev_state.isNull() | (prev_state != F.lit(aggregation.OVERFULL)))
+    # Hours since the disk's first snapshot: the x of the growth fits. Epoch hours (~5e5)
+    # cost regr_slope about nine digits; the first ts comes from the same window.
+    since_first = (F.col("ts_ms") - F.first("ts_ms").over(w)).cast("double") / F.lit(
+        aggregation.MS_PER_HOUR
+    )
     return (
         snapshots.withColumn("next_ts_ms", next_ts)
+        .withColumn("hours_since_first", since_first)
         .withColumn("episode_start", episode_start.cast("int"))
         .withColumn(
             "overfull_ms",
@@ -340,8 +350,24 @@ def with_history(snapshots: DataFrame) -> DataFrame:
 
 
 def disk_aggregates(history: DataFrame) -> DataFrame:
+    """One row per disk: the facts of :func:`aggregation.summarize_disk`, in Spark SQL.
+
+    The growth split and the forecast's basis come along: ``kafka_growth_bytes_per_hour`` /
+    ``non_kafka_growth_bytes_per_hour`` (slopes of ``kafka_bytes`` and ``used - kafka`` over
+    the snapshots that report ``kafka_bytes``), ``growth_r2``, ``growth_residual_bytes``
+    (RMS distance of the snapshots from the line) and ``forecast_status``
+    (:func:`aggregation.forecast_status`).
+
+    The residuals take a second pass over the (cached) history with each disk's means and
+    slope broadcast: ``Syy·(1 - regr_r2)`` would cancel to noise on a near-perfect line
+    (kilobytes of "spread" on 1e11-byte disks), centred residuals do not. x is hours since
+    the disk's first snapshot (see :func:`with_history`).
+    """
     ts = F.col("ts_ms")
-    growth = F.regr_slope(F.col("used_bytes").cast("double"), _hours(ts))
+    x = F.col("hours_since_first")
+    used_d = F.col("used_bytes").cast("double")
+    kafka_d = F.col("kafka_bytes_reported").cast("double")
+    growth = F.regr_slope(used_d, x)
     disks = history.groupBy("host", "mount").agg(
         F.max_by("device", ts).alias("device"),
         F.count(F.lit(1)).alias("snapshots"),
@@ -353,6 +379,8 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
         F.max_by("kafka_bytes", ts).alias("kafka_bytes"),
         F.max_by("pending_reclaim_bytes", ts).alias("pending_reclaim_bytes"),
         growth.alias("growth_bytes_per_hour"),
+        F.regr_slope(kafka_d, x).alias("kafka_growth_bytes_per_hour"),
+        F.regr_slope(used_d - kafka_d, x).alias("non_kafka_growth_bytes_per_hour"),
         F.sum("episode_start").cast("long").alias("overfull_episodes"),
         (F.sum("overfull_ms") / F.lit(1000.0)).alias("overfull_seconds"),
         F.sum("deleted_bytes").cast("long").alias("deleted_bytes"),
@@ -362,13 +390,56 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
     )
     used = F.col("used_bytes").cast("double")
     avail = F.col("available_bytes").cast("double")
-    return disks.withColumn(
-        "hours_to_full",
-        F.when(
-            F.col("growth_bytes_per_hour") > 0,
-            F.greatest(avail, F.lit(0.0)) / F.col("growth_bytes_per_hour"),
+    growth_col = F.col("growth_bytes_per_hour")
+    line = history.groupBy("host", "mount").agg(
+        F.avg(x).alias("_mean_x"),
+        # from the exact long sum: an average of 1e11-byte doubles drifts by a few bytes
+        (F.sum("used_bytes").cast("double") / F.count(F.lit(1))).alias("_mean_y"),
+        growth.alias("_slope"),
+    )
+    dy = used_d - F.col("_mean_y")
+    dx = x - F.col("_mean_x")
+    residual_sq = F.pow(dy - F.col("_slope") * dx, 2)
+    fit = (
+        history.join(F.broadcast(line), ["host", "mount"])
+        .groupBy("host", "mount")
+        .agg(F.sum(residual_sq).alias("_sse"), F.sum(F.pow(dy, 2)).alias("_syy"))
+    )
+    disks = disks.join(fit, ["host", "mount"])
+    r2 = F.when(
+        growth_col.isNotNull(),
+        F.when(F.col("_syy") == 0, F.lit(1.0)).otherwise(
+            F.greatest(F.lit(0.0), F.lit(1.0) - F.col("_sse") / F.col("_syy"))
         ),
-    ).withColumn("used_ratio", F.when(used + avail > 0, used / (used + avail)))
+    )
+    residual = F.when(
+        growth_col.isNotNull(), F.sqrt(F.col("_sse") / F.col("snapshots").cast("double"))
+    )
+    span = F.col("last_ts_ms") - F.col("first_ts_ms")
+    status = (
+        F.when(
+            (span < F.lit(aggregation.FORECAST_MIN_SPAN_MS))
+            | (F.col("snapshots") < F.lit(aggregation.FORECAST_MIN_POINTS)),
+            F.lit(aggregation.FORECAST_NOT_ENOUGH_DATA),
+        )
+        .when(growth_col.isNull() | (growth_col <= 0), F.lit(aggregation.FORECAST_NOT_GROWING))
+        .when(
+            F.col("growth_r2").isNull() | (F.col("growth_r2") < F.lit(aggregation.FORECAST_MIN_R2)),
+            F.lit(aggregation.FORECAST_WEAK_FIT),
+        )
+        .otherwise(F.lit(aggregation.FORECAST_OK))
+    )
+    return (
+        disks.withColumn(
+            "hours_to_full",
+            F.when(growth_col > 0, F.greatest(avail, F.lit(0.0)) / growth_col),
+        )
+        .withColumn("used_ratio", F.when(used + avail > 0, used / (used + avail)))
+        .withColumn("growth_r2", r2)
+        .withColumn("growth_residual_bytes", residual)
+        .withColumn("forecast_status", status)
+        .drop("_sse", "_syy")
+    )
 
 
 def topic_aggregates(snapshots: DataFrame, disks: DataFrame) -> DataFrame:
@@ -540,12 +611,8 @@ def _rows(df: DataFrame) -> list[dict[str, Any]]:
 
 
 def _closest_to_full(disks: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    def key(d: dict[str, Any]) -> tuple[int, float, float]:
-        htf = d.get("hours_to_full")
-        ratio = d.get("used_ratio") or 0.0
-        return (0, float(htf), -ratio) if htf is not None else (1, 0.0, -ratio)
-
-    return sorted(disks, key=key)[:n]
+    """The ``n`` most urgent disks, in the report's order (:func:`report.urgency_key`)."""
+    return sorted(disks, key=report.urgency_key)[:n]
 
 
 @contextmanager
@@ -782,6 +849,27 @@ def _jvm_stderr_filtered() -> Iterator[None]:
         os.dup2(real, 2)
 
 
+@contextmanager
+def private_log4j_config() -> Iterator[Path]:
+    """The log4j2 file for one JVM launch, in a fresh private directory removed afterwards.
+
+    Not a fixed path under /tmp: two runs (two users, or two concurrent jobs) would share and
+    rewrite one file, and another local user could plant a config there first (log4j2
+    configs can name appenders that write anywhere). ``mkdtemp`` makes a 0700 directory; the
+    file is created 0600 inside it. Log4j reads the file while the driver JVM starts, which
+    is over when ``getOrCreate`` returns, so the directory goes at the end of this block.
+    """
+    directory = tempfile.mkdtemp(prefix="diskguard-spark-log4j-")
+    try:
+        path = Path(directory) / "log4j2.properties"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_LOG4J)
+        yield path
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def build_session(
     master: str | None = DEFAULT_MASTER,
     app_name: str = "diskguard-aggregate",
@@ -818,14 +906,12 @@ def build_session(
         if not launched_by_spark_submit:
             builder = builder.config("spark.driver.memory", driver_memory)
     if quiet and not launched_by_spark_submit:
-        log4j = Path(tempfile.gettempdir()) / "diskguard-spark-log4j2.properties"
-        if not log4j.exists() or log4j.read_text() != _LOG4J:
-            log4j.write_text(_LOG4J)
-        builder = builder.config(
-            "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"
-        )
-        with _jvm_stderr_filtered():
-            spark = builder.getOrCreate()
+        with private_log4j_config() as log4j:
+            builder = builder.config(
+                "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"
+            )
+            with _jvm_stderr_filtered():
+                spark = builder.getOrCreate()
     else:
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -2,7 +2,7 @@
 
 Pure rendering (no Spark): rows shaped like ``disks.parquet`` / ``topics.parquet`` in, HTML
 out, parsed with the standard library's HTML parser. The last test renders the page in a
-real headless Chromium (installed by ``make tools-chromium``) and checks the screenshot.
+real headless Chromium (installed by ``make tools``) and checks the screenshot.
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def _png_pixels(path: Path) -> tuple[int, int, list[bytes], int]:
 
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "chromium is not installed: run `make tools-chromium` (make test does)"
+    assert chromium, "chromium is not installed: run `make tools` (make test does)"
     page = tmp_path / "report.html"
     page.write_text(report.render_report(_report_data(_fleet())), encoding="utf-8")
     shot = tmp_path / "report.png"

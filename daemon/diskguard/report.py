@@ -26,7 +26,7 @@ from diskguard.aggregation import (
     MS_PER_HOUR,
     forecast_full_ts_ms,
 )
-from diskguard.units import format_bytes
+from diskguard.units import format_bytes, plural
 
 TABLE_ROWS = 20
 TOPIC_BARS = 10
@@ -550,8 +550,7 @@ def render_report(data: ReportData) -> str:
         else ""
     )
     shown = len(data.episodes)
-    plural = "" if data.episode_total == 1 else "s"
-    episodes_note = f"{data.episode_total} episode{plural}" + (
+    episodes_note = plural(data.episode_total, "episode") + (
         f", the {shown} most recent shown" if shown < data.episode_total else ""
     )
     hosts = {str(d["host"]) for d in data.disks}
@@ -562,8 +561,10 @@ def render_report(data: ReportData) -> str:
             f"<style>{_CSS}</style></head><body>",
             "<h1>diskguard fleet report</h1>",
             f'<p class="meta">Generated {_e(data.generated_at)} from {_e(data.source)}:'
-            f" {data.records} snapshots ({data.duplicates} duplicates dropped),"
-            f" {len(hosts)} hosts, {len(data.disks)} disks, {len(data.topics)} topics,"
+            f" {plural(data.records, 'snapshot')}"
+            f" ({plural(data.duplicates, 'duplicate')} dropped),"
+            f" {plural(len(hosts), 'host')}, {plural(len(data.disks), 'disk')},"
+            f" {plural(len(data.topics), 'topic')},"
             f" {_e(format_ts(first))} to {_e(format_ts(last))} UTC.</p>",
             bad_line,
             "<h2>Disks closest to full</h2>",

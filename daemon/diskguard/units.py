@@ -118,6 +118,11 @@ def _duration_in_range(seconds: int | float, original: object) -> float:
     return float(seconds)
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 host``, ``2 hosts``: a count a person reads (``many`` for irregular plurals)."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
+
+
 def format_bytes(n: int | float) -> str:
     """``1536`` -> ``"1.5 KiB"``: for tables and log messages a person reads."""
     value = float(n)

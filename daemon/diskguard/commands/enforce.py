@@ -11,7 +11,7 @@ from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no
 from diskguard.enforcement import CycleOutcome
 from diskguard.logs import configure_logging
 from diskguard.runtime import Runtime, daemon_rates
-from diskguard.units import format_bytes
+from diskguard.units import format_bytes, plural
 
 
 @cli.command("enforce")
@@ -68,21 +68,17 @@ def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
     sys.exit(code)
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def summary(outcome: CycleOutcome, code: int) -> str:
     """One line for a person at a terminal: what the cycle did and where each disk stands."""
     done = [r for r in outcome.results if r.ok]
     freed = sum(r.freed_bytes for r in done)
     what = (
-        f"{_plural(len(done), 'segment')} deleted ({format_bytes(freed)}, {outcome.mode.mode})"
+        f"{plural(len(done), 'segment')} deleted ({format_bytes(freed)}, {outcome.mode.mode})"
         if done
         else f"nothing deleted ({outcome.mode.mode})"
     )
     if outcome.failed:
-        what += f", {_plural(len(outcome.failed), 'deletion')} failed"
+        what += f", {plural(len(outcome.failed), 'deletion')} failed"
     disks = []
     for fs in outcome.plan.filesystems:
         after = outcome.usage_after(fs)

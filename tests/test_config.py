@@ -316,3 +316,54 @@ def test_units_upper_bounds() -> None:
         parse_size("9000000TiB")
     with pytest.raises(ValueError, match="at most"):
         parse_duration("9" * 400)
+
+
+# -- issue 13: configs that cannot work are caught by every command ---------------------------
+
+
+def hook_script(tmp_path: Path, name: str = "hook.sh", body: str = "") -> Path:
+    hook = tmp_path / name
+    hook.write_text("#!/bin/sh\n" + body)
+    hook.chmod(0o755)
+    return hook
+
+
+def test_on_change_alone_enables_the_exec_actuator_and_the_hook_runs(tmp_path: Path) -> None:
+    """``on_change`` without ``"exec"`` in ``actuators`` used to be ignored silently: the
+    daemon said producers were blocked and ran nothing. A configured hook now runs."""
+    from diskguard.actuators import Actuators
+    from diskguard.flowstate import FlowLimits, FlowState, step
+    from diskguard.model import FilesystemUsage
+
+    record = tmp_path / "events"
+    hook = hook_script(tmp_path, body=f'echo "$DISKGUARD_EVENT" >> {record}\n')
+    path = write(
+        tmp_path,
+        f'[broker]\nlog_dirs = ["{tmp_path}"]\n[flow_control]\noverfull_percent = 90\n'
+        f'underfull_percent = 80\non_change = ["{hook}"]\n'
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n',
+    )
+    proc = run_cli("check-config", "-c", str(path))
+    assert proc.returncode == 0, proc.stderr
+    config = load_config(path)
+    assert config.flow_control.actuators == ["exec"]
+    total = 100 * 1024**3
+    usage = FilesystemUsage("/data", "/dev/x", total, total * 95 // 100, total * 5 // 100)
+    _, transitions = step(FlowState(), usage, FlowLimits(90.0, 80.0, min_free_bytes=0))
+    acts = Actuators(config, background=False)
+    try:
+        for transition in transitions:
+            acts.apply(transition)
+        assert acts.wait_idle(20)
+    finally:
+        acts.close()
+    assert record.read_text().split() == ["overfull"]
+    # Listing it as well stays valid and does not run the hook twice.
+    both = parse_config(
+        {
+            "broker": {"log_dirs": [str(tmp_path)]},
+            "flow_control": {"on_change": [str(hook)], "actuators": ["exec"]},
+        },
+        tmp_path / "c.toml",
+    )
+    assert both.flow_control.actuators == ["exec"]

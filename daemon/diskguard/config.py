@@ -370,7 +370,13 @@ def _resolve(config: Config) -> Config:
     if problems:
         raise ConfigError(problems)
     updates["log_dirs"] = resolved_dirs
-    return config.model_copy(update={"broker": broker.model_copy(update=updates)})
+    top: dict[str, Any] = {"broker": broker.model_copy(update=updates)}
+    flow = config.flow_control
+    if flow.on_change and "exec" not in flow.actuators:
+        # A configured hook is meant to run: without this, ``on_change`` alone was ignored
+        # while the daemon still logged that producers were being held back.
+        top["flow_control"] = flow.model_copy(update={"actuators": [*flow.actuators, "exec"]})
+    return config.model_copy(update=top)
 
 
 def load_config(path: Path) -> Config:

@@ -86,11 +86,15 @@ def events(buf: io.StringIO, name: str) -> list[dict[str, Any]]:
 
 
 def make_config(tmp_path: Path, **flow: Any) -> Config:
+    bootstrap = flow.pop("bootstrap", None)
+    if bootstrap is None and {"quota", "acl"} & set(flow.get("actuators", ())):
+        # The config requires an address for these; the tests inject the admin clients.
+        bootstrap = "127.0.0.1:9"
     return parse_config(
         {
             "broker": {
                 "log_dirs": [str(tmp_path)],
-                "bootstrap_servers": flow.pop("bootstrap", None),
+                "bootstrap_servers": bootstrap,
             },
             "flow_control": {"overfull_percent": 90, "underfull_percent": 80, **flow},
             "daemon": {"state_dir": str(tmp_path / "state")},
@@ -189,7 +193,9 @@ def test_failing_and_missing_hooks_are_logged_not_raised(tmp_path: Path, logs: i
     acts.apply(transition("overfull"))
     assert acts.wait_idle(20)
     acts.close()
-    missing = make_config(tmp_path, actuators=["exec"], on_change=[str(tmp_path / "nope")])
+    gone = script(tmp_path, "gone.sh", "exit 0\n")
+    missing = make_config(tmp_path, actuators=["exec"], on_change=[str(gone)])
+    gone.unlink()  # the config check catches a missing hook; one removed later fails at run time
     acts2 = Actuators(missing, on_failure=failures.append)
     acts2.apply(transition("overfull"))
     assert acts2.wait_idle(20)

@@ -164,3 +164,17 @@ def test_cli_create_and_errors(tmp_path: Path, tmpfs: Callable[[int], Path]) -> 
     assert missing.returncode == 2
     assert missing.stderr.strip().count("\n") == 0 and "ballast.path" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_cli_status_without_a_ballast_says_so_and_exits_0(
+    tmp_path: Path, tmpfs: Callable[[int], Path]
+) -> None:
+    """No ballast is a valid setup, not a usage error: ``status`` reports it (exit 0), while
+    ``release``/``create``, which cannot do what they are asked, still exit 2."""
+    mount = tmpfs(16 * MiB)
+    unset = write_config(tmp_path, mount, ballast=False)
+    proc = diskguard("ballast", "status", "-c", str(unset))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "no ballast configured (ballast.path is not set)\n"
+    assert proc.stderr == ""
+    assert diskguard("ballast", "create", "-c", str(unset)).returncode == 2

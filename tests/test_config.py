@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -16,9 +18,16 @@ from diskguard.units import parse_duration, parse_size
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "diskguard", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
 
 
@@ -316,3 +325,194 @@ def test_units_upper_bounds() -> None:
         parse_size("9000000TiB")
     with pytest.raises(ValueError, match="at most"):
         parse_duration("9" * 400)
+
+
+# -- issue 13: configs that cannot work are caught by every command ---------------------------
+
+
+def hook_script(tmp_path: Path, name: str = "hook.sh", body: str = "") -> Path:
+    hook = tmp_path / name
+    hook.write_text("#!/bin/sh\n" + body)
+    hook.chmod(0o755)
+    return hook
+
+
+def test_on_change_alone_enables_the_exec_actuator_and_the_hook_runs(tmp_path: Path) -> None:
+    """``on_change`` without ``"exec"`` in ``actuators`` used to be ignored silently: the
+    daemon said producers were blocked and ran nothing. A configured hook now runs."""
+    from diskguard.actuators import Actuators
+    from diskguard.flowstate import FlowLimits, FlowState, step
+    from diskguard.model import FilesystemUsage
+
+    record = tmp_path / "events"
+    hook = hook_script(tmp_path, body=f'echo "$DISKGUARD_EVENT" >> {record}\n')
+    path = write(
+        tmp_path,
+        f'[broker]\nlog_dirs = ["{tmp_path}"]\n[flow_control]\noverfull_percent = 90\n'
+        f'underfull_percent = 80\non_change = ["{hook}"]\n'
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n',
+    )
+    proc = run_cli("check-config", "-c", str(path))
+    assert proc.returncode == 0, proc.stderr
+    config = load_config(path)
+    assert config.flow_control.actuators == ["exec"]
+    total = 100 * 1024**3
+    usage = FilesystemUsage("/data", "/dev/x", total, total * 95 // 100, total * 5 // 100)
+    _, transitions = step(FlowState(), usage, FlowLimits(90.0, 80.0, min_free_bytes=0))
+    acts = Actuators(config, background=False)
+    try:
+        for transition in transitions:
+            acts.apply(transition)
+        assert acts.wait_idle(20)
+    finally:
+        acts.close()
+    assert record.read_text().split() == ["overfull"]
+    # Listing it as well stays valid and does not run the hook twice.
+    both = parse_config(
+        {
+            "broker": {"log_dirs": [str(tmp_path)]},
+            "flow_control": {"on_change": [str(hook)], "actuators": ["exec"]},
+        },
+        tmp_path / "c.toml",
+    )
+    assert both.flow_control.actuators == ["exec"]
+
+
+def config_text(tmp_path: Path, extra: str = "", state_dir: Path | str | None = None) -> str:
+    state = tmp_path / "state" if state_dir is None else state_dir
+    return f'[broker]\nlog_dirs = ["{tmp_path}"]\n{extra}\n[daemon]\nstate_dir = "{state}"\n'
+
+
+def problem_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    return proc.stderr.strip().splitlines()
+
+
+def test_broker_actuators_and_snapshot_topic_need_bootstrap_servers(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        config_text(
+            tmp_path,
+            "[flow_control]\noverfull_percent = 90\nunderfull_percent = 80\n"
+            'actuators = ["quota", "acl"]\n[snapshots]\ntopic = "diskguard.snapshots"\n',
+        ),
+    )
+    assert problem_lines(run_cli("check-config", "-c", str(path))) == [
+        f"{path}: flow_control.actuators: actuator 'quota' needs broker.bootstrap_servers",
+        f"{path}: flow_control.actuators: actuator 'acl' needs broker.bootstrap_servers",
+        f"{path}: snapshots.topic: needs broker.bootstrap_servers (snapshots are sent through it)",
+    ]
+    fixed = write(
+        tmp_path,
+        config_text(
+            tmp_path,
+            "[flow_control]\noverfull_percent = 90\nunderfull_percent = 80\n"
+            'actuators = ["quota", "acl"]\n[snapshots]\ntopic = "diskguard.snapshots"\n',
+        ).replace("[broker]\n", '[broker]\nbootstrap_servers = "127.0.0.1:9"\n'),
+    )
+    proc = run_cli("check-config", "-c", str(fixed))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_on_change_program_is_resolved_like_execvp(tmp_path: Path) -> None:
+    """The hook used to fail only at the first overfull, when the disk is already full."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    hook_script(bin_dir, "on-path-hook")
+    hook_script(tmp_path, "good.sh")
+    plain = tmp_path / "plain.sh"
+    plain.write_text("#!/bin/sh\n")
+    plain.chmod(0o644)
+    (bin_dir / "plain-on-path").write_text("#!/bin/sh\n")
+    cases = {
+        str(tmp_path / "good.sh"): None,
+        "on-path-hook": None,  # found in PATH
+        "sh": None,
+        str(tmp_path / "missing.sh"): f"{tmp_path / 'missing.sh'} does not exist",
+        str(plain): f"{plain} is not executable",
+        str(bin_dir): f"{bin_dir} is a directory, not a program",
+        "no-such-hook-anywhere": "program 'no-such-hook-anywhere' not found in PATH",
+        "plain-on-path": f"program 'plain-on-path' not usable in PATH ({bin_dir}:/usr/bin:/bin): "
+        f"{bin_dir / 'plain-on-path'} is not executable",
+        "": "the program name is empty",
+    }
+    env_path = f"{bin_dir}:/usr/bin:/bin"
+    for program, wrong in cases.items():
+        path = write(
+            tmp_path,
+            config_text(tmp_path, f'[flow_control]\non_change = [{json.dumps(program)}, "x"]\n'),
+        )
+        proc = run_cli("check-config", "-c", str(path), env={"PATH": env_path})
+        if wrong is None:
+            assert proc.returncode == 0, (program, proc.stderr)
+            continue
+        (line,) = problem_lines(proc)
+        assert line.startswith(f"{path}: flow_control.on_change[0]: {wrong}"), line
+    # A relative path with a slash is relative to the working directory, as for execvp.
+    path = write(tmp_path, config_text(tmp_path, '[flow_control]\non_change = ["./good.sh"]\n'))
+    assert run_cli("check-config", "-c", str(path), cwd=tmp_path).returncode == 0
+    (line,) = problem_lines(run_cli("check-config", "-c", str(path), cwd=bin_dir))
+    assert line == f"{path}: flow_control.on_change[0]: ./good.sh does not exist"
+
+
+def test_state_dir_must_be_a_usable_directory_for_every_command(
+    tmp_path: Path, tmpfs: typing.Callable[[int], Path]
+) -> None:
+    """``run`` used to exit 1 with "File exists" when state_dir was a regular file."""
+    regular = tmp_path / "state-file"
+    regular.write_text("not a dir\n")
+    path = write(tmp_path, config_text(tmp_path, state_dir=regular))
+    want = f"{path}: daemon.state_dir: {regular} is a regular file, not a directory"
+    for command in (["check-config"], ["status", "--json"], ["enforce", "--once"], ["audit"]):
+        assert problem_lines(run_cli(*command, "-c", str(path))) == [want], command
+    below = regular / "state"
+    path = write(tmp_path, config_text(tmp_path, state_dir=below))
+    assert problem_lines(run_cli("check-config", "-c", str(path))) == [
+        f"{path}: daemon.state_dir: cannot create {below}: {regular} is not a directory"
+    ]
+    # A state dir that does not exist yet but can be created is fine, and is not created by
+    # checking the config.
+    fresh = tmp_path / "new" / "state"
+    path = write(tmp_path, config_text(tmp_path, state_dir=fresh))
+    assert run_cli("check-config", "-c", str(path)).returncode == 0
+    assert not (tmp_path / "new").exists()
+    # On a read-only filesystem: neither an existing dir nor a new one can be written.
+    mount = tmpfs(1024**2)
+    (mount / "state").mkdir()
+    subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+    existing = write(tmp_path, config_text(tmp_path, state_dir=mount / "state"))
+    (line,) = problem_lines(run_cli("check-config", "-c", str(existing)))
+    assert line.startswith(f"{existing}: daemon.state_dir: {mount / 'state'} is not writable"), line
+    new = write(tmp_path, config_text(tmp_path, state_dir=mount / "new" / "state"))
+    (line,) = problem_lines(run_cli("check-config", "-c", str(new)))
+    assert line.startswith(
+        f"{new}: daemon.state_dir: cannot create {mount / 'new' / 'state'}: {mount} is not writable"
+    ), line
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "hint"),
+    [
+        (
+            "[retention]\ndisk_usage_persent = 80\n",
+            "retention.disk_usage_persent",
+            "disk_usage_percent",
+        ),
+        ("[retension]\ndisk_usage_percent = 80\n", "retension", "retention"),
+        (
+            "[flow_control.quota]\nproducer_byte_rat = 1\n",
+            "flow_control.quota.producer_byte_rat",
+            "producer_byte_rate",
+        ),
+        ('[daemon]\nstatedir = "/x"\n', "daemon.statedir", "state_dir"),
+        ("[retention]\nzzz = 1\n", "retention.zzz", None),
+    ],
+)
+def test_unknown_keys_suggest_the_close_known_key(
+    tmp_path: Path, toml: str, key: str, hint: str | None
+) -> None:
+    path = write(tmp_path, f'[broker]\nlog_dirs = ["{tmp_path}"]\n{toml}')
+    (line,) = problem_lines(run_cli("check-config", "-c", str(path)))
+    suffix = f" (did you mean {hint}?)" if hint else ""
+    assert line == f"{path}: {key}: unknown key{suffix}"

@@ -8,10 +8,12 @@ possible failure for a guard.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import socket
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,13 +302,36 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
     return ".".join(parts) or "(top level)"
 
 
+def _known_keys(section: tuple[int | str, ...]) -> list[str]:
+    """The TOML keys of the table at ``section`` (a pydantic loc), [] when it is no section."""
+    model: type[BaseModel] = Config
+    for item in section:
+        field = model.model_fields.get(item) if isinstance(item, str) else None
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return [name for name, field in model.model_fields.items() if not field.exclude]
+
+
+def _unknown_key(loc: tuple[int | str, ...]) -> str:
+    """The message for an unknown key, naming the closest known key of the same table when one
+    is close: a typo should cost one glance, not a trip to the README."""
+    key = loc[-1] if loc else None
+    if isinstance(key, str):
+        close = difflib.get_close_matches(key, _known_keys(loc[:-1]), n=1)
+        if close:
+            return f"unknown key (did you mean {close[0]}?)"
+    return "unknown key"
+
+
 def _pydantic_problems(path: Path, exc: ValidationError) -> list[str]:
     problems = []
     for err in exc.errors():
         loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = _unknown_key(loc)
         msg = msg.removeprefix("Value error, ")
         problems.append(f"{path}: {_dotted(loc)}: {msg}")
     return problems
@@ -321,8 +346,104 @@ def parse_config(data: dict[str, Any], source: Path) -> Config:
     return _resolve(config)
 
 
+def _shown(text: str) -> str:
+    """A path or name as it may appear in a one-line message (quoted if it has control chars)."""
+    return text if text.isprintable() else json.dumps(text)
+
+
+def _executable_problem(path: str) -> str | None:
+    """What stops ``execve(path)``, or None."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{_shown(path)} does not exist"
+    except (OSError, ValueError) as exc:
+        return f"cannot check {_shown(path)}: {getattr(exc, 'strerror', None) or exc}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{_shown(path)} is a directory, not a program"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{_shown(path)} is not a regular file"
+    if not os.access(path, os.X_OK):
+        return f"{_shown(path)} is not executable"
+    return None
+
+
+def _program_problem(program: str) -> str | None:
+    """What would stop the ``on_change`` hook from starting, found now rather than at the first
+    overfull (when the disk is already full). Resolved as ``subprocess``/execvp resolve argv[0]:
+    a name with a slash is a path (relative to the working directory), any other name is
+    searched in PATH."""
+    if not program:
+        return "the program name is empty"
+    if "\0" in program:
+        return f"{_shown(program)} contains a NUL byte"
+    if "/" in program:
+        return _executable_problem(program)
+    search = os.get_exec_path()
+    unusable: str | None = None
+    for directory in search:
+        problem = _executable_problem(os.path.join(directory, program))
+        if problem is None:
+            return None
+        if unusable is None and not problem.endswith("does not exist"):
+            unusable = problem
+    where = f"PATH ({_shown(os.pathsep.join(search))})"
+    if unusable is not None:
+        return f"program {program!r} not usable in {where}: {unusable}"
+    return f"program {program!r} not found in {where}"
+
+
+def _not_writable(path: str) -> str:
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    why = "read-only filesystem" if read_only else f"for uid {os.geteuid()}"
+    return f"{_shown(path)} is not writable ({why})"
+
+
+def _state_dir_problem(state_dir: Path) -> str | None:
+    """What would stop diskguard from keeping its audit log, journal and state in
+    ``state_dir`` (which it creates when missing). Nothing is created here: checking a
+    config must not change the machine."""
+    path = os.path.abspath(state_dir)
+    if "\0" in path:
+        return f"{_shown(path)} contains a NUL byte"
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        if os.path.islink(path):
+            return f"{_shown(path)} is a symlink to nothing"
+        # The nearest existing ancestor must be a directory this process can write to.
+        parent = os.path.dirname(path)
+        while True:
+            try:
+                parent_st = os.stat(parent)
+            except (FileNotFoundError, NotADirectoryError):
+                parent = os.path.dirname(parent)
+                continue
+            except (OSError, ValueError) as exc:
+                return f"cannot check {_shown(parent)}: {getattr(exc, 'strerror', None) or exc}"
+            if not stat.S_ISDIR(parent_st.st_mode):
+                return f"cannot create {_shown(path)}: {_shown(parent)} is not a directory"
+            if not os.access(parent, os.W_OK | os.X_OK):
+                return f"cannot create {_shown(path)}: {_not_writable(parent)}"
+            return None
+    except (OSError, ValueError) as exc:
+        return f"cannot check {_shown(path)}: {getattr(exc, 'strerror', None) or exc}"
+    if stat.S_ISREG(st.st_mode):
+        return f"{_shown(path)} is a regular file, not a directory"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{_shown(path)} is not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return _not_writable(path)
+    return None
+
+
 def _resolve(config: Config) -> Config:
-    """Cross-file checks: server.properties, log dirs existing, state dir usable."""
+    """Cross-file checks: server.properties, log dirs existing, state dir usable, the hook
+    runnable, a broker address for what needs one. All of them are checks of what the config
+    asks for, so every command refuses such a config, not only the one that would trip."""
     source = config.source
     problems: list[str] = []
     broker = config.broker
@@ -367,10 +488,35 @@ def _resolve(config: Config) -> Config:
     ballast = config.ballast.path
     if ballast is not None and not ballast.is_absolute():
         problems.append(f"{source}: ballast.path: must be an absolute path, got {str(ballast)!r}")
+    flow = config.flow_control
+    if not broker.bootstrap_servers:
+        for kind in ("quota", "acl"):
+            if kind in flow.actuators:
+                problems.append(
+                    f"{source}: flow_control.actuators: actuator '{kind}' needs "
+                    "broker.bootstrap_servers"
+                )
+        if config.snapshots.topic:
+            problems.append(
+                f"{source}: snapshots.topic: needs broker.bootstrap_servers "
+                "(snapshots are sent through it)"
+            )
+    if flow.on_change:
+        problem = _program_problem(flow.on_change[0])
+        if problem is not None:
+            problems.append(f"{source}: flow_control.on_change[0]: {problem}")
+    problem = _state_dir_problem(config.daemon.state_dir)
+    if problem is not None:
+        problems.append(f"{source}: daemon.state_dir: {problem}")
     if problems:
         raise ConfigError(problems)
     updates["log_dirs"] = resolved_dirs
-    return config.model_copy(update={"broker": broker.model_copy(update=updates)})
+    top: dict[str, Any] = {"broker": broker.model_copy(update=updates)}
+    if flow.on_change and "exec" not in flow.actuators:
+        # A configured hook is meant to run: without this, ``on_change`` alone was ignored
+        # while the daemon still logged that producers were being held back.
+        top["flow_control"] = flow.model_copy(update={"actuators": [*flow.actuators, "exec"]})
+    return config.model_copy(update=top)
 
 
 def load_config(path: Path) -> Config:

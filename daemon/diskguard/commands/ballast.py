@@ -57,8 +57,15 @@ def release(config_path: Path) -> None:
 @config_option
 @no_traceback
 def status(config_path: Path) -> None:
-    """Show whether the ballast is in place, how much it holds, and whether it was released."""
-    _config, ballast = _ballast(config_path)
+    """Show whether the ballast is in place, how much it holds, and whether it was released.
+
+    Having no ballast is a valid setup, so this says so and exits 0; ``release`` and
+    ``create`` cannot do what they are asked without one and exit 2."""
+    config = load_or_exit(config_path)
+    if config.ballast.path is None:
+        click.echo("no ballast configured (ballast.path is not set)")
+        return
+    ballast = Ballast(config.ballast, Path(config.daemon.state_dir))
     st = ballast.status()
     line = (
         f"ballast {st.path}: {st.state}, {format_bytes(st.allocated_bytes)} allocated "

@@ -3,14 +3,17 @@
 Live numbers (statvfs, a names-only scan for pending reclaim, /proc for deleted-but-open
 files) plus what the running daemon last wrote to ``<state_dir>/state.json`` (flow state,
 alert level, last deletion). Works without the daemon: flow state is then computed from the
-current usage and marked as such.
+current usage and marked as such. The last deletion is also read from the audit log, so one
+made by ``enforce --once`` or by a daemon that has since stopped shows too.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +87,7 @@ def collect_status(config: Config) -> dict[str, Any]:
                 "alert_level": alert_level,
                 "flow_state_source": source,
                 "pending_reclaim_bytes": fs.pending_reclaim_bytes,
-                "last_deletion": last_deletion,
+                "last_deletion": _latest_deletion(config, usage.mount, last_deletion),
                 "deleted_open_bytes": held.get(device_id, 0),
                 "deleted_open_files": open_files,
                 "reclaim": reclaim,
@@ -175,3 +178,86 @@ def status_command(config_path: Path, as_json: bool) -> None:
         click.echo(dumps(status))
     else:
         _render(status)
+
+
+#: How much of the audit log is read at a time, from its end backwards.
+_AUDIT_CHUNK = 1 << 20
+
+
+def _audit_lines_newest_first(path: Path) -> Iterator[bytes]:
+    """The audit log's complete lines, newest first, read backwards in chunks: status wants
+    only the newest deletion, and the log only grows (it is never rotated). A torn last line
+    (power loss before its newline) is skipped, as ``audit.read_audit`` does."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - iterated lazily below
+    except FileNotFoundError:
+        return
+    with fh:
+        pos = fh.seek(0, os.SEEK_END)
+        head = b""  # the start of the file's text before ``pos`` not yet split into lines
+        skip_last = True  # what follows the last newline is torn (or empty)
+        while pos > 0:
+            size = min(_AUDIT_CHUNK, pos)
+            pos -= size
+            fh.seek(pos)
+            parts = (fh.read(size) + head).split(b"\n")
+            head, complete = parts[0], parts[1:]
+            if skip_last and complete:
+                complete, skip_last = complete[:-1], False
+            yield from reversed(complete)
+        if head and not skip_last:
+            yield head
+
+
+def _last_deletion_from_audit(config: Config, mount: str) -> dict[str, Any] | None:
+    """The newest completed segment deletion on ``mount`` recorded in the audit log, in the
+    shape the daemon writes to ``state.json``; None when there is none. ``state.json`` alone
+    knows only what a daemon that is running now did."""
+    # Local import: the audit log is read only here.
+    from diskguard.audit import AUDIT_FILE, DONE
+
+    for raw in _audit_lines_newest_first(Path(config.daemon.state_dir) / AUDIT_FILE):
+        if DONE.encode() not in raw:
+            continue  # most lines are intents; no need to parse them
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        if (
+            not isinstance(line, dict)
+            or line.get("phase") != DONE
+            or line.get("kind") is not None  # a sweep, not a segment deletion
+            or line.get("mount") != mount
+        ):
+            continue
+        try:
+            when = dt.datetime.fromisoformat(str(line.get("ts")))
+        except ValueError:
+            continue
+        topic, partition, base_offset = (line.get(k) for k in ("topic", "partition", "base_offset"))
+        if not (
+            isinstance(topic, str) and isinstance(partition, int) and isinstance(base_offset, int)
+        ):
+            continue
+        return {
+            "ts": (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp(),
+            "topic": topic,
+            "partition": partition,
+            "base_offset": base_offset,
+            "bytes": line.get("bytes"),
+            "mode": line.get("mode"),
+        }
+    return None
+
+
+def _latest_deletion(
+    config: Config, mount: str, from_daemon: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Whichever is newer: the running daemon's record or the audit log's."""
+    from_audit = _last_deletion_from_audit(config, mount)
+    if from_daemon is None or from_audit is None:
+        return from_daemon or from_audit
+    daemon_ts = from_daemon.get("ts")
+    if isinstance(daemon_ts, int | float) and daemon_ts >= from_audit["ts"]:
+        return from_daemon
+    return from_audit

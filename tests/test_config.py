@@ -491,6 +491,23 @@ def test_state_dir_must_be_a_usable_directory_for_every_command(
     ), line
 
 
+def test_read_only_commands_do_not_need_a_writable_state_dir(
+    tmp_path: Path, tmpfs: typing.Callable[[int], Path]
+) -> None:
+    """An operator may run plan/status/audit as a user who cannot write the daemon's state dir
+    (the unit's is the kafka user's): they only read it. enforce and check-config still say no."""
+    mount = tmpfs(1024**2)
+    (mount / "state").mkdir()
+    subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+    path = write(tmp_path, config_text(tmp_path, state_dir=mount / "state"))
+    for command in (["plan", "--json"], ["status", "--json"], ["audit"]):
+        proc = run_cli(*command, "-c", str(path))
+        assert proc.returncode == 0, (command, proc.stderr)
+    for command in (["check-config"], ["enforce", "--once"]):
+        (line,) = problem_lines(run_cli(*command, "-c", str(path)))
+        assert "daemon.state_dir" in line and "is not writable" in line, (command, line)
+
+
 @pytest.mark.parametrize(
     ("toml", "key", "hint"),
     [

@@ -33,12 +33,13 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     sys.exit(code)
 
 
-def load_or_exit(path: Path) -> Config:
+def load_or_exit(path: Path, writes: bool = True) -> Config:
     """The validated config, with logging set up on stderr at its level: a command's answer
     owns stdout (``plan --json`` must parse even when the broker is down and says so). The
-    daemon and ``enforce`` switch their JSON event stream to stdout themselves."""
+    daemon and ``enforce`` switch their JSON event stream to stdout themselves. ``writes=False``
+    for commands that only read the state dir: it need not be writable by this user."""
     try:
-        config = load_config(path)
+        config = load_config(path, writes)
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(problem, err=True)

@@ -337,13 +337,18 @@ def _pydantic_problems(path: Path, exc: ValidationError) -> list[str]:
     return problems
 
 
-def parse_config(data: dict[str, Any], source: Path) -> Config:
-    """Validate an already-parsed TOML table; raises ConfigError listing every problem."""
+def parse_config(data: dict[str, Any], source: Path, writes: bool = True) -> Config:
+    """Validate an already-parsed TOML table; raises ConfigError listing every problem.
+
+    ``writes``: the caller will write to ``daemon.state_dir`` (the daemon, ``enforce``,
+    ``check-config`` checking for them), so it must be writable by this user. Read-only
+    commands (``plan``, ``status``, ``audit``) only need it not to be something else.
+    """
     try:
         config = Config.model_validate({**data, "source": source})
     except ValidationError as exc:
         raise ConfigError(_pydantic_problems(source, exc)) from None
-    return _resolve(config)
+    return _resolve(config, writes)
 
 
 def _shown(text: str) -> str:
@@ -402,7 +407,7 @@ def _not_writable(path: str) -> str:
     return f"{_shown(path)} is not writable ({why})"
 
 
-def _state_dir_problem(state_dir: Path) -> str | None:
+def _state_dir_problem(state_dir: Path, writes: bool = True) -> str | None:
     """What would stop diskguard from keeping its audit log, journal and state in
     ``state_dir`` (which it creates when missing). Nothing is created here: checking a
     config must not change the machine."""
@@ -426,7 +431,7 @@ def _state_dir_problem(state_dir: Path) -> str | None:
                 return f"cannot check {_shown(parent)}: {getattr(exc, 'strerror', None) or exc}"
             if not stat.S_ISDIR(parent_st.st_mode):
                 return f"cannot create {_shown(path)}: {_shown(parent)} is not a directory"
-            if not os.access(parent, os.W_OK | os.X_OK):
+            if writes and not os.access(parent, os.W_OK | os.X_OK):
                 return f"cannot create {_shown(path)}: {_not_writable(parent)}"
             return None
     except (OSError, ValueError) as exc:
@@ -435,12 +440,12 @@ def _state_dir_problem(state_dir: Path) -> str | None:
         return f"{_shown(path)} is a regular file, not a directory"
     if not stat.S_ISDIR(st.st_mode):
         return f"{_shown(path)} is not a directory"
-    if not os.access(path, os.W_OK | os.X_OK):
+    if writes and not os.access(path, os.W_OK | os.X_OK):
         return _not_writable(path)
     return None
 
 
-def _resolve(config: Config) -> Config:
+def _resolve(config: Config, writes: bool = True) -> Config:
     """Cross-file checks: server.properties, log dirs existing, state dir usable, the hook
     runnable, a broker address for what needs one. All of them are checks of what the config
     asks for, so every command refuses such a config, not only the one that would trip."""
@@ -505,7 +510,7 @@ def _resolve(config: Config) -> Config:
         problem = _program_problem(flow.on_change[0])
         if problem is not None:
             problems.append(f"{source}: flow_control.on_change[0]: {problem}")
-    problem = _state_dir_problem(config.daemon.state_dir)
+    problem = _state_dir_problem(config.daemon.state_dir, writes)
     if problem is not None:
         problems.append(f"{source}: daemon.state_dir: {problem}")
     if problems:
@@ -519,8 +524,9 @@ def _resolve(config: Config) -> Config:
     return config.model_copy(update=top)
 
 
-def load_config(path: Path) -> Config:
-    """Read and validate ``path``; every failure is a ConfigError of one-line messages."""
+def load_config(path: Path, writes: bool = True) -> Config:
+    """Read and validate ``path``; every failure is a ConfigError of one-line messages.
+    ``writes``: see ``parse_config``."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -533,4 +539,4 @@ def load_config(path: Path) -> Config:
         raise ConfigError([f"{path}: not UTF-8 text (byte {exc.start})"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: TOML syntax error: {exc}"]) from None
-    return parse_config(data, path)
+    return parse_config(data, path, writes)

@@ -118,7 +118,7 @@ def render(actions: list[AuditAction]) -> None:
 @no_traceback
 def audit_command(config_path: Path, as_json: bool, since: str | None, limit: int | None) -> None:
     """Show what diskguard deleted (or tried to), when and why."""
-    config = load_or_exit(config_path)
+    config = load_or_exit(config_path, writes=False)
     since_at = parse_since(since) if since is not None else None
     path = Path(config.daemon.state_dir) / AUDIT_FILE
     actions = pair_actions(list(read_audit(path)))

@@ -237,7 +237,7 @@ def forecast_lines(chosen: Plan, mode: str) -> list[str]:
 @no_traceback
 def plan_command(config_path: Path, as_json: bool) -> None:
     """Show which segments a retention cycle would delete now, and why. Deletes nothing."""
-    config = load_or_exit(config_path)
+    config = load_or_exit(config_path, writes=False)
     with Runtime(config, read_only=True) as runtime, progress(None, "scanning") as advance:
         runtime.daemon_rates = daemon_rates(config)
         runtime.planner.on_partition = advance

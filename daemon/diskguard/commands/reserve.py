@@ -146,7 +146,7 @@ def reserve(config_path: Path, as_json: bool, timeout: float) -> None:
 
     Exit 0 even above the 90% limit (a warning on stderr); exit 2 for bad config.
     """
-    config = load_or_exit(config_path)
+    config = load_or_exit(config_path, writes=False)
     # Logs go to stderr: stdout is the report (and must stay pure JSON with --json).
     configure_logging(config.logging.format, config.logging.level, stream=sys.stderr)
     try:

@@ -172,7 +172,7 @@ def reclaim_line(r: dict[str, Any]) -> str:
 @no_traceback
 def status_command(config_path: Path, as_json: bool) -> None:
     """Usage, limits, flow state, alert level, pending reclaim, deleted-but-open files."""
-    config = load_or_exit(config_path)
+    config = load_or_exit(config_path, writes=False)
     status = collect_status(config)
     if as_json:
         click.echo(dumps(status))

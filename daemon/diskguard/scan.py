@@ -429,10 +429,15 @@ def scan_log_dir(
             protected_reason=reason,
             remote_log_state=listing.remote_log_state,
         )
-        pending.single += listing.deleted_bytes
-        for linked in listing.linked:
-            if linked.deleted:
-                pending.add_linked(linked)
+        if use_log_start:
+            # A running broker removes ``*.deleted`` files after its delete delay. Offline
+            # nobody will: the sweep has already removed those diskguard may remove, and what
+            # is left (names that are not segment files) stays — counting it as "on its way
+            # out" would leave the disk over its limit by exactly that much.
+            pending.single += listing.deleted_bytes
+            for linked in listing.linked:
+                if linked.deleted:
+                    pending.add_linked(linked)
         for base in part.reclaiming:
             for st in _segment_stats(part.path, base):
                 pending.add(st)

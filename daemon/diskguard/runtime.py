@@ -123,6 +123,12 @@ class Runtime:
                 mode = decided
                 chosen, warnings = self.planner.plan(result, mode.mode)
         all_warnings = [*result.warnings, *warnings]
+        if mode.mode == REFUSED:
+            # Name a broken .lock (a FIFO...) rather than blame a broker that may not exist.
+            for log_dir in self.config.broker.log_dirs:
+                problem = lockfile.unprobeable(log_dir)
+                if problem:
+                    all_warnings.append(problem)
         results: tuple[Any, ...] = ()
         if act and chosen.deletions:
             results = self._act(mode, chosen, result)

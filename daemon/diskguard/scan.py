@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from diskguard import fsusage, offsetindex, recordbatch, timeindex
+from diskguard import fsusage, offsetindex, recordbatch, safeopen, timeindex
 from diskguard.model import (
     DELETED_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
@@ -61,12 +61,15 @@ def allocated_bytes(st: os.stat_result) -> int:
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     """Kafka's ``OffsetCheckpointFile``: version 0, a count, then ``topic partition offset``.
 
-    A missing file is normal (new broker); a malformed one raises ValueError naming it.
+    A missing file is normal (new broker); a malformed one raises ValueError naming it, and
+    one that is not a regular file (a FIFO would block the reader forever) an OSError naming it.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = safeopen.read_text(path)
     except FileNotFoundError:
         return {}
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     lines = text.splitlines()
     if len(lines) < 2 or lines[0].strip() != "0" or not lines[1].strip().isdigit():
         raise ValueError(f"{path}: malformed checkpoint header")

@@ -69,7 +69,9 @@ class _DeafObserver:
         self.daemon = True
         self.scheduled: list[str] = []
 
-    def schedule(self, _handler: Any, path: str, recursive: bool = False) -> None:
+    def schedule(
+        self, _handler: Any, path: str, recursive: bool = False, event_filter: Any = None
+    ) -> None:
         self.scheduled.append(path)
 
     def start(self) -> None:

@@ -32,6 +32,7 @@ from diskguard.logs import get_logger
 from diskguard.offline import OfflineExecutor
 from diskguard.planner import Deletion, Plan
 from diskguard.scan import ScanResult
+from diskguard.stuck import StuckTracker
 
 log = get_logger("diskguard.retention")
 
@@ -55,6 +56,10 @@ class Runtime:
         self.offline = OfflineExecutor(state_dir, self.audit)
         self.planner = Planner(config, self.requested)
         self._reachable_cache: tuple[float, bool] | None = None
+        #: Set by the daemon: says which filesystems are stuck over their limit, so their
+        #: cycle events are logged when that begins or changes, not on every cycle.
+        self.stuck: StuckTracker | None = None
+        self._quiet: frozenset[str] = frozenset()
 
     def __enter__(self) -> Runtime:
         return self
@@ -123,6 +128,9 @@ class Runtime:
                 mode = decided
                 chosen, warnings = self.planner.plan(result, mode.mode)
         all_warnings = [*result.warnings, *warnings]
+        self._quiet = frozenset()
+        if act and self.stuck is not None:
+            self._quiet = self.stuck.observe(mode, chosen, time.monotonic())
         if mode.mode == REFUSED:
             # Name a broken .lock (a FIFO...) rather than blame a broker that may not exist.
             for log_dir in self.config.broker.log_dirs:
@@ -177,6 +185,8 @@ class Runtime:
     def _act(self, mode: ModeDecision, chosen: Plan, result: ScanResult) -> tuple[Any, ...]:
         usage_before = {fs.mount: fs.usage_percent for fs in chosen.filesystems}
         if mode.mode == REFUSED:
+            if {d.mount for d in chosen.deletions} <= self._quiet:
+                return ()  # stuck, already said (retention_stuck)
             log.error(
                 "retention_refused",
                 reason=mode.reason,
@@ -244,7 +254,7 @@ class Runtime:
                     error=res.error,
                 )
         for fs in outcome.plan.filesystems:
-            if not fs.over_limit and not fs.chosen_count:
+            if (not fs.over_limit and not fs.chosen_count) or fs.mount in self._quiet:
                 continue
             after = fs.usage_percent
             if outcome.mode.mode == OFFLINE and outcome.results:

@@ -69,9 +69,7 @@ class _DeafObserver:
         self.daemon = True
         self.scheduled: list[str] = []
 
-    def schedule(
-        self, _handler: Any, path: str, recursive: bool = False, event_filter: Any = None
-    ) -> None:
+    def schedule(self, _handler: Any, path: str, recursive: bool = False) -> None:
         self.scheduled.append(path)
 
     def start(self) -> None:

@@ -80,14 +80,13 @@ class HintSummary:
     """What the hints since the last iteration said, in the categories a plan cares about.
 
     ``structural``: a name appeared, went or moved, or a file written to was closed (a roll,
-    a deletion, a checkpoint rewritten): the plan's inputs changed. ``modified``: data was
-    appended (the active segment grows): only sizes changed, which usage shows. ``lock_dirs``:
-    dirs whose ``.lock`` had an event; whether that matters is for a probe to say, because
-    diskguard's own offline sweep opens ``.lock`` for writing too.
+    a deletion, a checkpoint rewritten): the plan's inputs changed. Appends (``modified``, the
+    active segment growing) still wake the loop but change only sizes, which usage shows.
+    ``lock_dirs``: dirs whose ``.lock`` had an event; whether that matters is for a probe to
+    say, because diskguard's own offline sweep opens ``.lock`` for writing too.
     """
 
     structural: bool = False
-    modified: bool = False
     lock_dirs: frozenset[str] = frozenset()
 
 
@@ -98,13 +97,12 @@ class _Hint(FileSystemEventHandler):
         self._wake = wake
         self._mutex = threading.Lock()
         self._structural = False
-        self._modified = False
         self._locks: set[str] = set()
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         kind = event.event_type
         if kind in ("opened", "closed_no_write"):
-            return  # reads (ours among them) change nothing; older watchdogs ignore the filter
+            return  # reads (ours among them) change nothing
         with self._mutex:
             for raw in (event.src_path, getattr(event, "dest_path", "")):
                 path = os.fsdecode(raw)
@@ -112,16 +110,14 @@ class _Hint(FileSystemEventHandler):
                     continue
                 if os.path.basename(path) == lockfile.LOCK_FILE:
                     self._locks.add(os.path.dirname(path))
-                elif kind == "modified":
-                    self._modified = True
-                else:
+                elif kind != "modified":
                     self._structural = True
         self._wake.set()
 
     def take(self) -> HintSummary:
         with self._mutex:
-            summary = HintSummary(self._structural, self._modified, frozenset(self._locks))
-            self._structural = self._modified = False
+            summary = HintSummary(self._structural, frozenset(self._locks))
+            self._structural = False
             self._locks.clear()
         return summary
 
@@ -234,7 +230,12 @@ class Daemon:
         handler = _Hint(self._wake)
         for log_dir in self.config.broker.log_dirs:
             try:
-                observer.schedule(handler, str(log_dir), recursive=True, event_filter=_EVENT_FILTER)
+                try:
+                    observer.schedule(
+                        handler, str(log_dir), recursive=True, event_filter=_EVENT_FILTER
+                    )
+                except TypeError:  # a watchdog without event_filter: _Hint drops reads itself
+                    observer.schedule(handler, str(log_dir), recursive=True)
             except OSError as exc:
                 log.warning("watch_failed", log_dir=str(log_dir), error=str(exc))
         observer.daemon = True

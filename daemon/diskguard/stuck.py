@@ -157,7 +157,10 @@ class StuckTracker:
 
     # -- events ---------------------------------------------------------------
     def _stuck(self, fs: FilesystemPlan, state: StuckState, now: float, heartbeat: bool) -> None:
-        log.warning(
+        # Waiting for the broker, or a dry run, is how those modes work: info, not a warning.
+        expected = state.reason in (PENDING_RECLAIM, DRY_RUN_REASON)
+        emit = log.info if expected else log.warning
+        emit(
             "retention_stuck",
             mount=fs.mount,
             reason=state.reason,

@@ -1,4 +1,4 @@
-"""Run every benchmark (``make bench``): plan vs du, daemon reaction/idle, Spark aggregation.
+"""Run every benchmark (``make bench``): plan vs du, daemon reaction/idle/stuck, Spark aggregation.
 
 Each runs as its own process (a crash or a leaked mount in one does not hide the others'
 numbers) and writes its JSON under ``bench/results/``. ``--quick`` shrinks the trees to a
@@ -40,6 +40,16 @@ QUICK = {
         "--out",
         str(BENCH / "results" / "reaction-quick.json"),
     ],
+    "bench_stuck.py": [
+        "--partitions",
+        "20",
+        "--segments",
+        "5",
+        "--seconds",
+        "5",
+        "--out",
+        str(BENCH / "results" / "stuck-quick.json"),
+    ],
 }
 
 
@@ -48,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small trees, short runs")
     ap.add_argument("--keep", action="store_true", help="keep the big tree images for next time")
     args = ap.parse_args(argv)
-    scripts = ["bench_plan.py", "bench_reaction.py"]
+    scripts = ["bench_plan.py", "bench_reaction.py", "bench_stuck.py"]
     if (BENCH / "bench_aggregate.py").exists():
         scripts.append("bench_aggregate.py")
     failed: list[str] = []

@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from diskguard import safeopen
 from diskguard.units import parse_duration, parse_size
 
 DEFAULT_CONFIG_PATH = Path("/etc/diskguard/diskguard.toml")
@@ -253,10 +254,13 @@ class ServerProperties:
 
 def read_properties(path: Path) -> dict[str, str]:
     """Java ``.properties`` lines: ``key=value``, ``key: value`` or ``key value``, ``#``/``!``
-    comments and ``\\`` continuations (``server.properties``, ``meta.properties``)."""
+    comments and ``\\`` continuations (``server.properties``, ``meta.properties``).
+
+    Read through ``safeopen``: ``meta.properties`` lives in a log dir, where a FIFO would block
+    a plain ``open`` forever; anything but a regular file raises an OSError naming it."""
     props: dict[str, str] = {}
     pending = ""
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for raw in safeopen.read_text(path, errors="replace").splitlines():
         line = pending + raw.strip()
         pending = ""
         if not line or line.startswith(("#", "!")):

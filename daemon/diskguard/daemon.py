@@ -24,10 +24,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
-from diskguard import fsusage, sdnotify
+from diskguard import fsusage, lockfile, sdnotify
 from diskguard.actuators import Actuators
 from diskguard.atomicfile import write_json_atomic
 from diskguard.ballast import Ballast
@@ -43,6 +54,7 @@ from diskguard.planner import Limits, over_ceiling
 from diskguard.runtime import Runtime
 from diskguard.snapshot import DeletedBytesCounter, build_snapshot
 from diskguard.spool import Spool, SpoolError
+from diskguard.stuck import MAX_BACKOFF_S, StuckTracker
 
 log = get_logger("diskguard.daemon")
 
@@ -66,14 +78,66 @@ class _ReclaimEvents(FileSystemEventHandler):
         self._daemon.runtime.reclaim.on_event("deleted", str(event.src_path), "", time.monotonic())
 
 
+#: Only changes: opens, reads and closes without a write are left out of the inotify mask.
+#: Our own reads of checkpoints and ``.lock`` produced those, and each woke the loop for
+#: another cycle that read them again: a busy loop while stuck over a limit (issue 11 item 7).
+_EVENT_FILTER = [
+    FileCreatedEvent,
+    DirCreatedEvent,
+    FileDeletedEvent,
+    DirDeletedEvent,
+    FileMovedEvent,
+    DirMovedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+]
+
+
+@dataclass(frozen=True)
+class HintSummary:
+    """What the hints since the last iteration said, in the categories a plan cares about.
+
+    ``structural``: a name appeared, went or moved, or a file written to was closed (a roll,
+    a deletion, a checkpoint rewritten): the plan's inputs changed. Appends (``modified``, the
+    active segment growing) still wake the loop but change only sizes, which usage shows.
+    ``lock_dirs``: dirs whose ``.lock`` had an event; whether that matters is for a probe to
+    say, because diskguard's own offline sweep opens ``.lock`` for writing too.
+    """
+
+    structural: bool = False
+    lock_dirs: frozenset[str] = frozenset()
+
+
 class _Hint(FileSystemEventHandler):
-    """Any change under a log dir wakes the loop; what changed is found by rescanning."""
+    """A change under a log dir wakes the loop; what changed is found by rescanning."""
 
     def __init__(self, wake: threading.Event) -> None:
         self._wake = wake
+        self._mutex = threading.Lock()
+        self._structural = False
+        self._locks: set[str] = set()
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        kind = event.event_type
+        if kind in ("opened", "closed_no_write"):
+            return  # reads (ours among them) change nothing
+        with self._mutex:
+            for raw in (event.src_path, getattr(event, "dest_path", "")):
+                path = os.fsdecode(raw)
+                if not path:
+                    continue
+                if os.path.basename(path) == lockfile.LOCK_FILE:
+                    self._locks.add(os.path.dirname(path))
+                elif kind != "modified":
+                    self._structural = True
         self._wake.set()
+
+    def take(self) -> HintSummary:
+        with self._mutex:
+            summary = HintSummary(self._structural, frozenset(self._locks))
+            self._structural = False
+            self._locks.clear()
+        return summary
 
 
 @dataclass
@@ -102,6 +166,11 @@ class Daemon:
         self._wake = threading.Event()
         self._reload = False
         self._observer: Any = None
+        self._hint: _Hint | None = None
+        #: Stuck over a limit: what the last cycle saw, and the rescan back-off.
+        self.stuck = StuckTracker()
+        self._locks_seen: dict[str, bool] = {}
+        self._backoff = config.retention.check_interval
         self.memory = _Memory()
         self._last_outcome: CycleOutcome | None = None
         self._next_watchdog = 0.0
@@ -120,6 +189,7 @@ class Daemon:
         state_dir = Path(config.daemon.state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.runtime = Runtime(config)
+        self.runtime.stuck = self.stuck
         # One entry per device (st_dev), whatever mount point leads to it: a bind mount of
         # the same disk is the same filesystem. The key is the label, the first mount point
         # seen for the device, as scan() labels it (metrics, state.json, snapshots).
@@ -186,7 +256,13 @@ class Daemon:
         reclaim_events = _ReclaimEvents(self)
         for log_dir in self.config.broker.log_dirs:
             try:
-                watch = observer.schedule(handler, str(log_dir), recursive=True)
+                try:
+                    watch = observer.schedule(
+                        handler, str(log_dir), recursive=True, event_filter=_EVENT_FILTER
+                    )
+                except TypeError:  # a watchdog without event_filter: _Hint drops reads itself
+                    watch = observer.schedule(handler, str(log_dir), recursive=True)
+                # Same watch (renames and unlinks pass its filter): our segments' reclaim times.
                 observer.add_handler_for_watch(reclaim_events, watch)
             except OSError as exc:
                 log.warning("watch_failed", log_dir=str(log_dir), error=str(exc))
@@ -201,12 +277,14 @@ class Daemon:
             )
             return
         self._observer = observer
+        self._hint = handler
 
     def _stop_watching(self) -> None:
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout=2)
             self._observer = None
+            self._hint = None
 
     # -- reload ---------------------------------------------------------------
     def _do_reload(self) -> None:
@@ -385,6 +463,40 @@ class Daemon:
                 "retention.disk_usage_percent",
             )
 
+    def _stuck_and_unchanged(self, usages: dict[str, FilesystemUsage], hint: HintSummary) -> bool:
+        """True while every filesystem over its limit is stuck (see ``stuck``) and nothing a
+        plan reads changed since the cycle that found it so: skip the cycle.
+
+        A plan reads usage, file names, checkpoints, ``.lock`` and the config. Appends
+        (``modified`` hints) change only sizes, which the usage check sees; a ``.lock`` event
+        counts only if a probe answers differently (our own offline sweep opens it for
+        writing); a reload resets the full-rescan timer, which runs a cycle regardless.
+        """
+        if not self.stuck.states or len(usages) < len(self.mounts):
+            return False
+        limit = self.config.retention.disk_usage_percent
+        over = {m for m, u in usages.items() if u.usage_percent > limit}
+        if over != {m for m, s in self.stuck.states.items() if s.over_percent}:
+            return False  # a filesystem crossed its limit either way since the last cycle
+        if hint.structural or self.stuck.usage_moved(usages):
+            return False
+        return not any(
+            d in self._locks_seen and lockfile.held_by_other(d) != self._locks_seen[d]
+            for d in hint.lock_dirs
+        )
+
+    def _rescan_interval(self, usages: dict[str, FilesystemUsage], unchanged: bool) -> float:
+        """``check_interval``, doubled after each periodic rescan that found the same stuck
+        state (up to ``MAX_BACKOFF_S``); back to ``check_interval`` on any change."""
+        base = self.config.retention.check_interval
+        limit = self.config.retention.disk_usage_percent
+        over = [m for m, u in usages.items() if u.usage_percent > limit]
+        if unchanged and self.stuck.all_stuck(over):
+            self._backoff = min(max(base, MAX_BACKOFF_S), self._backoff * 2)
+        else:
+            self._backoff = base
+        return self._backoff
+
     def _retention(self, full: bool = False) -> CycleOutcome | None:
         try:
             outcome = self.runtime.cycle(act=True, full=full)
@@ -436,6 +548,12 @@ class Daemon:
             # what was freed before the scan is already out of its pending.
             self.memory.usage[mount] = fs.usage
         self._last_poll_at = time.monotonic()
+        if self.stuck.states:
+            # What the .lock looked like to this cycle: a later .lock event is a change only
+            # if a probe answers differently.
+            self._locks_seen = {
+                str(d): lockfile.held_by_other(d) for d in self.config.broker.log_dirs
+            }
         return outcome
 
     def _snapshot(self) -> None:
@@ -616,6 +734,7 @@ class Daemon:
         timeout = max(0.0, min(timers.next_full - now, timers.next_snapshot - now, poll))
         hinted = self._wake.wait(timeout)
         self._wake.clear()
+        hint = self._hint.take() if self._hint is not None else HintSummary()
         if self._stop.is_set():
             return
         if self._reload:
@@ -627,10 +746,16 @@ class Daemon:
         transitions = self._flow(usages)
         full_due = now >= timers.next_full
         snapshot_due = now >= timers.next_snapshot or bool(transitions)
+        # Stuck over a limit and nothing a plan reads has changed: another cycle would only
+        # repeat the last one. Usage growth, a real change, a reload end this at once.
+        unchanged = self._stuck_and_unchanged(usages, hint)
         # A byte budget needs a stat of every file to check: on a hint, but at most once a
         # second, or a busy broker's stream of inotify events would keep us scanning.
         needs_bytes = (
-            hinted and cfg.retention.max_bytes is not None and now >= self._next_budget_check
+            hinted
+            and not unchanged
+            and cfg.retention.max_bytes is not None
+            and now >= self._next_budget_check
         )
         if needs_bytes:
             self._next_budget_check = now + 1.0
@@ -638,11 +763,16 @@ class Daemon:
         if snapshot_due:
             self._snapshot()
             timers.next_snapshot = time.monotonic() + cfg.snapshots.interval
-            timers.next_full = time.monotonic() + cfg.retention.check_interval
+            timers.next_full = time.monotonic() + self._rescan_interval(usages, unchanged)
             changed = True
-        elif full_due or needs_bytes or self._over_retention_limit(usages):
+        elif (
+            full_due
+            or needs_bytes
+            # While stuck, also when a stuck filesystem went back under: it is cleared then.
+            or ((self._over_retention_limit(usages) or bool(self.stuck.states)) and not unchanged)
+        ):
             self._retention()
-            timers.next_full = time.monotonic() + cfg.retention.check_interval
+            timers.next_full = time.monotonic() + self._rescan_interval(usages, unchanged)
             changed = True
         self._act_on_transitions(transitions)
         if changed:

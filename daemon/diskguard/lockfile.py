@@ -33,11 +33,14 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from diskguard import safeopen
 
 LOCK_FILE = ".lock"
 
@@ -70,8 +73,10 @@ def holder_pid(log_dir: str | os.PathLike[str]) -> int | None:
     or could not be probed, -1 for an open-file-description lock), or None when nobody else
     holds it.
 
-    An existing ``.lock`` that cannot be probed (permissions, a symlink) counts as held: the
-    answer gates deleting files, so doubt must mean "a broker may be running".
+    An existing ``.lock`` that cannot be probed (permissions, a symlink, not a regular file)
+    counts as held: the answer gates deleting files, so doubt must mean "a broker may be
+    running". It is opened non-blocking: a FIFO named ``.lock`` answers "held" at once
+    instead of blocking the probe forever (see ``unprobeable``).
     """
     key = _key(log_dir)
     # The whole probe runs under the registry lock: a ``hold`` taken by another thread between
@@ -86,12 +91,14 @@ def holder_pid(log_dir: str | os.PathLike[str]) -> int | None:
 def _probe(key: str) -> int | None:
     path = os.path.join(key, LOCK_FILE)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError:
         return 0
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0  # a FIFO, device...: no broker lock we can see; doubt means held
         query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
         answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
     except OSError:
@@ -102,6 +109,26 @@ def _probe(key: str) -> int | None:
     if l_type == fcntl.F_UNLCK:
         return None
     return int(pid)
+
+
+def unprobeable(log_dir: str | os.PathLike[str]) -> str | None:
+    """Why ``<log_dir>/.lock`` cannot be probed (then it counts as held), or None.
+
+    For a warning beside a refusal: "another process holds it" would send the operator
+    looking for a broker when the problem is the file itself."""
+    path = os.path.join(os.fspath(log_dir), LOCK_FILE)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: cannot be probed ({exc.strerror or exc}); treated as held by a broker"
+    if not stat.S_ISREG(mode):
+        return (
+            f"{path}: not a regular file ({safeopen.what_is(mode)}); cannot tell whether a "
+            "broker holds it, treated as held"
+        )
+    return None
 
 
 def held_by_other(log_dir: str | os.PathLike[str]) -> bool:
@@ -142,7 +169,17 @@ def hold(log_dir: str | os.PathLike[str]) -> Iterator[None]:
 
 def _acquire(key: str) -> int:
     path = os.path.join(key, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        os.close(fd)
+        raise
+    if not regular:
+        # Never "hold" something that is not the broker's lock file: refuse as if held.
+        os.close(fd)
+        raise LockHeld(key, 0)
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:

@@ -12,6 +12,7 @@ import os
 import struct
 from dataclasses import dataclass
 
+from diskguard import safeopen
 from diskguard.indexfile import IndexCorrupt, read_slot, used_slots
 
 __all__ = ["ENTRY_SIZE", "IndexCorrupt", "OffsetIndexEntry", "entries", "last_entry"]
@@ -38,7 +39,7 @@ def last_entry(path: str | os.PathLike[str]) -> OffsetIndexEntry | None:
     when offsets or positions are negative or go backwards (last vs first entry), and
     OSError when the file cannot be read.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = safeopen.open_regular(path)
     try:
         count = used_slots(fd, ENTRY_SIZE, first_may_be_zero=True)
         if count == 0:
@@ -66,7 +67,7 @@ def last_entry(path: str | os.PathLike[str]) -> OffsetIndexEntry | None:
 
 def entries(path: str | os.PathLike[str]) -> list[OffsetIndexEntry]:
     """Every entry (tests and diagnostics; reads only the used prefix)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = safeopen.open_regular(path)
     try:
         count = used_slots(fd, ENTRY_SIZE, first_may_be_zero=True)
         data = os.pread(fd, count * ENTRY_SIZE, 0)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import crc32c
 
+from diskguard import safeopen
+
 __all__ = [
     "HEADER_SIZE",
     "LOG_OVERHEAD",
@@ -131,7 +133,7 @@ def iter_batches(
     name = os.fspath(path)
     if start_position < 0:
         raise CorruptLog(name, start_position, "negative start position")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = safeopen.open_regular(path)
     try:
         size = os.fstat(fd).st_size
         reader = _Reader(fd)

@@ -37,6 +37,7 @@ from diskguard.policystore import CACHE_FILE, PolicyStore
 from diskguard.reclaim import Forecast, GrowthEstimator
 from diskguard.reclaimwatch import ReclaimWatch, reclaim_settings
 from diskguard.scan import ScanResult
+from diskguard.stuck import StuckTracker
 from diskguard.topicconfigs import local_broker_id
 
 log = get_logger("diskguard.retention")
@@ -113,6 +114,10 @@ class Runtime:
         #: mount -> rate a running daemon measured (one-shot commands have no history).
         self.daemon_rates: dict[str, float] = {}
         self.local_broker_id = local_broker_id(config.broker.log_dirs)
+        #: Set by the daemon: says which filesystems are stuck over their limit, so their
+        #: cycle events are logged when that begins or changes, not on every cycle.
+        self.stuck: StuckTracker | None = None
+        self._quiet: frozenset[str] = frozenset()
 
     def __enter__(self) -> Runtime:
         return self
@@ -230,6 +235,15 @@ class Runtime:
                 mode = decided
                 chosen, warnings = self.planner.plan(result, mode.mode)
         all_warnings = [*result.warnings, *warnings]
+        self._quiet = frozenset()
+        if act and self.stuck is not None:
+            self._quiet = self.stuck.observe(mode, chosen, time.monotonic())
+        if mode.mode == REFUSED:
+            # Name a broken .lock (a FIFO...) rather than blame a broker that may not exist.
+            for log_dir in self.config.broker.log_dirs:
+                problem = lockfile.unprobeable(log_dir)
+                if problem:
+                    all_warnings.append(problem)
         results: tuple[Any, ...] = ()
         if act and chosen.deletions:
             results = self._act(mode, chosen, result)
@@ -323,6 +337,8 @@ class Runtime:
     def _act(self, mode: ModeDecision, chosen: Plan, result: ScanResult) -> tuple[Any, ...]:
         usage_before = {fs.mount: fs.usage_percent for fs in chosen.filesystems}
         if mode.mode == REFUSED:
+            if {d.mount for d in chosen.deletions} <= self._quiet:
+                return ()  # stuck, already said (retention_stuck)
             log.error(
                 "retention_refused",
                 reason=mode.reason,
@@ -391,7 +407,7 @@ class Runtime:
                     error=res.error,
                 )
         for fs in outcome.plan.filesystems:
-            if not fs.over_limit and not fs.chosen_count:
+            if (not fs.over_limit and not fs.chosen_count) or fs.mount in self._quiet:
                 continue
             measured = outcome.usage_after(fs)
             after = round(measured.usage_percent, 3) if measured is not None else None

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diskguard import fsusage, offsetindex, recordbatch, timeindex
+from diskguard import fsusage, offsetindex, recordbatch, safeopen, timeindex
 from diskguard.model import (
     DELETED_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
@@ -127,12 +127,15 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 
     A missing or empty file is normal (a broker creates ``cleaner-offset-checkpoint`` empty at
     start-up and leaves it so until the first compaction); a malformed one raises ValueError
-    naming it.
+    naming it, and one that is not a regular file (a FIFO would block the reader forever) an
+    OSError naming it.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = safeopen.read_text(path)
     except FileNotFoundError:
         return {}
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     if not text:
         return {}
     lines = text.splitlines()

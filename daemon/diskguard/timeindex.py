@@ -12,6 +12,7 @@ import os
 import struct
 from dataclasses import dataclass
 
+from diskguard import safeopen
 from diskguard.indexfile import IndexCorrupt, read_slot, used_slots
 
 __all__ = ["ENTRY_SIZE", "IndexCorrupt", "TimeIndexEntry", "entries", "last_entry"]
@@ -38,7 +39,7 @@ def last_entry(path: str | os.PathLike[str]) -> TimeIndexEntry | None:
     check: the broker rebuilds such an index) or has a negative relative offset, and
     OSError (FileNotFoundError, ...) when the file cannot be read.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = safeopen.open_regular(path)
     try:
         count = used_slots(fd, ENTRY_SIZE)
         if count == 0:
@@ -63,7 +64,7 @@ def last_entry(path: str | os.PathLike[str]) -> TimeIndexEntry | None:
 
 def entries(path: str | os.PathLike[str]) -> list[TimeIndexEntry]:
     """Every entry (tests and diagnostics; reads only the used prefix)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = safeopen.open_regular(path)
     try:
         count = used_slots(fd, ENTRY_SIZE)
         data = os.pread(fd, count * ENTRY_SIZE, 0)

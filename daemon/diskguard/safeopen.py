@@ -1,0 +1,95 @@
+"""Open a file found in a log dir for reading without ever blocking on it (edge).
+
+A plain ``open()`` of a FIFO blocks until some process opens its other end, which in a
+log dir is never: one FIFO named ``cleaner-offset-checkpoint`` or ``.lock`` would hang
+``plan``, ``enforce`` and ``status`` forever, and the daemon's loop with them. So every read
+of a log-dir file goes through :func:`open_regular`:
+
+- ``O_NONBLOCK`` makes the ``open`` itself return at once whatever the file is (a FIFO, a
+  device); ``fstat`` on the descriptor then says what was really opened — no window between
+  a check and the open for the name to be swapped;
+- anything but a regular file is closed again and refused with :class:`NotRegularFile`, an
+  ``OSError`` naming the path and what it is, so callers that already handle "cannot read"
+  warn and carry on;
+- ``O_NOFOLLOW``: a symlink is never followed out of a log dir (``ELOOP``);
+- ``O_NONBLOCK`` has no effect on reads of a regular file, so it stays set.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+__all__ = ["NotRegularFile", "open_regular", "read_bytes", "read_text", "what_is"]
+
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class NotRegularFile(OSError):
+    """The path names a FIFO, socket, device or directory where a regular file belongs."""
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        self.path = os.fspath(path)
+        self.kind = kind
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", self.path)
+
+    def __str__(self) -> str:
+        return f"{self.path}: not a regular file ({self.kind}); not read"
+
+
+def what_is(mode: int) -> str:
+    """A short name for the file type in ``mode`` (for messages)."""
+    for test, name in (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISLNK, "symlink"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of the regular file ``path``; never blocks, never follows a
+    symlink. Raises :class:`NotRegularFile` for anything else, OSError if it cannot be
+    opened (FileNotFoundError when missing). The caller closes the descriptor."""
+    try:
+        fd = os.open(path, _FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegularFile(path, "symlink") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(path, what_is(mode))
+    return fd
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The whole content of the regular file ``path`` (see :func:`open_regular`)."""
+    fd = open_regular(path)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def read_text(path: str | os.PathLike[str], errors: str = "strict") -> str:
+    """:func:`read_bytes` decoded as UTF-8; ValueError (UnicodeDecodeError) on bad bytes
+    unless ``errors`` says otherwise."""
+    return read_bytes(path).decode("utf-8", errors=errors)

@@ -60,9 +60,7 @@ def test_every_emitted_event_is_documented() -> None:
 
 
 def test_every_documented_event_is_emitted() -> None:
-    stale = (
-        documented_events()
-        - set(emitted_events())
-        - {"overfull", "overfull_cleared", "disk_alert", "library_log"}
-    )
+    # Logged under a level chosen at run time: flow transitions, library records, stuck.
+    dynamic = {"overfull", "overfull_cleared", "disk_alert", "library_log", "retention_stuck"}
+    stale = documented_events() - set(emitted_events()) - dynamic
     assert not stale, f"README documents events the code never emits: {sorted(stale)}"

@@ -63,6 +63,8 @@ log_dirs = ["{log_dir}"]
 disk_usage_percent = {limit}
 mode = "{mode}"
 offline_headroom = 0
+# Generated topics: no broker or KRaft metadata says their cleanup.policy.
+assume_delete_policy = [".*"]
 [daemon]
 state_dir = "{tmp / "state"}"
 """

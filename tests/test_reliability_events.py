@@ -69,8 +69,12 @@ class _DeafObserver:
         self.daemon = True
         self.scheduled: list[str] = []
 
-    def schedule(self, _handler: Any, path: str, recursive: bool = False) -> None:
+    def schedule(self, _handler: Any, path: str, recursive: bool = False, **_kw: Any) -> str:
         self.scheduled.append(path)
+        return path
+
+    def add_handler_for_watch(self, _handler: Any, _watch: Any) -> None:
+        """A second handler on the same watch (the reclaim-latency timer): never called."""
 
     def start(self) -> None:
         pass

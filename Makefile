@@ -22,9 +22,10 @@ typecheck: venv
 	$(BIN)/mypy
 
 # Debian packages the tests drive for real: Prometheus and promtool (alert rules, dashboard),
-# strace (kill -9 at every file-system call of offline deletion). The tests fail, never skip,
-# without them; this installs what is missing once and is a no-op after.
-TOOLS := promtool:prometheus prometheus:prometheus strace:strace
+# strace (kill -9 at every file-system call of offline deletion), systemd-nspawn (the unit
+# under systemd as PID 1). The tests fail, never skip, without them; this installs what is
+# missing once and is a no-op after.
+TOOLS := promtool:prometheus prometheus:prometheus strace:strace systemd-nspawn:systemd-container
 
 tools:
 	@missing=""; for t in $(TOOLS); do \

@@ -34,7 +34,8 @@ pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parent.parent
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
-DEADLINE_S = 120.0
+DEADLINE_S = 120.0  # the worker's registration
+STEP_TIMEOUT_S = 240.0  # each job run; ~30-45 s on an idle 2-core machine
 
 
 def _free_port() -> int:
@@ -182,6 +183,15 @@ def _same(a: Any, b: Any, where: str) -> None:
         assert a == b, (where, a, b)
 
 
+def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """subprocess.run, but a timeout is a test failure that shows the run's stderr."""
+    try:
+        return subprocess.run(cmd, **kwargs)
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        pytest.fail(f"{cmd[0]} timed out after {exc.timeout:.0f}s:\n{err[-3000:]}")
+
+
 def test_standalone_cluster_outputs_equal_local_mode(
     cluster: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:
@@ -195,7 +205,7 @@ def test_standalone_cluster_outputs_equal_local_mode(
     job.parent.mkdir()
     shutil.copy(REPO / "daemon" / "diskguard" / "sparkjob.py", job)
 
-    submitted = subprocess.run(
+    submitted = _run(
         [
             str(SPARK_HOME / "bin" / "spark-submit"),
             "--master",
@@ -211,6 +221,8 @@ def test_standalone_cluster_outputs_equal_local_mode(
             "--conf",
             "spark.ui.enabled=false",
             "--conf",
+            "spark.sql.shuffle.partitions=4",  # as local mode; 600 rows need no 200 tasks
+            "--conf",
             f"spark.pyspark.python={sys.executable}",
             str(job),
             "--input",
@@ -221,14 +233,14 @@ def test_standalone_cluster_outputs_equal_local_mode(
         env=env,
         capture_output=True,
         text=True,
-        timeout=DEADLINE_S,
+        timeout=STEP_TIMEOUT_S,
     )
     assert submitted.returncode == 0, submitted.stderr[-4000:]
     # It really ran on the cluster: the worker launched an executor for it.
     assert list((Path(env["SPARK_WORKER_DIR"])).glob("app-*/*/stderr")), "no executor ran"
 
     local_env = dict(os.environ, PYTHONPATH=str(REPO / "daemon"))
-    local = subprocess.run(
+    local = _run(
         [
             sys.executable,
             "-m",
@@ -244,7 +256,7 @@ def test_standalone_cluster_outputs_equal_local_mode(
         env=local_env,
         capture_output=True,
         text=True,
-        timeout=DEADLINE_S,
+        timeout=STEP_TIMEOUT_S,
     )
     assert local.returncode == 0, local.stderr[-4000:]
     # The summary line (counts) is the same.

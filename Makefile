@@ -23,9 +23,10 @@ typecheck: venv
 
 # Debian packages the tests drive for real: Prometheus and promtool (alert rules, dashboard),
 # strace (kill -9 at every file-system call of offline deletion), Chromium (renders the HTML
-# report in tests/test_report.py). The tests fail, never skip, without them; this installs
-# what is missing once and is a no-op after.
-TOOLS := promtool:prometheus prometheus:prometheus strace:strace chromium:chromium
+# report in tests/test_report.py), systemd-nspawn (the unit under systemd as PID 1). The tests
+# fail, never skip, without them; this installs what is missing once and is a no-op after.
+TOOLS := promtool:prometheus prometheus:prometheus strace:strace chromium:chromium \
+	systemd-nspawn:systemd-container
 
 tools:
 	@missing=""; for t in $(TOOLS); do \

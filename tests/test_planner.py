@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from hypothesis import given, settings
@@ -224,3 +225,20 @@ def test_a_group_with_no_offset_anywhere_in_a_topic_is_not_its_consumer() -> Non
 
 def test_unconsumed_records_without_offset_is_the_whole_segment() -> None:
     assert unconsumed_records({"g": -1, "h": 12}, 10, 20) == {"g": 10, "h": 8}
+
+
+def test_partition_candidates_are_computed_once() -> None:
+    """The planner asks for ``candidates`` at every head it pops: rebuilding the tuple on each
+    call made a plan of k segments per partition O(k²)."""
+    part = Partition(
+        log_dir="/d",
+        topic="t",
+        partition=0,
+        path="/d/t-0",
+        base_offsets=(0, 10, 20, 30),
+        log_start_offset=15,
+    )
+    assert part.reclaiming == (0,)
+    assert part.candidates == ((10, 20), (20, 30))
+    assert part.candidates is part.candidates and part.reclaiming is part.reclaiming
+    assert dataclasses.replace(part, log_start_offset=None).candidates[0] == (0, 10)

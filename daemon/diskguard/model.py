@@ -144,6 +144,26 @@ class Partition:
     #: The partition dir holds tiered-storage state (a ``remote_log_snapshot`` entry).
     remote_log_state: bool = False
 
+    #: ``reclaiming`` and ``candidates``, derived once from the fields above: the planner asks
+    #: for them at every head it pops, and rebuilding them each time made a plan quadratic
+    #: in the number of segments per partition.
+    _reclaiming: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _candidates: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        reclaiming: list[int] = []
+        if self.log_start_offset is not None:
+            for base, nxt in zip(self.base_offsets, self.base_offsets[1:], strict=False):
+                if nxt > self.log_start_offset:
+                    break
+                reclaiming.append(base)
+        skip = len(reclaiming)
+        candidates = tuple(
+            zip(self.base_offsets[skip:], self.base_offsets[skip + 1 :], strict=False)
+        )
+        object.__setattr__(self, "_reclaiming", tuple(reclaiming))
+        object.__setattr__(self, "_candidates", candidates)
+
     @property
     def active_base_offset(self) -> int | None:
         return self.base_offsets[-1] if self.base_offsets else None
@@ -151,26 +171,12 @@ class Partition:
     @property
     def reclaiming(self) -> tuple[int, ...]:
         """Closed segments whose every offset is below the log start offset."""
-        if self.log_start_offset is None:
-            return ()
-        out = []
-        for base, nxt in zip(self.base_offsets, self.base_offsets[1:], strict=False):
-            if nxt <= self.log_start_offset:
-                out.append(base)
-            else:
-                break
-        return tuple(out)
+        return self._reclaiming
 
     @property
     def candidates(self) -> tuple[tuple[int, int], ...]:
         """``(base_offset, next_offset)`` of closed segments not yet reclaiming, oldest first."""
-        skip = len(self.reclaiming)
-        return tuple(
-            (base, nxt)
-            for base, nxt in zip(
-                self.base_offsets[skip:], self.base_offsets[skip + 1 :], strict=False
-            )
-        )
+        return self._candidates
 
 
 @dataclass(frozen=True)

@@ -475,9 +475,9 @@ def _max_known(a: int | None, b: int | None) -> int | None:
 
 
 def _segment_paths(partition_dir: str, base: int) -> list[str]:
-    return [
-        os.path.join(partition_dir, segment_file_name(base, sfx)) for sfx in SEGMENT_FILE_SUFFIXES
-    ]
+    # One join for the stem, not one per file: this runs for every head a plan pops.
+    stem = os.path.join(partition_dir, segment_file_name(base, ""))
+    return [stem + sfx for sfx in SEGMENT_FILE_SUFFIXES]
 
 
 def _segment_stats(partition_dir: str, base: int) -> list[os.stat_result]:
@@ -599,9 +599,8 @@ class SegmentFileReader:
         unknown) reads the ``.log`` tail as well. Only regular files are opened: a FIFO named
         like an index would block forever.
         """
-        ti_path = os.path.join(partition_dir, segment_file_name(base, ".timeindex"))
-        log_path = os.path.join(partition_dir, segment_file_name(base, ".log"))
-        idx_path = os.path.join(partition_dir, segment_file_name(base, ".index"))
+        stem = os.path.join(partition_dir, segment_file_name(base, ""))
+        ti_path, log_path, idx_path = stem + ".timeindex", stem + ".log", stem + ".index"
         problem = ""
         ti_ts: int | None = None
         try:

@@ -419,10 +419,10 @@ def _head(
 ) -> _Head | None:
     if part.protected:
         return None
-    candidates = part.candidates
-    if index >= len(candidates):
+    candidate = part.candidate(index)
+    if candidate is None:
         return None
-    base, nxt = candidates[index]
+    base, nxt = candidate
     info = read(part, base)
     if info.shared_files:
         return None  # frees nothing: kept, and nothing after it may go (prefix)

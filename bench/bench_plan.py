@@ -13,6 +13,12 @@ commands alternate ``--runs`` times; medians are reported. Peak RSS comes from G
 globally oldest prefix set, so the timing is of real work.
 
 Writes ``bench/results/plan.json``. ``--partitions 100 --segments 100`` is a one-minute smoke run.
+
+``--warm`` (issue 15): the tree on a tmpfs of its own (everything in memory, nothing to drop),
+``--choose`` about 10 % of the closed segments; ``du -s`` and ``plan --json`` alternate
+``--runs`` times after one untimed run of each, medians and the ratio are reported and written
+to ``bench/results/plan-warm-<partitions>x<segments>.json``. ``--scaling`` runs the warm
+scenario at 10k, 100k and 1M segments (1,000 partitions) for the scaling table.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import gen_tree
 import loopfs
 from machine import RESULTS, ROOT, machine_info
 
-DISKGUARD = ROOT / ".venv" / "bin" / "diskguard"
+DISKGUARD = Path(os.environ.get("DISKGUARD_BIN", ROOT / ".venv" / "bin" / "diskguard"))
 RSS_LIMIT_MB = 200.0
 TIME = "/usr/bin/time"
 
@@ -303,6 +309,79 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"  problem: {p}")
 
 
+def warm_run(
+    parts: int, segs: int, n_runs: int, choose: int | None, workers: int
+) -> dict[str, Any]:
+    """Warm plan vs warm du on a tmpfs of its own (issue 15's scenario)."""
+    n_segments = parts * segs
+    want = choose if choose is not None else max(1, n_segments // 10)
+    mnt = Path(tempfile.mkdtemp(prefix="diskguard-bench-plan-warm-"))
+    size_mb = max(256, n_segments * 16 // 1024 + 256)  # ~12 KiB a closed segment on tmpfs
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(mnt)], check=True
+    )
+    result: dict[str, Any] = {
+        "benchmark": "plan-warm",
+        "filesystem": "tmpfs",
+        "partitions": parts,
+        "segments": segs,
+        "files": n_segments * 3,
+    }
+    try:
+        tree = mnt / "kafka-logs"
+        print(f"warm: generating {parts} x {segs} segments on tmpfs...", flush=True)
+        result["generate_s"] = round(gen_tree.generate(str(tree), parts, segs, workers=workers), 1)
+        per_segment = segment_bytes(tree)
+        used, avail, pct = loopfs.statvfs_usage(mnt)
+        limit = 100.0 * (used - int((want - 0.5) * per_segment)) / (used + avail)
+        work = Path(tempfile.mkdtemp(prefix="diskguard-bench-plan-"))
+        config = work / "diskguard.toml"
+        write_config(config, tree, limit, work / "state")
+        plan_out, plan_err = work / "plan.json", work / "plan.err"
+        du_cmd = ["du", "-s", str(tree)]
+        plan_cmd = [str(DISKGUARD), "plan", "-c", str(config), "--json"]
+        # One untimed run of each: the dentry/inode caches are warm for both.
+        subprocess.run(du_cmd, stdout=subprocess.DEVNULL, check=False)
+        subprocess.run(plan_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        runs: list[Run] = []
+        for i in range(n_runs):
+            for which in ("du", "plan") if i % 2 == 0 else ("plan", "du"):
+                if which == "du":
+                    r = timed(du_cmd, subprocess.DEVNULL, subprocess.DEVNULL, False)
+                else:
+                    with open(plan_out, "w") as out, open(plan_err, "w") as err:
+                        r = timed(plan_cmd, out, err, False)
+                runs.append(r)
+                print(f"  run {i + 1} {which:4}: {r.wall_s:6.2f} s  rss {r.max_rss_mb:6.1f} MB")
+        output = json.loads(plan_out.read_text())
+        du_med = median([r.wall_s for r in runs if r.command == "du"])
+        plan_med = median([r.wall_s for r in runs if r.command != "du"])
+        result.update(
+            usage_percent=round(pct, 3),
+            limit_percent=limit,
+            runs=[asdict(r) for r in runs],
+            du_median_s=round(du_med, 3),
+            plan_median_s=round(plan_med, 3),
+            ratio_plan_over_du=round(plan_med / du_med, 3),
+            plan_peak_rss_mb=round(max(r.max_rss_mb for r in runs if r.command != "du"), 1),
+            plan_check=verify_plan(output, parts, segs, want),
+            targets={"warm_plan_at_most_du": plan_med <= du_med},
+        )
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+        os.rmdir(mnt)
+    return result
+
+
+def print_warm(r: dict[str, Any]) -> None:
+    print(
+        f"warm, tmpfs, {r['partitions']} x {r['segments']} segments: du {r['du_median_s']:.2f} s,"
+        f" plan {r['plan_median_s']:.2f} s (rss {r['plan_peak_rss_mb']:.0f} MB),"
+        f" ratio plan/du = {r['ratio_plan_over_du']:.2f} (target <= 1);"
+        f" chose {r['plan_check']['chosen_segments']}, ok={r['plan_check']['ok']}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=1000)
@@ -314,11 +393,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep (and reuse) the image")
     ap.add_argument("--profile", action="store_true", help="cProfile one cold plan")
     ap.add_argument("--out", default=str(RESULTS / "plan.json"))
+    ap.add_argument("--warm", action="store_true", help="warm plan vs du on tmpfs (issue 15)")
+    ap.add_argument("--scaling", action="store_true", help="--warm at 10k, 100k and 1M segments")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_plan needs root (loop mounts, drop_caches)", file=sys.stderr)
         return 2
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.warm or args.scaling:
+        sizes = (
+            [(1000, 10), (1000, 100), (1000, 1000)]
+            if args.scaling
+            else [(args.partitions, args.segments)]
+        )
+        choose = None if args.scaling or "--choose" not in (argv or sys.argv) else args.choose
+        ok = True
+        for parts, segs in sizes:
+            r = warm_run(parts, segs, args.runs, choose, args.workers)
+            r["machine"] = machine_info()
+            out = RESULTS / f"plan-warm-{parts}x{segs}.json"
+            out.write_text(json.dumps(r, indent=2) + "\n")
+            print_warm(r)
+            print(f"wrote {out}")
+            ok = ok and r["plan_check"]["ok"]
+        return 0 if ok else 1
     result = run(args)
     result["machine"] = machine_info()
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from hypothesis import given, settings
@@ -224,3 +225,40 @@ def test_a_group_with_no_offset_anywhere_in_a_topic_is_not_its_consumer() -> Non
 
 def test_unconsumed_records_without_offset_is_the_whole_segment() -> None:
     assert unconsumed_records({"g": -1, "h": 12}, 10, 20) == {"g": 10, "h": 8}
+
+
+class _NoCandidatesTuple(Partition):
+    @property
+    def candidates(self) -> tuple[tuple[int, int], ...]:
+        raise AssertionError("the planner must not rebuild the candidates tuple per head")
+
+
+def test_planner_walks_candidates_by_index_not_by_rebuilding_the_tuple() -> None:
+    """The planner asks for a partition's next candidate at every head it pops: rebuilding the
+    whole ``candidates`` tuple each time made a plan of k segments per partition O(k²)."""
+    bases = tuple(range(0, 100, 10))
+    tricky = _NoCandidatesTuple(
+        log_dir="/d", topic="t", partition=0, path="/d/t-0", base_offsets=bases, log_start_offset=15
+    )
+    fs = make_fs([tricky], used=95 * GiB, avail=5 * GiB)
+
+    def read(p: Partition, base: int) -> SegmentInfo:
+        return SegmentInfo(GiB, base, "timeindex", ())
+
+    _plan, chosen = plan_filesystem(fs, Limits(90.0, 10.0), read)
+    assert [d.base_offset for d in chosen] == list(bases[1:-1])
+
+
+def test_partition_candidate_by_index_matches_candidates() -> None:
+    for log_start in (None, 0, 15, 20, 99, 1000):
+        part = Partition(
+            log_dir="/d",
+            topic="t",
+            partition=0,
+            path="/d/t-0",
+            base_offsets=(0, 10, 20, 30),
+            log_start_offset=log_start,
+        )
+        got = [part.candidate(i) for i in range(part.candidate_count)]
+        assert got == list(part.candidates) and part.candidate(part.candidate_count) is None
+        assert dataclasses.replace(part, log_start_offset=None).candidate(0) == (0, 10)

@@ -64,9 +64,11 @@ def test_recently_changed_dirs_are_not_cached(tmp_path: Path) -> None:
 class CountingReader(SegmentFileReader):
     calls = 0
 
-    def _max_timestamp(self, partition_dir: str, base: int) -> tuple[int | None, str]:
+    def _max_timestamp(
+        self, partition_dir: str, base: int, next_offset: int | None = None
+    ) -> tuple[int | None, str]:
         CountingReader.calls += 1
-        return super()._max_timestamp(partition_dir, base)
+        return super()._max_timestamp(partition_dir, base, next_offset)
 
 
 def test_segment_ages_are_reused_while_the_files_are_unchanged(tmp_path: Path) -> None:

@@ -21,13 +21,17 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
-
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from typing import TYPE_CHECKING, Any, Protocol
 
 from diskguard.audit import DeletionResult
 from diskguard.logs import get_logger
 from diskguard.planner import NO_OFFSET, Deletion
+
+if TYPE_CHECKING:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+# confluent_kafka (librdkafka) is imported where a broker is really asked: ``plan``, ``status``
+# and ``check-config`` without a broker never pay for loading it.
 
 __all__ = ["MODE", "AdminApi", "BrokerClient", "DeletionResult", "describe_error"]
 
@@ -74,6 +78,8 @@ _HINTS = {
 
 def describe_error(exc: BaseException) -> str:
     """One line for an admin-call failure: Kafka's error name, its text and a hint."""
+    from confluent_kafka import KafkaError, KafkaException
+
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         err = exc.args[0]
         name = err.name()
@@ -157,6 +163,8 @@ class BrokerClient:
         for d in deletions:
             key = (d.topic, d.partition)
             wanted[key] = max(wanted.get(key, 0), d.next_offset)
+        from confluent_kafka import TopicPartition
+
         request = [TopicPartition(t, p, off) for (t, p), off in wanted.items()]
         outcome: dict[tuple[str, int], tuple[int | None, str | None]] = {}
         try:
@@ -315,6 +323,8 @@ class BrokerClient:
         for err in getattr(listing, "errors", None) or []:
             log.warning("consumer_groups_partial", error=describe_error(err))
         groups = sorted({g.group_id for g in getattr(listing, "valid", None) or []})
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
         futures: dict[str, concurrent.futures.Future[Any]] = {}
         for group in groups:
             # The API takes one group per request.

@@ -144,6 +144,20 @@ class Partition:
     #: The partition dir holds tiered-storage state (a ``remote_log_snapshot`` entry).
     remote_log_state: bool = False
 
+    #: How many leading segments are ``reclaiming``, counted once: the planner walks the
+    #: candidates by index (``candidate``) at every head it pops; rebuilding the candidates
+    #: tuple on each pop made a plan quadratic in segments per partition, and keeping it would
+    #: cost a tuple per segment in the daemon's memory.
+    _reclaiming_count: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        count = 0
+        if self.log_start_offset is not None:
+            bases = self.base_offsets
+            while count + 1 < len(bases) and bases[count + 1] <= self.log_start_offset:
+                count += 1
+        object.__setattr__(self, "_reclaiming_count", count)
+
     @property
     def active_base_offset(self) -> int | None:
         return self.base_offsets[-1] if self.base_offsets else None
@@ -151,26 +165,24 @@ class Partition:
     @property
     def reclaiming(self) -> tuple[int, ...]:
         """Closed segments whose every offset is below the log start offset."""
-        if self.log_start_offset is None:
-            return ()
-        out = []
-        for base, nxt in zip(self.base_offsets, self.base_offsets[1:], strict=False):
-            if nxt <= self.log_start_offset:
-                out.append(base)
-            else:
-                break
-        return tuple(out)
+        return self.base_offsets[: self._reclaiming_count]
+
+    @property
+    def candidate_count(self) -> int:
+        return max(0, len(self.base_offsets) - 1 - self._reclaiming_count)
+
+    def candidate(self, index: int) -> tuple[int, int] | None:
+        """``candidates[index]`` in O(1), or None past the last one."""
+        if index < 0 or index >= self.candidate_count:
+            return None
+        i = self._reclaiming_count + index
+        return self.base_offsets[i], self.base_offsets[i + 1]
 
     @property
     def candidates(self) -> tuple[tuple[int, int], ...]:
         """``(base_offset, next_offset)`` of closed segments not yet reclaiming, oldest first."""
-        skip = len(self.reclaiming)
-        return tuple(
-            (base, nxt)
-            for base, nxt in zip(
-                self.base_offsets[skip:], self.base_offsets[skip + 1 :], strict=False
-            )
-        )
+        skip = self._reclaiming_count
+        return tuple(zip(self.base_offsets[skip:], self.base_offsets[skip + 1 :], strict=False))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ files vanishing mid-scan (the broker deletes and rolls while we look).
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import stat
@@ -474,9 +475,9 @@ def _max_known(a: int | None, b: int | None) -> int | None:
 
 
 def _segment_paths(partition_dir: str, base: int) -> list[str]:
-    return [
-        os.path.join(partition_dir, segment_file_name(base, sfx)) for sfx in SEGMENT_FILE_SUFFIXES
-    ]
+    # One join for the stem, not one per file: this runs for every head a plan pops.
+    stem = os.path.join(partition_dir, segment_file_name(base, ""))
+    return [stem + sfx for sfx in SEGMENT_FILE_SUFFIXES]
 
 
 def _segment_stats(partition_dir: str, base: int) -> list[os.stat_result]:
@@ -567,7 +568,9 @@ class SegmentFileReader:
         if cached is not None:
             ts, source = cached
         else:
-            found, source = self._max_timestamp(partition.path, base_offset)
+            found, source = self._max_timestamp(
+                partition.path, base_offset, _next_base(partition, base_offset)
+            )
             ts = log_mtime_ms if found is None else found
             if found is None:
                 source = "mtime"
@@ -581,33 +584,43 @@ class SegmentFileReader:
             shared_files=shared,
         )
 
-    def _max_timestamp(self, partition_dir: str, base: int) -> tuple[int | None, str]:
+    def _max_timestamp(
+        self, partition_dir: str, base: int, next_offset: int | None = None
+    ) -> tuple[int | None, str]:
         """The segment's largest record timestamp, exactly, from as few bytes as possible.
 
         The ``.timeindex`` covers the log up to its last entry; the batches after the last
         ``.index`` position cover the rest (a segment that was active when the broker died has
-        no final time-index entry). The max of both is the segment's largest timestamp. Only
-        regular files are opened: a FIFO named like an index would block forever.
+        no final time-index entry). The max of both is the segment's largest timestamp.
+        A segment Kafka rolled cleanly needs only the ``.timeindex``: its index is trimmed to
+        its entries and the last entry is the max timestamp at the segment's *last* offset
+        (``next_offset - 1``), so no batch after it exists to hold a larger one. Anything else
+        (a preallocated index, a last entry short of the last offset, ``next_offset``
+        unknown) reads the ``.log`` tail as well. Only regular files are opened: a FIFO named
+        like an index would block forever.
         """
-        ti_path = os.path.join(partition_dir, segment_file_name(base, ".timeindex"))
-        log_path = os.path.join(partition_dir, segment_file_name(base, ".log"))
-        idx_path = os.path.join(partition_dir, segment_file_name(base, ".index"))
+        stem = os.path.join(partition_dir, segment_file_name(base, ""))
+        ti_path, log_path, idx_path = stem + ".timeindex", stem + ".log", stem + ".index"
         problem = ""
         ti_ts: int | None = None
-        if not _is_regular(ti_path):
+        try:
+            tail = timeindex.read_tail(ti_path)
+            if tail.file_size % timeindex.ENTRY_SIZE:
+                problem = "size is not a whole number of entries (truncated)"
+            elif tail.entry is not None and tail.entry.timestamp_ms >= 0:
+                ti_ts = tail.entry.timestamp_ms
+                if (
+                    next_offset is not None
+                    and tail.trimmed
+                    and base + tail.entry.relative_offset == next_offset - 1
+                ):
+                    return ti_ts, "timeindex"
+            else:
+                problem = "empty"
+        except (FileNotFoundError, safeopen.NotRegularFile):
             problem = "missing or not a regular file"
-        else:
-            try:
-                if os.path.getsize(ti_path) % timeindex.ENTRY_SIZE:
-                    problem = "size is not a whole number of entries (truncated)"
-                else:
-                    entry = timeindex.last_entry(ti_path)
-                    if entry is not None and entry.timestamp_ms >= 0:
-                        ti_ts = entry.timestamp_ms
-                    else:
-                        problem = "empty"
-            except (ValueError, OSError) as exc:
-                problem = str(exc)
+        except (ValueError, OSError) as exc:
+            problem = str(exc)
         start = 0
         if ti_ts is not None and _is_regular(idx_path):
             try:
@@ -641,6 +654,13 @@ class SegmentFileReader:
             return log_ts, "log"
         self.warnings.append(f"{ti_path}: {problem} and no record timestamps; using .log mtime")
         return None, "mtime"
+
+
+def _next_base(partition: Partition, base_offset: int) -> int | None:
+    """The base offset of the segment after ``base_offset`` (its ``next_offset``), if any."""
+    bases = partition.base_offsets
+    i = bisect.bisect_right(bases, base_offset)
+    return bases[i] if i < len(bases) and i > 0 and bases[i - 1] == base_offset else None
 
 
 def _is_regular(path: str) -> bool:

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from diskguard import safeopen
 from diskguard.indexfile import IndexCorrupt, read_slot, used_slots
 
-__all__ = ["ENTRY_SIZE", "IndexCorrupt", "TimeIndexEntry", "entries", "last_entry"]
+__all__ = [
+    "ENTRY_SIZE",
+    "IndexCorrupt",
+    "TimeIndexEntry",
+    "TimeIndexTail",
+    "entries",
+    "last_entry",
+    "read_tail",
+]
 
 ENTRY_SIZE = 12
 _ENTRY = struct.Struct(">qi")
@@ -32,6 +40,24 @@ def _decode(data: bytes) -> TimeIndexEntry:
     return TimeIndexEntry(timestamp_ms, relative_offset)
 
 
+@dataclass(frozen=True)
+class TimeIndexTail:
+    """The last entry of a time index and how full the file is.
+
+    ``used_slots * ENTRY_SIZE == file_size`` means the index was trimmed to its entries, as
+    Kafka does when a segment rolls cleanly (``onBecomeInactiveSegment``); a larger file is
+    still preallocated (the segment is active, or was when the broker stopped uncleanly).
+    """
+
+    entry: TimeIndexEntry | None
+    used_slots: int
+    file_size: int
+
+    @property
+    def trimmed(self) -> bool:
+        return self.used_slots * ENTRY_SIZE == self.file_size
+
+
 def last_entry(path: str | os.PathLike[str]) -> TimeIndexEntry | None:
     """The last entry, or None for an index with no entries (empty or all zeros).
 
@@ -39,11 +65,17 @@ def last_entry(path: str | os.PathLike[str]) -> TimeIndexEntry | None:
     check: the broker rebuilds such an index) or has a negative relative offset, and
     OSError (FileNotFoundError, ...) when the file cannot be read.
     """
+    return read_tail(path).entry
+
+
+def read_tail(path: str | os.PathLike[str]) -> TimeIndexTail:
+    """``last_entry`` plus the used slots and file size, from one open of the file."""
     fd = safeopen.open_regular(path)
     try:
+        size = os.fstat(fd).st_size
         count = used_slots(fd, ENTRY_SIZE)
         if count == 0:
-            return None
+            return TimeIndexTail(None, 0, size)
         last = _decode(read_slot(fd, count - 1, ENTRY_SIZE))
         first = _decode(read_slot(fd, 0, ENTRY_SIZE)) if count > 1 else last
     finally:
@@ -59,7 +91,7 @@ def last_entry(path: str | os.PathLike[str]) -> TimeIndexEntry | None:
             f"{name}: corrupt time index: last relative offset {last.relative_offset}"
             f" (entry {count - 1}) is below the first {first.relative_offset}"
         )
-    return last
+    return TimeIndexTail(last, count, size)
 
 
 def entries(path: str | os.PathLike[str]) -> list[TimeIndexEntry]:

@@ -111,3 +111,19 @@ def test_counts_read_as_a_person_writes_them(tmp_path: Path) -> None:
     )
     assert "over 1 deletion" in line and "(s)" not in line, line
     assert plan_cmd.far_future_note([]) is None
+
+
+def test_aggregate_says_at_once_that_spark_is_starting(tmp_path: Path) -> None:
+    """On a terminal (stderr), before the JVM is up; nothing extra on a pipe."""
+    leader, follower = pty.openpty()
+    argv = [sys.executable, "-m", "diskguard", "aggregate"]
+    argv += ["--input", str(tmp_path / "none"), "--output", str(tmp_path / "out")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=follower, close_fds=True)
+    os.close(follower)
+    first = os.read(leader, 65536).decode()
+    proc.kill()
+    proc.wait(timeout=60)
+    os.close(leader)
+    assert "starting Spark (local[*])" in first, first
+    piped = _piped(argv)
+    assert "starting Spark" not in piped.stderr + piped.stdout

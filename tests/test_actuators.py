@@ -607,3 +607,26 @@ def test_background_worker_retries_on_its_own(tmp_path: Path, logs: io.StringIO)
         assert len(events(logs, "actuator_failed")) == 2
     finally:
         acts.close()
+
+
+# ------------------------------------------------------- what apply says it engaged (issue 13)
+
+
+def test_apply_names_the_actuators_it_engaged(tmp_path: Path) -> None:
+    """The daemon says "producers are being blocked" only naming what acted: ``apply`` tells."""
+    hook = script(tmp_path, "hook.sh", "true\n")
+    acts = Actuators(make_config(tmp_path, actuators=["exec"], on_change=[str(hook)]))
+    try:
+        assert acts.apply(transition("overfull")) == ("exec",)
+        assert acts.apply(transition("overfull_cleared", percent=50)) == ("exec",)
+        alert = Transition("disk_alert", "/data", "low", 75.0, 1, level=1, previous_level=0)
+        assert acts.apply(alert) == ()
+        assert acts.wait_idle(20)
+    finally:
+        acts.close()
+    (tmp_path / "none").mkdir()
+    none = Actuators(make_config(tmp_path / "none"))
+    try:
+        assert none.apply(transition("overfull")) == ()
+    finally:
+        none.close()

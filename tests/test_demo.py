@@ -6,6 +6,7 @@ runs it as whoever runs the suite, in a temp sandbox, for 20 s instead of 60.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -84,8 +85,44 @@ def test_event_lines_for_a_person() -> None:
     }
     line = demo.describe(overfull, 800 * 1024 * 1024)
     assert line is not None
-    assert line.startswith("overfull on / (usage 41.2%, used +800.0 MiB since start;")
+    assert line.startswith("overfull on / (usage 41.2%, used +800.0 MiB since the limits were set;")
     assert "crossed overfull_bytes and min_free_bytes" in line
     assert demo.describe({"event": "retention_cycle", "level": "info"}, 0) is None
     warned = demo.describe({"event": "spool_unavailable", "level": "error", "error": "x"}, 0)
     assert warned is not None and warned.startswith("daemon error: spool_unavailable")
+
+
+@pytest.mark.spark
+def test_a_busy_disk_does_not_change_the_story(tmp_path: Path) -> None:
+    """Issue 13 item 9: other processes on the host's disk moved the used bytes past limits
+    set at the start ("2 overfull, 1 cleared"). Here another writer takes 1 GiB on the same
+    filesystem while the demo runs (before its burst, and kept until the end): the story is
+    still exactly one overfull caused by the other application, and one clear."""
+    sandbox = tmp_path / "demo"
+    noise = tmp_path / "noise.bin"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diskguard.demo", "--seconds", "20", "--dir", str(sandbox)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "daemon started" in line:
+                with noise.open("wb") as f:
+                    os.posix_fallocate(f.fileno(), 0, 1024**3)
+                    f.flush()
+                    os.fsync(f.fileno())
+        proc.wait(timeout=180)
+    finally:
+        proc.kill()
+        noise.unlink(missing_ok=True)
+    out = "".join(lines)
+    assert proc.returncode == 0, (
+        f"stdout:\n{out}\nstderr:\n{proc.stderr.read() if proc.stderr else ''}"
+    )
+    assert "flow control: 1 overfull, 1 cleared" in out, out
+    assert out.index("other-app: starts writing") < out.index("overfull on /"), out

@@ -694,14 +694,18 @@ class Actuators:
 
     # ----------------------------------------------------------------- public surface
 
-    def apply(self, transition: Transition, topics: Iterable[str] = ()) -> None:
+    def apply(self, transition: Transition, topics: Iterable[str] = ()) -> tuple[str, ...]:
         """Act on one transition; ``topics`` = topics with partitions on its mount.
 
-        The daemon logs the transition itself (one line per event); this only acts.
+        Returns the actuators engaged for it (sorted; empty for a ``disk_alert`` or when none
+        is configured), so the daemon names what holds producers back instead of claiming it
+        (their outcome follows: ``hook_finished``, ``quota_applied``, ``acl_applied`` or
+        ``actuator_failed``). The daemon logs the transition itself; this only acts.
         """
+        engaged: list[str] = []
         try:
             if transition.event not in ("overfull", "overfull_cleared"):
-                return
+                return ()
             if self._hooks is not None:
                 self._hooks.submit(
                     {
@@ -712,6 +716,7 @@ class Actuators:
                         "DISKGUARD_LIMIT": transition.limit or "",
                     }
                 )
+                engaged.append("exec")
             with self._lock:
                 if transition.event == "overfull":
                     self._quota_unsupported = False  # a new episode: try (and say) again
@@ -723,8 +728,10 @@ class Actuators:
                     self._applied.overfull.pop(transition.mount, None)
                 self._generation += 1
             self._request_sync()
+            engaged += [k for k in ("acl", "quota") if k in self._kinds]
         except Exception as exc:  # never into the loop
             self._failed("actuators", transition.event, repr(exc))
+        return tuple(sorted(engaged))
 
     def reconcile(
         self,

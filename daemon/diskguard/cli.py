@@ -18,6 +18,7 @@ import click
 from diskguard import __version__
 from diskguard.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
 from diskguard.logs import configure_logging
+from diskguard.units import plural
 
 EXIT_OK = 0
 EXIT_UNREACHABLE = 1
@@ -100,7 +101,8 @@ def check_config(config_path: Path, connect: bool) -> None:
     """
     config = load_or_exit(config_path)
     dirs = ", ".join(str(d) for d in config.broker.log_dirs)
-    click.echo(f"{config_path}: ok ({len(config.broker.log_dirs)} log dir(s): {dirs})")
+    count = plural(len(config.broker.log_dirs), "log dir")
+    click.echo(f"{config_path}: ok ({count}: {dirs})")
     if not connect:
         return
     from diskguard.connectcheck import connect_checks

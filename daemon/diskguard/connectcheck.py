@@ -16,7 +16,7 @@ from diskguard.config import Config
 from diskguard.reclaimwatch import reclaim_settings
 from diskguard.runtime import daemon_rates
 from diskguard.topicconfigs import local_broker_id
-from diskguard.units import format_bytes
+from diskguard.units import format_bytes, plural
 
 __all__ = ["Check", "connect_checks"]
 
@@ -59,7 +59,9 @@ def _checks(config: Config, client: BrokerClient, servers: str) -> list[Check]:
             )
         )
     else:
-        out.append(Check(True, f"broker {servers}: reachable, {here}, {len(ids)} broker(s)"))
+        out.append(
+            Check(True, f"broker {servers}: reachable, {here}, {plural(len(ids), 'broker')}")
+        )
     values = client.broker_configs(broker_id)
     settings = reclaim_settings(config, lambda: values)
     if values is None:

@@ -396,7 +396,8 @@ class Daemon:
                 elif change.event == "overfull_cleared":
                     log.info("overfull_cleared", **fields)
                 elif change.level == ALERT_DEGRADED:
-                    # Level 2 means producers are being held back: an operator must see it.
+                    # Level 2 means overfull: an operator must see it (flow_control_applied
+                    # then says whether anything holds producers back).
                     log.warning("disk_alert", **fields)
                 else:
                     log.info("disk_alert", **fields)
@@ -408,9 +409,33 @@ class Daemon:
             return
         topics = self._topics_by_mount()
         for change in transitions:
-            self.actuators.apply(change, topics=topics.get(change.mount, []))
+            engaged = self.actuators.apply(change, topics=topics.get(change.mount, []))
+            if change.event in ("overfull", "overfull_cleared"):
+                self._log_flow_control_applied(change, engaged)
             if self.ballast is not None:
                 self.ballast.on_transition(change)
+
+    @staticmethod
+    def _log_flow_control_applied(change: Transition, engaged: tuple[str, ...]) -> None:
+        """Say what really holds producers back: the ``overfull`` text is Qpid's fixed
+        contract ("flow control will be enforced") whether or not anything can enforce it,
+        so this line names the actuators engaged, or says plainly that none is."""
+        overfull = change.event == "overfull"
+        if engaged:
+            verb = "producers are being blocked by" if overfull else "producers released by"
+            message = f"{verb}: {', '.join(engaged)}"
+        else:
+            message = "no actuator configured: producers are NOT held back"
+        fields = {
+            "mount": change.mount,
+            "transition": change.event,
+            "actuators": list(engaged),
+            "message": message,
+        }
+        if overfull and not engaged:
+            log.warning("flow_control_applied", **fields)
+        else:
+            log.info("flow_control_applied", **fields)
 
     def _topics_by_mount(self) -> dict[str, list[str]]:
         last = self._last_outcome

@@ -9,11 +9,18 @@ report. What the user should see, as it happens:
   keeps writing, and the daemon deletes the *globally oldest* closed segments across topics
   (``payments`` history is a day old, so it goes first; ``__consumer_offsets`` never goes).
 - Qpid-style flow control: the sandbox lives on the host's own filesystem, which cannot be
-  shrunk without root, so the limits are *byte* limits set relative to the bytes in use when
-  the demo starts. Half-way through, "another application" on the same disk writes a big
-  file until the daemon reports ``overfull``; the daemon's ``exec`` actuator (a real
-  ``on_change`` hook) tells the simulated broker to pause its producers; the file goes away,
-  the daemon reports ``overfull_cleared``, and producers resume.
+  shrunk without root, so the limits are *byte* limits relative to the bytes in use. They
+  are set (config rewrite + SIGHUP) only when "another application" on the same disk starts
+  writing a big file, and parked out of reach again once the story is told: other processes
+  on a busy host move the used bytes by gigabytes a minute, and limits set at the start
+  tripped on their own. The file grows until the daemon reports ``overfull``; the daemon's
+  ``exec`` actuator (a real ``on_change`` hook) tells the simulated broker to pause its
+  producers; the file goes away, the daemon reports ``overfull_cleared``, producers resume.
+
+Each phase waits for the events it depends on (daemon started, first deletions, config
+reloaded, overfull, the hook's pause, overfull cleared, the hook's resume), each with a
+bound that ends the demo with one line saying what did not happen, never for a wall-clock
+guess: on a loaded 2-core machine the daemon's reactions come late, not never.
 
 Deletion mode is ``offline``: with no broker holding ``<log_dir>/.lock`` there is nobody to
 send ``DeleteRecords`` to, so diskguard deletes segment files itself (crash-safe rename to
@@ -65,16 +72,22 @@ BUDGET_BYTES = 32 * MiB
 HISTORY_BYTES = 28 * MiB
 #: Live produce rate of the whole simulated broker.
 PRODUCE_BYTES_PER_S = 1 * MiB
-#: Flow-control limits, in bytes above the filesystem's used bytes at the demo's start. The
-#: log dir itself stays near the 32 MiB budget, so other processes on the host may move the
-#: used bytes by ~350 MiB either way before the demo's story breaks (a busy build machine
-#: does: test suites make and drop loop images of hundreds of MiB).
-UNDERFULL_OVER_START = 384 * MiB
+#: Flow-control limits, in bytes above the filesystem's used bytes when the burst starts
+#: (``FlowLimitsFile.arm``). A busy build machine adds hundreds of MiB in seconds (test
+#: suites make and drop loop images; 350 MiB in the 7 s of one armed window was seen): the
+#: underfull limit sits close under overfull so that, once the file goes, the clear does
+#: not depend on the rest of the host giving that back. The gap is still the hysteresis.
+UNDERFULL_OVER_START = 640 * MiB
 OVERFULL_OVER_START = 768 * MiB
 #: The other application's file grows by this much per tick until the daemon says overfull
 #: (fallocate: real blocks, no data written, so growing it costs no I/O).
 BURST_STEP = 64 * MiB
 BURST_MAX = 2048 * MiB
+#: How long the disk stays overfull (producers paused) before the other application deletes
+#: its file: long enough for snapshots (every 2 s) to record the episode.
+HOLD_S = 5.0
+#: Bound on each wait for the daemon (an event, the hook's flag); passing it fails the demo.
+WAIT_S = 30.0
 #: Refuse to start with less free space than this: the demo needs ~850 MiB at its peak.
 MIN_AVAILABLE = 2048 * MiB
 MIN_FREE_FLOOR = 64 * MiB
@@ -305,6 +318,7 @@ class Tally:
     overfull_seconds: float = 0.0
     daemon_started: bool = False
     mode: str = "?"
+    reloads: int = 0
 
 
 def describe(event: dict[str, Any], used_over_start: int) -> str | None:
@@ -324,7 +338,8 @@ def describe(event: dict[str, Any], used_over_start: int) -> str | None:
         relation = "crossed" if name == "overfull" else "under"
         return (
             f"{what} {event.get('mount')} (usage {event.get('usage_percent')}%,"
-            f" used {signed_bytes(used_over_start)} since start; {relation} {crossed})"
+            f" used {signed_bytes(used_over_start)} since the limits were set;"
+            f" {relation} {crossed})"
             f": {event.get('message')}"
         )
     if name == "disk_alert":
@@ -369,6 +384,8 @@ def tally(t: Tally, event: dict[str, Any], now: float) -> None:
     elif name == "daemon_started":
         t.daemon_started = True
         t.mode = str(event.get("mode"))
+    elif name == "config_reloaded":
+        t.reloads += 1
 
 
 def toml_config(
@@ -402,8 +419,11 @@ assume_delete_policy = ["^orders$", "^clickstream$", "^payments$"]
 check_interval = "2s"
 
 [flow_control]
-overfull_bytes = {overfull_bytes}    # used bytes at start + {format_bytes(OVERFULL_OVER_START)}
-underfull_bytes = {underfull_bytes}   # used bytes at start + {format_bytes(UNDERFULL_OVER_START)}
+# Byte limits relative to the used bytes when the demo set them: parked out of reach (the
+# disk's size) except while the "other application" writes its file, when they are the used
+# bytes then + {format_bytes(OVERFULL_OVER_START)} / + {format_bytes(UNDERFULL_OVER_START)}.
+overfull_bytes = {overfull_bytes}
+underfull_bytes = {underfull_bytes}
 min_free_bytes = "{MIN_FREE_FLOOR // MiB}MiB"
 actuators = ["exec"]
 on_change = {q(hook)}
@@ -532,14 +552,8 @@ def run(seconds: float, root: Path, keep: bool, out: TextIO) -> int:
             f"{box.root}: only {format_bytes(start_usage.available_bytes)} free on"
             f" {start_usage.mount}; the demo needs {format_bytes(MIN_AVAILABLE)}"
         )
-    used0 = start_usage.used_bytes
-    overfull_bytes = used0 + OVERFULL_OVER_START
-    underfull_bytes = used0 + UNDERFULL_OVER_START
-    box.config.write_text(
-        toml_config(
-            box.root, box.log_dir, box.state_dir, box.flow_flag, overfull_bytes, underfull_bytes
-        )
-    )
+    limits = FlowLimitsFile(box, start_usage.total_bytes)
+    limits.park()
     total_partitions = sum(t.partitions for t in TOPICS)
     con.plain("diskguard demo: a simulated Kafka broker, the real daemon, the real Spark job")
     con.plain(f"  sandbox     {box.root}")
@@ -554,8 +568,9 @@ def run(seconds: float, root: Path, keep: bool, out: TextIO) -> int:
         " the globally oldest closed segments go first"
     )
     con.plain(
-        f"  flow ctl    {start_usage.mount} holds {format_bytes(used0)} now: overfull at"
-        f" {signed_bytes(OVERFULL_OVER_START)}, cleared below {signed_bytes(UNDERFULL_OVER_START)}"
+        f"  flow ctl    {start_usage.mount} is shared: when the other application starts,"
+        f" overfull at its used bytes {signed_bytes(OVERFULL_OVER_START)}, cleared below"
+        f" {signed_bytes(UNDERFULL_OVER_START)}"
     )
     con.plain(
         "  mode        offline: no broker holds the log dir's .lock, so there is no one to send"
@@ -580,7 +595,7 @@ def run(seconds: float, root: Path, keep: bool, out: TextIO) -> int:
     t = Tally()
     other = OtherApp(box.other_app / "heap-dump.hprof")
     try:
-        code = _main_loop(con, seconds, box, broker, daemon, other, t, used0)
+        code = _main_loop(con, seconds, box, broker, daemon, other, t, limits)
     finally:
         other.remove()
         broker.close()
@@ -588,7 +603,7 @@ def run(seconds: float, root: Path, keep: bool, out: TextIO) -> int:
         while not daemon.events.empty():
             event = daemon.events.get()
             tally(t, event, con.elapsed())
-            line = describe(event, _used_over(box.root, used0))
+            line = describe(event, _used_over(box.root, limits.base))
             if line:
                 con.say(line)
     if code:
@@ -619,6 +634,51 @@ def _used_over(path: Path, used0: int) -> int:
         return 0
 
 
+class FlowLimitsFile:
+    """The daemon's flow-control byte limits, rewritten in its config and applied by SIGHUP.
+
+    Set relative to the used bytes only while the other application writes (``arm``), parked
+    at the disk's size otherwise (``park``): the host's other processes then cannot trip (or
+    hold) an overfull the story did not cause.
+    """
+
+    def __init__(self, box: Sandbox, total_bytes: int) -> None:
+        self.box = box
+        self.total = total_bytes
+        #: Used bytes the limits are relative to (for the event lines).
+        self.base = fsusage.filesystem_usage(str(box.root)).used_bytes
+
+    def _write(self, overfull: int, underfull: int) -> None:
+        box = self.box
+        text = toml_config(box.root, box.log_dir, box.state_dir, box.flow_flag, overfull, underfull)
+        tmp = box.config.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, box.config)
+
+    def park(self) -> None:
+        gap = OVERFULL_OVER_START - UNDERFULL_OVER_START
+        self._write(self.total, self.total - gap)
+
+    def arm(self) -> None:
+        self.base = fsusage.filesystem_usage(str(self.box.root)).used_bytes
+        self._write(self.base + OVERFULL_OVER_START, self.base + UNDERFULL_OVER_START)
+
+
+class _Stage:
+    """Where the story is; each stage waits for one thing, at most ``WAIT_S``."""
+
+    STARTING = "the daemon to start"
+    RETENTION = "the first deletions"
+    ARMING = "the daemon to reload the armed limits"
+    BURST = "the daemon to report overfull"
+    PAUSING = "the on_change hook to pause the producers"
+    HOLDING = "the hold before the file goes"
+    CLEARING = "the daemon to report overfull_cleared"
+    RESUMING = "the on_change hook to resume the producers"
+    PARKING = "the daemon to reload the parked limits"
+    TAIL = "the end of the run"
+
+
 def _main_loop(
     con: Console,
     seconds: float,
@@ -627,16 +687,27 @@ def _main_loop(
     daemon: DaemonProcess,
     other: OtherApp,
     t: Tally,
-    used0: int,
+    limits: FlowLimitsFile,
 ) -> int:
-    start_wait = time.monotonic()
+    """The story as stages, each entered when the event it waits for has happened.
+
+    Nothing waits for a wall-clock guess: the burst starts at 40 % of the run but only after
+    the first deletions, the file goes ``HOLD_S`` after the hook paused the producers, and
+    the run ends at ``seconds`` but only once producers are resumed and the limits parked.
+    A wait longer than ``WAIT_S`` ends the demo with a line naming what did not happen.
+    """
     burst_at = 0.4 * seconds
-    release_at = 0.7 * seconds
+    stage = _Stage.STARTING
+    stage_since = time.monotonic()
     paused = False
-    released = False
-    burst_done = False
+    reloads = 0
     next_status = 10.0
     last = time.monotonic()
+
+    def enter(new: str) -> None:
+        nonlocal stage, stage_since
+        stage, stage_since = new, time.monotonic()
+
     while True:
         now = time.monotonic()
         while True:
@@ -645,7 +716,7 @@ def _main_loop(
             except queue.Empty:
                 break
             tally(t, event, con.elapsed())
-            line = describe(event, _used_over(box.root, used0))
+            line = describe(event, _used_over(box.root, limits.base))
             if line:
                 con.say(line)
         if daemon.proc.poll() is not None:
@@ -653,13 +724,10 @@ def _main_loop(
                 f"the daemon exited early (exit {daemon.proc.returncode}); see {box.daemon_log}"
             )
             return 1
-        if not t.daemon_started:
-            if now - start_wait > 60:
-                con.say(f"the daemon did not start within 60 s; see {box.daemon_log}")
-                return 1
-            time.sleep(TICK_S)
-            last = time.monotonic()
-            continue
+        waited = now - stage_since
+        if stage not in (_Stage.HOLDING, _Stage.TAIL, _Stage.RETENTION) and waited > WAIT_S:
+            con.say(f"gave up after {WAIT_S:g} s waiting for {stage}; see {box.daemon_log}")
+            return 1
         elapsed = con.elapsed()
 
         flag = _read_flag(box.flow_flag)
@@ -669,40 +737,56 @@ def _main_loop(
         elif flag == "overfull_cleared" and paused:
             paused = False
             con.say("broker: producers resumed (the on_change hook said overfull_cleared)")
-        if not paused:
+        if t.daemon_started and not paused:
             broker.produce(PRODUCE_BYTES_PER_S * (now - last), int(time.time() * 1000))
         last = now
 
-        if elapsed >= burst_at and not burst_done:
-            if other.size == 0:
-                con.say(f"other-app: starts writing {other.path} on the same disk")
-            if t.overfull_now or other.size >= BURST_MAX:
-                burst_done = True
+        if stage == _Stage.STARTING and t.daemon_started:
+            enter(_Stage.RETENTION)
+        elif stage == _Stage.RETENTION:
+            if t.deleted == 0 and waited > 2 * WAIT_S:
+                con.say(f"gave up after {2 * WAIT_S:g} s waiting for {stage}")
+                return 1
+            if t.deleted and elapsed >= burst_at:
+                reloads = t.reloads
+                limits.arm()
+                daemon.proc.send_signal(signal.SIGHUP)
+                enter(_Stage.ARMING)
+        elif stage == _Stage.ARMING and t.reloads > reloads:
+            con.say(f"other-app: starts writing {other.path} on the same disk")
+            enter(_Stage.BURST)
+        elif stage == _Stage.BURST:
+            if t.overfull_now:
                 con.say(f"other-app: stopped at {format_bytes(other.size)}")
-            elif _available(box.root) > BURST_STEP + KEEP_FREE:
+                enter(_Stage.PAUSING)
+            elif other.size < BURST_MAX and _available(box.root) > BURST_STEP + KEEP_FREE:
                 other.grow(BURST_STEP)
-            else:
-                burst_done = True
-                con.say("other-app: stopped, the disk is getting too full for a demo")
-        if burst_done and not released and elapsed >= release_at:
-            released = True
+            # else: the file stays; the daemon must still see it (bounded by WAIT_S).
+        elif stage == _Stage.PAUSING and paused:
+            enter(_Stage.HOLDING)
+        elif stage == _Stage.HOLDING and waited >= HOLD_S:
             con.say(f"other-app: deletes its {format_bytes(other.size)} file")
             other.remove()
-        if elapsed >= next_status:
+            enter(_Stage.CLEARING)
+        elif stage == _Stage.CLEARING and not t.overfull_now:
+            enter(_Stage.RESUMING)
+        elif stage == _Stage.RESUMING and not paused:
+            reloads = t.reloads
+            limits.park()
+            daemon.proc.send_signal(signal.SIGHUP)
+            enter(_Stage.PARKING)
+        elif stage == _Stage.PARKING and t.reloads > reloads:
+            enter(_Stage.TAIL)
+        elif stage == _Stage.TAIL and elapsed >= seconds:
+            return 0
+        if t.daemon_started and elapsed >= next_status:
             next_status += 10.0
             scan = scan_log_dir(str(box.log_dir), "", [], full=True)
             con.say(
                 f"status: log dir {format_bytes(scan.kafka_bytes or 0)} (budget"
                 f" {format_bytes(BUDGET_BYTES)}), broker wrote {format_bytes(broker.bytes_written)}"
-                f" in {broker.rolls} segment rolls, disk used"
-                f" {signed_bytes(_used_over(box.root, used0))} since start"
+                f" in {broker.rolls} segment rolls"
             )
-        if elapsed >= seconds and released and (not t.overfull_now or elapsed >= seconds + 15):
-            if t.overfull_now:
-                con.say(
-                    "still overfull 15 s after the file went (other processes filling the disk?)"
-                )
-            return 0
         time.sleep(TICK_S)
 
 

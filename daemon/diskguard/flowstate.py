@@ -52,7 +52,9 @@ CLEARED_MESSAGE: Final = "store overfull condition cleared"
 ALERT_MESSAGES: Final = {
     ALERT_OK: "disk space ok",
     ALERT_LOW_SPACE: "low free disk space",
-    ALERT_DEGRADED: "disk space degraded, producers are being blocked",
+    # Not "producers are being blocked": that is true only if an actuator acted, which the
+    # daemon's flow_control_applied line says (naming it).
+    ALERT_DEGRADED: "disk space degraded: store overfull",
 }
 
 _MIN_FREE_CAP: Final = 5 * 1024**3

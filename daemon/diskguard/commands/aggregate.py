@@ -29,12 +29,21 @@ from diskguard.cli import EXIT_UNREACHABLE, EXIT_USAGE, cli, fail, no_traceback
 @no_traceback
 def aggregate_command(source: str, output: str, master: str) -> None:
     """Aggregate usage snapshots: growth, time to full, overfull history, report."""
+    import sys
+
+    from diskguard.progress import progress
+
+    # Starting Spark takes seconds (JVM, then the job) before anything else is said: a person
+    # at a terminal hears at once that it is coming and sees it run; pipes get nothing extra.
+    if sys.stderr.isatty():
+        click.echo(f"starting Spark ({master}); the first results take a few seconds", err=True)
     # Imported here: pyspark is heavy and every other command starts faster without it.
     from diskguard.kafkasource import KafkaSourceError
     from diskguard.sparkjob import NoInputError, SourceError, SparkJobError, aggregate
 
     try:
-        result = aggregate(source, output, master)
+        with progress(None, "Spark: aggregating snapshots"):
+            result = aggregate(source, output, master)
     except (NoInputError, SourceError) as exc:
         fail(str(exc), EXIT_USAGE)
     except (KafkaSourceError, SparkJobError) as exc:

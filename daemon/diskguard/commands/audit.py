@@ -93,7 +93,7 @@ def render(actions: list[AuditAction]) -> None:
         when = _ts(line)
         swept = line.get("kind") == SWEPT
         table.add_row(
-            when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S") if when else "?",
+            when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if when else "?",
             str(line.get("mode", "?")),
             # A sweep names a dir (a -delete dir, or the partition dir of *.deleted files).
             Path(str(line.get("path", "?"))).name

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from diskguard.cli import cli, config_option, load_or_exit, no_traceback
 from diskguard.enforcement import DRY_RUN, REFUSED, dumps, plan_json
@@ -16,11 +17,13 @@ from diskguard.model import Filesystem
 from diskguard.planner import Deletion, Plan
 from diskguard.progress import progress
 from diskguard.runtime import Runtime, daemon_rates
-from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms
+from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms, plural
 
 
 def _ts(ms: int) -> str:
-    return format_timestamp_ms(ms)
+    """With its time zone: a bare time reads as local to whoever looks."""
+    head, sep, tail = format_timestamp_ms(ms).partition(" (")
+    return f"{head} UTC{sep}{tail}"
 
 
 def far_future_note(deletions: Sequence[Deletion]) -> str | None:
@@ -31,7 +34,8 @@ def far_future_note(deletions: Sequence[Deletion]) -> str | None:
     if not count:
         return None
     return (
-        f"{count} segment(s) carry timestamps past year 9999 (producers sending µs?). Like "
+        f"{plural(count, 'segment')} {'carries' if count == 1 else 'carry'} timestamps past"
+        " year 9999 (producers sending µs?). Like "
         "Kafka's time retention, diskguard orders by the raw largest timestamp, so they count "
         "as the youngest and go last."
     )
@@ -129,11 +133,15 @@ def render_plan(
             fs.device,
             format_bytes(fs.used_bytes),
             format_bytes(fs.available_bytes),
-            f"{fs.usage_percent:.2f}%",
+            # Over the limit stands out (no styles when stdout is not a terminal).
+            Text(
+                f"{fs.usage_percent:.2f}%",
+                style="bold red" if fs.usage_percent >= fs.limit_percent else "",
+            ),
             f"{fs.limit_percent:g}%",
             f"{fs.target_percent:g}%",
             format_bytes(fs.pending_reclaim_bytes),
-            format_bytes(fs.excess_bytes) if fs.excess_bytes else "-",
+            Text(format_bytes(fs.excess_bytes), style="bold red") if fs.excess_bytes else "-",
         )
     console.print(fs_table)
     for line in forecast_lines(chosen, mode):
@@ -176,7 +184,7 @@ def render_plan(
             )
         console.print(table)
         total = sum(d.bytes for d in chosen.deletions)
-        console.print(f"{len(chosen.deletions)} segment(s), {format_bytes(total)}.")
+        console.print(f"{plural(len(chosen.deletions), 'segment')}, {format_bytes(total)}.")
         note = far_future_note(chosen.deletions)
         if note:
             console.print(note)

@@ -24,7 +24,7 @@ from diskguard.logs import configure_logging
 from diskguard.model import FilesystemUsage
 from diskguard.reserve import ReserveReport, TopicReserve, reserve_report
 from diskguard.topicconfigs import TopicConfigError, TopicInventory, load_topics
-from diskguard.units import format_bytes
+from diskguard.units import format_bytes, plural
 
 
 def _filesystems(log_dirs: list[Path]) -> list[FilesystemUsage]:
@@ -123,7 +123,7 @@ def render_table(
     if report.unbounded:
         names = ", ".join(r.settings.topic for r in report.unbounded)
         console.print(
-            f"{len(report.unbounded)} topic(s) with retention.bytes=-1 can grow without "
+            f"{plural(len(report.unbounded), 'topic')} with retention.bytes=-1 can grow without "
             f"bound and are not in the total: {names}"
         )
     for note in inventory.notes:

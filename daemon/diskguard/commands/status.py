@@ -20,6 +20,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from diskguard.cli import cli, config_option, load_or_exit, no_traceback
 from diskguard.config import Config
@@ -29,7 +30,7 @@ from diskguard.openfiles import bytes_by_device, scan_deleted_open_files
 from diskguard.reclaimwatch import reclaim_settings
 from diskguard.runtime import daemon_state
 from diskguard.scan import scan
-from diskguard.units import format_bytes
+from diskguard.units import format_bytes, plural
 
 
 def collect_status(config: Config) -> dict[str, Any]:
@@ -101,6 +102,10 @@ def collect_status(config: Config) -> dict[str, Any]:
     }
 
 
+#: Redpanda-style alert levels: 1 low space, 2 degraded.
+_ALERT_STYLES = {1: "yellow", 2: "bold red"}
+
+
 def _render(status: dict[str, Any]) -> None:
     console = Console(file=sys.stdout, width=max(Console().width, 120))
     running = "running" if status["daemon_running"] else "NOT running"
@@ -120,14 +125,21 @@ def _render(status: dict[str, Any]) -> None:
         last = fs["last_deletion"]
         last_text = "-"
         if last:
-            when = dt.datetime.fromtimestamp(last["ts"], tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+            when = dt.datetime.fromtimestamp(last["ts"], tz=dt.UTC).strftime(
+                "%Y-%m-%d %H:%M:%S UTC"
+            )
             last_text = f"{when} {last['topic']}-{last['partition']}@{last['base_offset']}"
+        # Over a limit stands out (rich drops the styles when stdout is not a terminal).
+        over = fs["usage_percent"] >= fs["limit_percent"]
         table.add_row(
             fs["mount"],
-            f"{fs['usage_percent']:.2f}% ({format_bytes(fs['available_bytes'])} free)",
+            Text(
+                f"{fs['usage_percent']:.2f}% ({format_bytes(fs['available_bytes'])} free)",
+                style="bold red" if over else "",
+            ),
             f"{fs['limit_percent']:g}%",
-            fs["flow_state"],
-            str(fs["alert_level"]),
+            Text(fs["flow_state"], style="bold red" if fs["flow_state"] == "overfull" else ""),
+            Text(str(fs["alert_level"]), style=_ALERT_STYLES.get(fs["alert_level"], "")),
             format_bytes(fs["pending_reclaim_bytes"]),
             format_bytes(fs["deleted_open_bytes"]),
             last_text,
@@ -155,7 +167,7 @@ def reclaim_line(r: dict[str, Any]) -> str:
         f"broker reclaim: retention check every {r['check_interval_s']:g} s + delete delay "
         f"{r['delete_delay_s']:g} s ({r['settings_source']}); measured p50 "
         f"{_seconds(r.get('latency_p50_s'))}, max {_seconds(r.get('latency_max_s'))} "
-        f"over {r.get('latency_samples', 0)} deletion(s)"
+        f"over {plural(int(r.get('latency_samples', 0)), 'deletion')}"
     )
     rate = r.get("growth_bytes_per_s")
     if rate is not None:

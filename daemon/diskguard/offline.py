@@ -438,7 +438,7 @@ class OfflineExecutor:
             self._close(entry, cancelled=error)
             return
         outcomes = self._remove_batch(subs)
-        for (_, _, c, _), (_, err) in zip(checked, outcomes, strict=True):
+        for (_, _, c, _), (_, err, _) in zip(checked, outcomes, strict=True):
             if err is not None:
                 listings.pop(c.partition_dir, None)
             elif c.partition_dir in listings:
@@ -452,70 +452,75 @@ class OfflineExecutor:
             self.audit.after_many(
                 [
                     (sub["action_id"], err is None, freed, err)
-                    for sub, (freed, err) in zip(subs, outcomes, strict=True)
+                    for sub, (freed, err, _) in zip(subs, outcomes, strict=True)
                 ]
             )
         except AuditWriteFailed as exc:
             log.error("audit_write_failed", action_id=entry["action_id"], error=str(exc))
-        failed = [sub["action_id"] for sub, (_, err) in zip(subs, outcomes, strict=True) if err]
-        if not failed:
+        unfinished = {
+            sub["action_id"]
+            for sub, (_, err, untouched) in zip(subs, outcomes, strict=True)
+            if err is not None and not untouched
+        }
+        if not unfinished:
             self._step("journal-done")
             self._close(entry)
         else:
-            # The entry stays open for the failed ones (``recover`` finishes what an I/O
-            # error interrupted); the others are settled, so recovery does not report them
-            # a second time.
-            settled = [sub["action_id"] for sub in subs if sub["action_id"] not in failed]
+            # The entry stays open for the segments an I/O error interrupted (``recover``
+            # finishes them); the others are settled, so recovery does not report them again.
+            settled = [sub["action_id"] for sub in subs if sub["action_id"] not in unfinished]
             with contextlib.suppress(OSError):
                 self._journal(
                     {"op": "settled", "action_id": entry["action_id"], "segments": settled}
                 )
-        for (i, d, _, _), (freed, err) in zip(checked, outcomes, strict=True):
+        for (i, d, _, _), (freed, err, _) in zip(checked, outcomes, strict=True):
             if err is not None:
                 failed_partitions.add((d.topic, d.partition))
             results[i] = DeletionResult(d, err is None, freed if err is None else 0, MODE, err)
 
-    def _remove_batch(self, subs: Sequence[Mapping[str, Any]]) -> list[tuple[int, str | None]]:
+    def _remove_batch(
+        self, subs: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[int, str | None, bool]]:
         """``_remove`` for a whole batch: every rename (plan order), one fsync per partition
-        dir, every unlink, one fsync per partition dir; ``(freed, error)`` per segment.
+        dir, every unlink, one fsync per partition dir; ``(freed, error, untouched)`` per
+        segment.
 
-        An I/O error on one segment stops that partition's later segments (never a hole);
-        they are left untouched, the started ones are left to ``recover``."""
-        out: list[list[Any]] = [[0, None] for _ in subs]  # freed, error
+        An I/O error renaming one segment stops that partition's later segments (never a
+        hole): they are left untouched. A segment that failed once started is left to
+        ``recover``, which finishes it."""
+        freed = [0] * len(subs)
+        errors: list[str | None] = [None] * len(subs)
+        untouched = [False] * len(subs)
         fds: dict[str, int] = {}
-        bad: dict[str, str] = {}  # partition dir -> the error that stopped it
+        stopped: dict[str, str] = {}  # partition dir -> the rename error that stopped it
+        unsynced: dict[str, str] = {}  # partition dir -> its failed fsync after the renames
         renamed: list[list[tuple[str, bool]]] = [[] for _ in subs]  # (name, unlinked already)
-
-        def fail(k: int, pd: str, exc: OSError) -> None:
-            out[k][1] = f"{exc.strerror or exc} ({exc.filename or pd})"
-            bad.setdefault(pd, str(out[k][1]))
-
         try:
             for k, sub in enumerate(subs):
                 pd = str(sub["partition_dir"])
-                if pd in bad:
-                    out[k][1] = f"{_HOLE_IO}: {bad[pd]}"
+                if pd in stopped:
+                    errors[k], untouched[k] = f"{_HOLE_IO}: {stopped[pd]}", True
                     continue
                 try:
                     if pd not in fds:
                         fds[pd] = os.open(
                             pd, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
                         )
-                    out[k][0] = self._rename_all(fds[pd], sub["names"], renamed[k])
+                    freed[k] = self._rename_all(fds[pd], sub["names"], renamed[k])
                 except OSError as exc:
-                    fail(k, pd, exc)
+                    errors[k] = stopped[pd] = f"{exc.strerror or exc} ({exc.filename or pd})"
             for pd, dfd in fds.items():
                 self._step("fsync-renamed")
                 try:
                     os.fsync(dfd)
                 except OSError as exc:
-                    bad.setdefault(pd, f"{exc.strerror or exc} ({pd})")
+                    unsynced[pd] = f"{exc.strerror or exc} ({pd})"
             for k, sub in enumerate(subs):
                 pd = str(sub["partition_dir"])
-                if out[k][1] is not None:
+                if errors[k] is not None:
                     continue
-                if pd in bad:
-                    out[k][1] = f"{_HOLE_IO}: {bad[pd]}"
+                if pd in unsynced:
+                    errors[k] = unsynced[pd]
                     continue
                 try:
                     for name, unlinked in renamed[k]:
@@ -525,19 +530,20 @@ class OfflineExecutor:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(name + DELETED_SUFFIX, dir_fd=fds[pd])
                 except OSError as exc:
-                    fail(k, pd, exc)
+                    # Its .log is renamed already: to Kafka it is gone, like the later ones.
+                    errors[k] = f"{exc.strerror or exc} ({exc.filename or pd})"
             for pd, dfd in fds.items():
                 self._step("fsync-unlinked")
                 try:
                     os.fsync(dfd)
                 except OSError as exc:
                     for k, sub in enumerate(subs):
-                        if sub["partition_dir"] == pd and out[k][1] is None:
-                            out[k][1] = f"{exc.strerror or exc} ({pd})"
+                        if sub["partition_dir"] == pd and errors[k] is None:
+                            errors[k] = f"{exc.strerror or exc} ({pd})"
         finally:
             for dfd in fds.values():
                 os.close(dfd)
-        return [(int(freed), error) for freed, error in out]
+        return list(zip(freed, errors, untouched, strict=True))
 
     def _rename_all(self, dfd: int, names: Sequence[str], renamed: list[tuple[str, bool]]) -> int:
         """Rename a segment's files (``.log`` first) to ``.deleted``; the bytes they hold."""

@@ -41,7 +41,7 @@ from machine import RESULTS, ROOT, machine_info
 
 SEG = SegmentSpec(records=4, payload_size=200, records_per_batch=2)
 #: main before offline batching (issue 15): one journal entry and six fsyncs per segment.
-BASELINE_COMMIT = "f81d40e"
+BASELINE_COMMIT = "ca081c3"
 
 
 def load_baseline(tmp: Path) -> ModuleType:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from diskguard import offline
 from diskguard.audit import AuditLog, pair_actions, read_audit
 from diskguard.offline import JOURNAL_FILE, OfflineExecutor
 from diskguard.planner import Deletion
@@ -706,4 +707,36 @@ def test_an_io_error_in_a_batch_stops_only_that_partition_and_recovery_finishes_
         (0, chosen[0].base_offset, True)
     ]
     assert [_segment_state(logs, d) for d in chosen] == ["gone", "gone", "whole", "gone"]
+    assert executor(state).pending() == 0
+
+
+def test_a_plan_longer_than_one_batch_is_split_in_plan_order(
+    loop_ext4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``BATCH_MAX`` bounds a batch (audit reserve, journal record size): a longer plan is
+    several batches, each one journal entry, run in plan order; a refusal in the first
+    still stops that partition's segments in the later ones (never a hole)."""
+    monkeypatch.setattr(offline, "BATCH_MAX", 2)
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=2, segments=5)
+    chosen = [
+        deletion(logs, mnt, parts[p], parts[p].segments[s]) for s in range(3) for p in range(2)
+    ]
+    # Partition 1's first segment is refused (its .timeindex is a directory).
+    ti = parts[1].segments[0].timeindex_path
+    os.unlink(ti)
+    ti.mkdir()
+    intents: list[int] = []
+
+    def count_intents(step: str) -> None:
+        if step == "audit":
+            raw = (state / JOURNAL_FILE).read_text().splitlines()
+            intents.append(sum(json.loads(line)["op"] == "intent" for line in raw))
+
+    results = executor(state, on_step=count_intents).execute(chosen, {})
+    assert [r.ok for r in results] == [True, False, True, False, True, False]
+    assert all("hole" in (r.error or "") for r in results[3::2])
+    assert intents == [1, 2, 3]  # three batches (p0s0 | p0s1 | p0s2): one entry each
+    assert [_segment_state(logs, d) for d in chosen] == ["gone", "whole"] * 3
     assert executor(state).pending() == 0

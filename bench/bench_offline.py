@@ -11,7 +11,7 @@ Baseline, in the same run on the same filesystem: the per-segment executor of co
 (``git show COMMIT:daemon/diskguard/offline.py``) as a module of its own beside today's
 ``diskguard`` (it uses only audit/lockfile/model/planner APIs that still exist). Which one
 runs first alternates per ``--rounds`` round, each on a fresh tree. Prints the ratio.
-Needs root (loop mount) and git. Writes ``bench/results/offline.json``.
+Needs root (loop mount) and git. Writes ``bench/results/offline.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ def main() -> None:
     ap.add_argument("--segments", type=int, default=100)
     ap.add_argument("--delete", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=RESULTS / "offline.json")
     ap.add_argument("--image-dir", type=Path, default=Path("/var/tmp/diskguard-bench"))
     args = ap.parse_args()
     per_partition = -(-args.delete // args.partitions)
@@ -150,8 +151,8 @@ def main() -> None:
         "target_met": rate["batched"] >= 500,
         "machine": machine_info(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "offline.json").write_text(json.dumps(out, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
     for name in impls:
         print(
             f"offline execute ({name}): {n} deletions over {args.partitions} partitions, best of "

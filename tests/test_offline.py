@@ -740,3 +740,49 @@ def test_a_plan_longer_than_one_batch_is_split_in_plan_order(
     assert intents == [1, 2, 3]  # three batches (p0s0 | p0s1 | p0s2): one entry each
     assert [_segment_state(logs, d) for d in chosen] == ["gone", "whole"] * 3
     assert executor(state).pending() == 0
+
+
+def test_a_batch_abandoned_to_a_broker_keeps_the_outcomes_already_written(
+    loop_ext4: Callable[..., Path],
+) -> None:
+    """Killed between a batch's audit outcomes and its journal ``done``, then a broker takes
+    the lock before recovery: the segments with an outcome keep it (one outcome per intent),
+    only the others are recorded as abandoned."""
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=1)
+    seg0, seg1 = parts[0].segments[0], parts[0].segments[1]
+    audit = AuditLog(state / "audit.jsonl")
+    state.mkdir()
+    audit.append({"action_id": "s1", "phase": "intent", "topic": "orders"})
+    audit.append({"action_id": "s2", "phase": "intent", "topic": "orders"})
+    audit.append({"action_id": "s1", "phase": "done", "topic": "orders", "freed_bytes": 1})
+    _journal(
+        state,
+        [
+            {
+                "op": "intent",
+                "kind": "batch",
+                "action_id": "b1",
+                "audit_offset": 0,
+                "log_dir_real": str(logs),
+                "segments": [
+                    {
+                        "action_id": f"s{i + 1}",
+                        "partition_dir": str(logs / "orders-0"),
+                        "names": [seg.log_path.name],
+                        "fields": {"topic": "orders", "partition": 0},
+                    }
+                    for i, seg in enumerate((seg0, seg1))
+                ],
+            }
+        ],
+    )
+    with hold_lock(logs):
+        results = executor(state).recover([logs])
+    assert [r.ok for r in results] == [False]
+    assert "abandoned" in (results[0].error or "")
+    outcomes = [a.outcome for a in pair_actions(list(read_audit(state / "audit.jsonl")))]
+    assert [(o or {}).get("phase") for o in outcomes] == ["done", "failed"]
+    assert len(list(read_audit(state / "audit.jsonl"))) == 4
+    assert executor(state).pending() == 0

@@ -656,7 +656,13 @@ class OfflineExecutor:
     def _abandon_entry(self, entry: dict[str, Any], why: str) -> list[DeletionResult]:
         if entry.get("kind") != _BATCH:
             return [self._abandon(entry, why)]
-        results = [self._abandon(sub, why) for sub in self._batch_subs(entry)]
+        results: list[DeletionResult] = []
+        for sub in self._batch_subs(entry):
+            # A segment whose outcome is written already (a kill between the outcomes and
+            # the journal's done) keeps it: one outcome per intent.
+            if self.audit.outcome_of(str(sub["action_id"]), int(sub.get("audit_offset") or 0)):
+                continue
+            results.append(self._abandon(sub, why))
         self._close(entry, abandoned=why)
         return results
 

@@ -717,6 +717,7 @@ def test_a_plan_longer_than_one_batch_is_split_in_plan_order(
     several batches, each one journal entry, run in plan order; a refusal in the first
     still stops that partition's segments in the later ones (never a hole)."""
     monkeypatch.setattr(offline, "BATCH_MAX", 2)
+    monkeypatch.setattr(offline, "BATCH_FIRST", 2)
     mnt = loop_ext4(64 * MiB)
     logs, state = mnt / "logs", mnt / "state"
     parts = make_log_dir(logs, partitions=2, segments=5)
@@ -786,3 +787,27 @@ def test_a_batch_abandoned_to_a_broker_keeps_the_outcomes_already_written(
     assert [(o or {}).get("phase") for o in outcomes] == ["done", "failed"]
     assert len(list(read_audit(state / "audit.jsonl"))) == 4
     assert executor(state).pending() == 0
+
+
+def test_batches_start_small_and_double(
+    loop_ext4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first batch is small (space comes back after a few fsyncs), each next one twice
+    the size up to ``BATCH_MAX`` (throughput)."""
+    monkeypatch.setattr(offline, "BATCH_FIRST", 1)
+    monkeypatch.setattr(offline, "BATCH_MAX", 4)
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=1, segments=9)
+    chosen = [deletion(logs, mnt, parts[0], parts[0].segments[s]) for s in range(8)]
+    sizes: list[int] = []
+
+    def batch_size(step: str) -> None:
+        if step == "audit":
+            last = json.loads((state / JOURNAL_FILE).read_text().splitlines()[-1])
+            sizes.append(len(last["segments"]))
+
+    results = executor(state, on_step=batch_size).execute(chosen, {})
+    assert all(r.ok for r in results)
+    assert sizes == [1, 2, 4, 1]
+    assert [_segment_state(logs, d) for d in chosen] == ["gone"] * 8

@@ -126,6 +126,10 @@ _SWEEP_FILES = "sweep_files"  # the *.deleted files of one partition dir
 #: audit lines (~700 bytes each) fit in the audit reserve on a 100%-full disk, and a journal
 #: record stays small enough to re-read on every journal mutation.
 BATCH_MAX = 256
+#: The first batch of an ``execute`` is small and each next one twice the size: space comes
+#: back after the first few fsyncs (a disk over its ceiling needs only the plan's head to get
+#: under it), and the large later batches keep the throughput.
+BATCH_FIRST = 16
 
 _HOLE = "an older segment of this partition was not deleted (deleting this one would leave a hole)"
 _HOLE_IO = "not deleted: an older segment of this partition failed first (no hole)"
@@ -242,15 +246,17 @@ class OfflineExecutor:
                         self._recover_entry(entry)
                     failed_partitions: set[tuple[str, int]] = set()
                     listings: dict[str, dict[str, int]] = {}
-                    for at in range(0, len(indexes), BATCH_MAX):
+                    at, size = 0, min(BATCH_FIRST, BATCH_MAX)
+                    while at < len(indexes):
                         self._delete_batch(
                             deletions,
-                            indexes[at : at + BATCH_MAX],
+                            indexes[at : at + size],
                             usage_before,
                             results,
                             failed_partitions,
                             listings,
                         )
+                        at, size = at + size, min(2 * size, BATCH_MAX)
             except lockfile.LockHeld as exc:
                 why = f"{exc} (is the broker running?); nothing touched"
                 for i in indexes:

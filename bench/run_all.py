@@ -40,6 +40,18 @@ QUICK = {
         "--out",
         str(BENCH / "results" / "reaction-quick.json"),
     ],
+    "bench_offline.py": [
+        "--partitions",
+        "20",
+        "--segments",
+        "10",
+        "--delete",
+        "100",
+        "--rounds",
+        "1",
+        "--out",
+        str(BENCH / "results" / "offline-quick.json"),
+    ],
     "bench_stuck.py": [
         "--partitions",
         "20",
@@ -58,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small trees, short runs")
     ap.add_argument("--keep", action="store_true", help="keep the big tree images for next time")
     args = ap.parse_args(argv)
-    scripts = ["bench_plan.py", "bench_reaction.py", "bench_stuck.py"]
+    scripts = ["bench_plan.py", "bench_reaction.py", "bench_offline.py", "bench_stuck.py"]
     if (BENCH / "bench_aggregate.py").exists():
         scripts.append("bench_aggregate.py")
     failed: list[str] = []

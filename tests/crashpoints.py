@@ -171,6 +171,14 @@ SCENARIOS: dict[str, Scenario] = {
             "deletions alternate between the dirs",
         ),
         Scenario(
+            "many-segments",
+            lambda root: _build_mixed(root, 1, 5, 9, 64 * 1024),
+            ("logs0",),
+            0.8,
+            "1 log dir, 10 partitions x 9 segments, leftovers; ~60 live segments in one batch "
+            "(renames and unlinks are most of a batched deletion's calls)",
+        ),
+        Scenario(
             "sweep-only",
             lambda root: _build_mixed(root, 1, 2, 4, MiB),
             ("logs0",),

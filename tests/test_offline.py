@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from diskguard import offline
 from diskguard.audit import AuditLog, pair_actions, read_audit
 from diskguard.offline import JOURNAL_FILE, OfflineExecutor
 from diskguard.planner import Deletion
@@ -573,3 +574,240 @@ def test_a_100_percent_full_disk(loop_ext4: Callable[..., Path], reserve: bool) 
         # Whichever of the audit line or the journal entry hit ENOSPC first: not attempted.
         assert result.refused and "not writable" in (result.error or ""), result
         assert tree(logs) == before
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def test_one_cycle_is_one_journal_entry_and_a_few_fsyncs_not_six_per_segment(
+    loop_ext4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15: six fsyncs per segment capped offline deletion at ~65 segments/s. A batch
+    costs one journal fsync, one audit fsync per set of lines (intents, outcomes), one
+    journal ``done`` and two fsyncs per partition dir, whatever its number of segments; the
+    audit log still has one intent and one outcome line per segment."""
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=3, segments=5)
+    chosen = [
+        deletion(logs, mnt, parts[p], parts[p].segments[s]) for s in range(4) for p in range(3)
+    ]
+    ex = executor(state)
+    state.mkdir()
+    assert ex.audit.ensure_reserve()  # its one-time fsync is not counted
+    journal_seen: list[list[dict[str, object]]] = []
+
+    def snapshot_journal(step: str) -> None:
+        if step == "journal-done":
+            raw = (state / JOURNAL_FILE).read_text().splitlines()
+            journal_seen.append([json.loads(line) for line in raw])
+
+    ex._on_step = snapshot_journal
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(
+        os,
+        "fsync",
+        lambda fd: (fsyncs.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))[1],
+    )
+    results = ex.execute(chosen, {})
+    monkeypatch.undo()
+    assert all(r.ok for r in results)
+    assert not any(parts[p].segments[s].log_path.exists() for s in range(4) for p in range(3))
+    # journal, audit intents, 3 dirs x 2, audit outcomes, journal done, compaction
+    assert len(fsyncs) <= 4 + 2 * 3 + 1, len(fsyncs)
+    [records] = journal_seen
+    intents = [r for r in records if r.get("op") == "intent"]
+    assert len(intents) == 1
+    names = {
+        f"{os.path.basename(sub['partition_dir'])}/{n}"
+        for sub in intents[0]["segments"]  # type: ignore[attr-defined]
+        for n in sub["names"]
+    }
+    assert names == set().union(*(segment_names(d) for d in chosen))
+    actions = pair_actions(list(read_audit(state / "audit.jsonl")))
+    assert len(actions) == len(chosen)
+    assert all(a.intent and a.outcome and a.outcome["phase"] == "done" for a in actions)
+    assert [(a.first["partition"], a.first["base_offset"]) for a in actions] == [
+        (d.partition, d.base_offset) for d in chosen
+    ]
+
+
+def test_recover_a_batch_killed_half_way_finishes_the_started_prefix_cancels_the_rest(
+    loop_ext4: Callable[..., Path],
+) -> None:
+    """Killed while renaming the third segment of a batch of six (its ``.log`` renamed,
+    its ``.index`` not): the first three are finished, the last three untouched and
+    cancelled (audit ``failed``, planned again); no segment half deleted, no hole."""
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=2, segments=4)
+    chosen = [
+        deletion(logs, mnt, parts[p], parts[p].segments[s]) for s in range(3) for p in range(2)
+    ]
+    before = tree(logs)
+    renames: list[str] = []
+
+    def crash(step: str) -> None:
+        if step.startswith("rename:"):
+            renames.append(step)
+            if step.endswith(".index") and sum(s.endswith(".log") for s in renames) == 3:
+                raise Crash(step)
+
+    with pytest.raises(Crash):
+        executor(state, on_step=crash).execute(chosen, {})
+    # Renamed (not unlinked yet): the first two whole-renamed, the third half.
+    assert [_segment_state(logs, d) for d in chosen] == ["partial"] * 3 + ["whole"] * 3
+    assert executor(state).pending() == 1
+
+    recovered = executor(state).recover([logs])
+    assert [r.ok for r in recovered] == [True, True, True, False, False, False]
+    assert all("interrupted before" in (r.error or "") for r in recovered[3:])
+    assert [_segment_state(logs, d) for d in chosen] == ["gone"] * 3 + ["whole"] * 3
+    assert executor(state).pending() == 0
+    gone = set().union(*(segment_names(d) for d in chosen[:3]))
+    after = tree(logs)
+    assert set(before) - set(after) == gone
+    assert {k: v for k, v in before.items() if k not in gone} == after
+    actions = pair_actions(list(read_audit(state / "audit.jsonl")))
+    assert len(actions) == 6 and all(a.intent and a.outcome for a in actions)
+    assert [a.outcome["phase"] for a in actions if a.outcome] == ["done"] * 3 + ["failed"] * 3
+
+
+def test_an_io_error_in_a_batch_stops_only_that_partition_and_recovery_finishes_it(
+    loop_ext4: Callable[..., Path],
+) -> None:
+    """EIO renaming a segment's ``.index``: that segment fails (journal left open for it),
+    the partition's later segments are not touched (never a hole), the other partition's go;
+    ``recover`` finishes the started one without reporting the others a second time."""
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=2, segments=4)
+    chosen = [
+        deletion(logs, mnt, parts[p], parts[p].segments[s]) for s in range(2) for p in range(2)
+    ]
+    bad_index = parts[0].segments[0].index_path.name
+    seen: list[str] = []
+
+    def eio(step: str) -> None:
+        seen.append(step)
+        if step == f"rename:{bad_index}" and seen.count(step) == 1:  # partition 0's, first
+            raise OSError(errno.EIO, "injected I/O error", bad_index)
+
+    results = executor(state, on_step=eio).execute(chosen, {})
+    assert [r.ok for r in results] == [False, True, False, True]
+    assert "injected" in (results[0].error or "")
+    assert "no hole" in (results[2].error or "")
+    assert _segment_state(logs, chosen[0]) == "partial"
+    assert _segment_state(logs, chosen[2]) == "whole"
+    assert executor(state).pending() == 1
+
+    recovered = executor(state).recover([logs])
+    assert [(r.deletion.partition, r.deletion.base_offset, r.ok) for r in recovered] == [
+        (0, chosen[0].base_offset, True)
+    ]
+    assert [_segment_state(logs, d) for d in chosen] == ["gone", "gone", "whole", "gone"]
+    assert executor(state).pending() == 0
+
+
+def test_a_plan_longer_than_one_batch_is_split_in_plan_order(
+    loop_ext4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``BATCH_MAX`` bounds a batch (audit reserve, journal record size): a longer plan is
+    several batches, each one journal entry, run in plan order; a refusal in the first
+    still stops that partition's segments in the later ones (never a hole)."""
+    monkeypatch.setattr(offline, "BATCH_MAX", 2)
+    monkeypatch.setattr(offline, "BATCH_FIRST", 2)
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=2, segments=5)
+    chosen = [
+        deletion(logs, mnt, parts[p], parts[p].segments[s]) for s in range(3) for p in range(2)
+    ]
+    # Partition 1's first segment is refused (its .timeindex is a directory).
+    ti = parts[1].segments[0].timeindex_path
+    os.unlink(ti)
+    ti.mkdir()
+    intents: list[int] = []
+
+    def count_intents(step: str) -> None:
+        if step == "audit":
+            raw = (state / JOURNAL_FILE).read_text().splitlines()
+            intents.append(sum(json.loads(line)["op"] == "intent" for line in raw))
+
+    results = executor(state, on_step=count_intents).execute(chosen, {})
+    assert [r.ok for r in results] == [True, False, True, False, True, False]
+    assert all("hole" in (r.error or "") for r in results[3::2])
+    assert intents == [1, 2, 3]  # three batches (p0s0 | p0s1 | p0s2): one entry each
+    assert [_segment_state(logs, d) for d in chosen] == ["gone", "whole"] * 3
+    assert executor(state).pending() == 0
+
+
+def test_a_batch_abandoned_to_a_broker_keeps_the_outcomes_already_written(
+    loop_ext4: Callable[..., Path],
+) -> None:
+    """Killed between a batch's audit outcomes and its journal ``done``, then a broker takes
+    the lock before recovery: the segments with an outcome keep it (one outcome per intent),
+    only the others are recorded as abandoned."""
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=1)
+    seg0, seg1 = parts[0].segments[0], parts[0].segments[1]
+    audit = AuditLog(state / "audit.jsonl")
+    state.mkdir()
+    audit.append({"action_id": "s1", "phase": "intent", "topic": "orders"})
+    audit.append({"action_id": "s2", "phase": "intent", "topic": "orders"})
+    audit.append({"action_id": "s1", "phase": "done", "topic": "orders", "freed_bytes": 1})
+    _journal(
+        state,
+        [
+            {
+                "op": "intent",
+                "kind": "batch",
+                "action_id": "b1",
+                "audit_offset": 0,
+                "log_dir_real": str(logs),
+                "segments": [
+                    {
+                        "action_id": f"s{i + 1}",
+                        "partition_dir": str(logs / "orders-0"),
+                        "names": [seg.log_path.name],
+                        "fields": {"topic": "orders", "partition": 0},
+                    }
+                    for i, seg in enumerate((seg0, seg1))
+                ],
+            }
+        ],
+    )
+    with hold_lock(logs):
+        results = executor(state).recover([logs])
+    assert [r.ok for r in results] == [False]
+    assert "abandoned" in (results[0].error or "")
+    outcomes = [a.outcome for a in pair_actions(list(read_audit(state / "audit.jsonl")))]
+    assert [(o or {}).get("phase") for o in outcomes] == ["done", "failed"]
+    assert len(list(read_audit(state / "audit.jsonl"))) == 4
+    assert executor(state).pending() == 0
+
+
+def test_batches_start_small_and_double(
+    loop_ext4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first batch is small (space comes back after a few fsyncs), each next one twice
+    the size up to ``BATCH_MAX`` (throughput)."""
+    monkeypatch.setattr(offline, "BATCH_FIRST", 1)
+    monkeypatch.setattr(offline, "BATCH_MAX", 4)
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=1, segments=9)
+    chosen = [deletion(logs, mnt, parts[0], parts[0].segments[s]) for s in range(8)]
+    sizes: list[int] = []
+
+    def batch_size(step: str) -> None:
+        if step == "audit":
+            last = json.loads((state / JOURNAL_FILE).read_text().splitlines()[-1])
+            sizes.append(len(last["segments"]))
+
+    results = executor(state, on_step=batch_size).execute(chosen, {})
+    assert all(r.ok for r in results)
+    assert sizes == [1, 2, 4, 1]
+    assert [_segment_state(logs, d) for d in chosen] == ["gone"] * 8

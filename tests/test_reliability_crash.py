@@ -1,11 +1,12 @@
 """Reliability: kill -9 at random moments, then restart.
 
 Offline deletion: a real ``diskguard enforce --once`` child on a loop ext4 log dir over its
-ceiling is SIGKILLed a random 0-200 ms after its first audit line (the deletion phase; the
-interpreter's start-up alone takes longer than 200 ms, so timing from the spawn would kill
-only imports), 20 times. After a restart (``recover`` as the daemon's start-up does it, or the
-next ``enforce --once``) only segments of the ``plan --json`` taken before are gone, none is
-half-deleted, no ``*.deleted`` is left and the audit log reads back.
+ceiling is SIGKILLed at a random moment after its first audit line, uniformly within the
+deletion phase as an uninterrupted reference run measured it (first audit line -> exit;
+timing from the spawn would kill only imports), 20 times. After a restart (``recover`` as
+the daemon's start-up does it, or the next ``enforce --once``) only segments of the
+``plan --json`` taken before are gone, none is half-deleted, no ``*.deleted`` is left and
+the audit log reads back.
 
 Daemon: ``diskguard run`` with snapshots every 0.1 s and an exec actuator, usage flapping
 across the flow-control limits, is SIGKILLed at random moments and restarted: every snapshot
@@ -103,6 +104,28 @@ def wait_for_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 20
 def test_kill_9_during_offline_deletion_then_restart(disk: Path, tmp_path: Path) -> None:
     rng = random.Random(20261122)
     stats = {"killed_mid_deletion": 0, "finished_before_kill": 0, "partial_seen": 0}
+    # How long the deletion phase lasts here (first audit line -> exit), uninterrupted: kills
+    # land uniformly inside it. A fixed 0-200 ms missed it once batching made it ~10x shorter.
+    ref_dir = disk / "ref"
+    build(ref_dir)
+    (tmp_path / "ref").mkdir()
+    ref_cfg = write_config(
+        tmp_path / "ref",
+        [ref_dir],
+        disk_usage_percent=round(df_used_percent(disk) - 5.5, 2),
+        mode="offline",
+        offline_headroom=0,
+    )
+    ref = subprocess.Popen(
+        [sys.executable, "-m", "diskguard", "enforce", "--once", "-c", str(ref_cfg)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    assert wait_for_file(tmp_path / "ref" / "state" / "audit.jsonl", ref)
+    t0 = time.monotonic()
+    assert ref.wait(timeout=60) == 0
+    window = time.monotonic() - t0
+    shutil.rmtree(ref_dir)
     for i in range(20):
         work = tmp_path / f"run{i}"
         work.mkdir()
@@ -126,7 +149,7 @@ def test_kill_9_during_offline_deletion_then_restart(disk: Path, tmp_path: Path)
             stderr=subprocess.PIPE,
         )
         started = wait_for_file(audit_path, child)
-        time.sleep(rng.uniform(0, 0.2))
+        time.sleep(rng.uniform(0, window))
         child.send_signal(signal.SIGKILL)
         rc = child.wait(timeout=30)
         assert child.stderr is not None

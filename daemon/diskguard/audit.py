@@ -30,7 +30,7 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,6 +245,63 @@ class AuditLog:
                 append_line(self.path, data, self.make_room)
             except OSError as exc:
                 raise AuditWriteFailed(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+
+    def append_many(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Write several lines with ONE write and ONE fsync, or none of them (the append is
+        rolled back on failure). Offline batches use it: one audit record per segment
+        deletion, but one durability point per batch instead of one per line."""
+        data = b"".join(
+            (json.dumps(dict(r), sort_keys=False, default=str) + "\n").encode() for r in records
+        )
+        if not data:
+            return
+        with self._lock:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                append_line(self.path, data, self.make_room)
+            except OSError as exc:
+                raise AuditWriteFailed(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+
+    def before_many(self, items: Sequence[tuple[Deletion, str, float, str, str]]) -> None:
+        """``before`` for ``(deletion, why, usage_before_percent, mode, action_id)`` items:
+        the same intent lines, made durable together (``append_many``)."""
+        if not self.reserve_path.exists():
+            self.ensure_reserve()
+        records: list[dict[str, Any]] = []
+        pending: dict[str, dict[str, Any]] = {}
+        for deletion, why, usage, mode, action_id in items:
+            fields = {
+                **deletion_fields(deletion),
+                "mode": mode,
+                "scope": SCOPES.get(mode, mode),
+                "reason": why,
+                "usage_before_percent": round(usage, 3),
+                "unconsumed_records": dict(deletion.unconsumed_records),
+            }
+            records.append({"ts": _now(), "action_id": action_id, "phase": INTENT, **fields})
+            pending[action_id] = fields
+        self.append_many(records)
+        self._pending.update(pending)
+
+    def after_many(self, items: Sequence[tuple[str, bool, int, str | None]]) -> None:
+        """``after`` for ``(action_id, ok, freed_bytes, error)`` items of intents this
+        process wrote: the same outcome lines, made durable together."""
+        records = [
+            {
+                "ts": _now(),
+                "action_id": action_id,
+                "phase": DONE if ok else FAILED,
+                **self._pending.get(action_id, {}),
+                "freed_bytes": freed,
+                "error": error,
+            }
+            for action_id, ok, freed, error in items
+        ]
+        self.append_many(records)
+        for action_id, *_ in items:
+            self._pending.pop(action_id, None)
+        if any(ok and freed > 0 for _, ok, freed, _ in items):
+            self.ensure_reserve()
 
     def intent(self, fields: Mapping[str, Any], action_id: str | None = None) -> str:
         """Record the intent of an action that is not a segment deletion (``sweep_fields``);

@@ -387,15 +387,17 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
         F.max("alert_level").alias("peak_alert_level"),
         F.max_by("flow_state", ts).alias("flow_state"),
         F.max_by("alert_level", ts).alias("alert_level"),
+        # the line's centre, for the residual pass below: computed in this same pass over
+        # the history rather than in a second aggregation of its own
+        F.avg(x).alias("_mean_x"),
+        # from the exact long sum: an average of 1e11-byte doubles drifts by a few bytes
+        (F.sum("used_bytes").cast("double") / F.count(F.lit(1))).alias("_mean_y"),
     )
     used = F.col("used_bytes").cast("double")
     avail = F.col("available_bytes").cast("double")
     growth_col = F.col("growth_bytes_per_hour")
-    line = history.groupBy("host", "mount").agg(
-        F.avg(x).alias("_mean_x"),
-        # from the exact long sum: an average of 1e11-byte doubles drifts by a few bytes
-        (F.sum("used_bytes").cast("double") / F.count(F.lit(1))).alias("_mean_y"),
-        growth.alias("_slope"),
+    line = disks.select(
+        "host", "mount", "_mean_x", "_mean_y", F.col("growth_bytes_per_hour").alias("_slope")
     )
     dy = used_d - F.col("_mean_y")
     dx = x - F.col("_mean_x")
@@ -405,7 +407,7 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
         .groupBy("host", "mount")
         .agg(F.sum(residual_sq).alias("_sse"), F.sum(F.pow(dy, 2)).alias("_syy"))
     )
-    disks = disks.join(fit, ["host", "mount"])
+    disks = disks.join(fit, ["host", "mount"]).drop("_mean_x", "_mean_y")
     r2 = F.when(
         growth_col.isNotNull(),
         F.when(F.col("_syy") == 0, F.lit(1.0)).otherwise(

@@ -115,7 +115,7 @@ def test_a_fifo_lock_counts_as_held_offline_is_refused(disk: Path, tmp_path: Pat
 
     proc = cli("plan", "--json", "-c", str(cfg))
     assert proc.returncode == 0, proc.stderr
-    assert '"mode": "refused"' in proc.stdout
+    assert json.loads(proc.stdout)["mode"] == "refused"
     proc = cli("status", "-c", str(cfg))
     assert proc.returncode == 0, proc.stderr
     assert {str(p): os.lstat(p).st_ino for p in log_dir.rglob("*")} == before

@@ -96,16 +96,17 @@ def _build_root(root: Path) -> None:
     dropin = etc / "systemd" / "system" / "diskguard.service.d"
     dropin.mkdir()
     exposed = ""
-    hidden = [
-        p
-        for p in (Path(sys.base_prefix), Path(sys.prefix), DAEMON_SRC)
-        if p.is_relative_to("/root") or p.is_relative_to("/home")
-    ]
-    if hidden:
+    ours = (Path(sys.base_prefix), Path(sys.prefix), DAEMON_SRC)
+    in_home = [p for p in ours if p.is_relative_to("/root") or p.is_relative_to("/home")]
+    # A checkout under /tmp (a CI clone): the unit's PrivateTmp=yes gives the service an empty
+    # /tmp, so the venv and the source are bound read-only into it, as for the homes below.
+    in_tmp = [p for p in ours if p.is_relative_to("/tmp") or p.is_relative_to("/var/tmp")]
+    if in_home:
         # The interpreter, venv or checkout lives in a home (pyenv here; /home/runner/work
         # on CI). ProtectHome=yes makes /root and /home mode 000, so not even a bind below
         # them is reachable for kafka; tmpfs keeps every home empty and shows only these.
-        exposed = "ProtectHome=tmpfs\n" + "".join(f"BindReadOnlyPaths={p}\n" for p in hidden)
+        exposed += "ProtectHome=tmpfs\n"
+    exposed += "".join(f"BindReadOnlyPaths={p}\n" for p in dict.fromkeys(in_home + in_tmp))
     (dropin / "test.conf").write_text(
         textwrap.dedent(
             f"""\

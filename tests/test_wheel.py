@@ -187,4 +187,4 @@ def test_check_config_on_the_shipped_example(built: Built, tmp_path: Path) -> No
     example.write_text(edited)
     good = _run(built, "check-config", "-c", str(example))
     assert good.returncode == 0, good.stderr
-    assert good.stdout.strip() == f"{example}: ok (1 log dir(s): {log_dir})"
+    assert good.stdout.strip() == f"{example}: ok (1 log dir: {log_dir})"

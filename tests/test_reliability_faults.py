@@ -173,7 +173,10 @@ def test_enospc_on_the_state_dir_while_running_still_deletes_through_the_reserve
             assert daemon.proc.poll() is None
             # (state/spool write failures are logged when a write needs a new page; whether
             # one does here depends on page fill, so they are not asserted.)
-            # Every deletion has its audit lines despite the full state dir.
+            # Every deletion has its audit lines despite the full state dir. The disk is under
+            # as soon as the files are unlinked; the cycle's events follow (a loaded machine
+            # can take a while): its retention_cycle line comes after its segment_deleted ones.
+            daemon.wait_for("retention_cycle", timeout=30)
             lines = (state / "audit.jsonl").read_text().splitlines()
             deleted = daemon.named("segment_deleted")
             assert deleted and len(lines) >= 2 * len(deleted)

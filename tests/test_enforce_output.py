@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import kafkagen
+from terminal import on_a_terminal
 
 MiB = 1024 * 1024
 
@@ -41,28 +41,9 @@ def _setup(tmpfs: Callable[[int], Path], tmp_path: Path) -> Path:
     return cfg
 
 
-def _on_a_terminal(argv: list[str]) -> tuple[str, int]:
-    """Run with stdout on a pseudo-terminal (stderr to a pipe); its output and exit code."""
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(argv, stdout=follower, stderr=subprocess.PIPE, close_fds=True)
-    os.close(follower)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(leader)
-    rc = proc.wait(timeout=60)
-    return out.decode(), rc
-
-
 def test_a_terminal_gets_one_summary_line(tmpfs: Callable[[int], Path], tmp_path: Path) -> None:
     cfg = _setup(tmpfs, tmp_path)
-    out, rc = _on_a_terminal(
+    out, rc = on_a_terminal(
         [sys.executable, "-m", "diskguard", "enforce", "--once", "-c", str(cfg)]
     )
     lines = [x for x in out.replace("\r", "").splitlines() if x]
@@ -86,7 +67,7 @@ def test_not_a_terminal_or_json_gets_json_lines(
         events = [json.loads(line)["event"] for line in proc.stdout.splitlines()]
         assert events or run == 1, proc.stderr  # the first run deletes; the second need not
         assert not proc.stdout.startswith("diskguard enforce:")
-    out, _rc = _on_a_terminal(
+    out, _rc = on_a_terminal(
         [sys.executable, "-m", "diskguard", "enforce", "--once", "--json", "-c", str(cfg)]
     )
     for line in out.replace("\r", "").splitlines():

@@ -15,30 +15,11 @@ from diskguard.commands import plan as plan_cmd
 from diskguard.commands import status as status_cmd
 from fsfixtures import fill
 from kafkagen import SegmentSpec, write_log_dir
+from terminal import on_a_terminal
 
 MiB = 1024**2
 BASE_TS = 1_700_000_000_000
 BOLD_RED = "\x1b[1;31m"
-
-
-def _on_a_terminal(argv: list[str]) -> tuple[str, int]:
-    """Run with stdout on a pseudo-terminal (stderr to a pipe); its output and exit code."""
-    leader, follower = pty.openpty()
-    env = {**os.environ, "COLUMNS": "400", "TERM": "xterm-256color"}
-    env.pop("NO_COLOR", None)
-    proc = subprocess.Popen(argv, stdout=follower, stderr=subprocess.PIPE, close_fds=True, env=env)
-    os.close(follower)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(leader)
-    return out.decode(), proc.wait(timeout=120)
 
 
 def _piped(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -71,7 +52,7 @@ def test_status_and_plan_highlight_usage_over_the_limit_on_a_terminal_only(
     cfg = _over_the_limit(tmpfs, tmp_path)
     for cmd in ("status", "plan"):
         argv = [sys.executable, "-m", "diskguard", cmd, "-c", str(cfg)]
-        out, rc = _on_a_terminal(argv)
+        out, rc = on_a_terminal(argv)
         assert rc in (0, 1), out
         assert BOLD_RED in out, (cmd, out)
         piped = _piped(argv)

@@ -81,8 +81,11 @@ def _checks(config: Config, client: BrokerClient, servers: str) -> list[Check]:
         )
     )
     rates = daemon_rates(config)
-    for mount in sorted({fsusage.mount_of(str(d)).mount_point for d in config.broker.log_dirs}):
-        usage = fsusage.filesystem_usage(mount)
+    # One line per device, labelled as the daemon labels it (a bind mount is the same disk,
+    # and the daemon's measured rate is keyed by that label).
+    for group in fsusage.group_by_device(config.broker.log_dirs):
+        mount = group.mount
+        usage = fsusage.usage_of(group.paths[0], mount, group.device)
         room = (
             usage.used_bytes
             + usage.available_bytes

@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: venv
-	$(BIN)/ruff check daemon tests bench
-	$(BIN)/ruff format --check daemon tests bench
+	$(BIN)/ruff check daemon tests bench demo
+	$(BIN)/ruff format --check daemon tests bench demo
 
 typecheck: venv
 	$(BIN)/mypy
@@ -41,7 +41,7 @@ unit: venv tools
 test: lint typecheck unit
 
 demo: venv
-	$(BIN)/python -m diskguard.demo
+	PYTHONPATH=demo $(BIN)/python -m diskguard_demo
 
 bench: venv
 	$(BIN)/python bench/run_all.py

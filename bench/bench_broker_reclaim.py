@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import fsfixtures  # noqa: E402
@@ -55,7 +55,7 @@ BROKER_SCRIPT = _broker_script()
 MiB = 1024 * 1024
 #: The baseline: the daemon as it was, with no growth forecast (asks once over the ceiling).
 REACTIVE = (
-    "import diskguard.runtime as r; r.Runtime.growth_rate = lambda self, mount: None; "
+    "import diskguard.retention.cycle as r; r.Runtime.growth_rate = lambda self, mount: None; "
     "from diskguard.cli import main; main()"
 )
 

@@ -30,14 +30,14 @@ from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 import loopfs
-from diskguard.audit import AuditLog
-from diskguard.offline import OfflineExecutor
-from diskguard.planner import Deletion
-from kafkagen import SegmentSpec, write_log_dir
+from diskguard.retention.audit import AuditLog
+from diskguard.retention.offline import OfflineExecutor
+from diskguard.retention.planner import Deletion
 from machine import RESULTS, ROOT, machine_info
+from support.kafkagen import SegmentSpec, write_log_dir
 
 SEG = SegmentSpec(records=4, payload_size=200, records_per_batch=2)
 #: main before offline batching (issue 15): one journal entry and six fsyncs per segment.

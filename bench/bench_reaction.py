@@ -4,7 +4,7 @@ Issue contract: time from threshold crossing to back-under-limit while a writer 
 segments (p50/p99 over many crossings); CPU and RSS of the idle daemon watching 100k segments.
 Targets: p99 < 1 s, idle CPU < 1 %, RSS < 150 MB.
 
-Reaction: a 512 MiB loop-mounted ext4 holds a real-format log dir (``tests/kafkagen.py``);
+Reaction: a 512 MiB loop-mounted ext4 holds a real-format log dir (``tests/support/kafkagen.py``);
 ``diskguard run`` (offline mode: no broker, no process holds ``.lock``) watches it. A writer
 process plays the broker: it appends RecordBatch v2 batches (correct CRC32C) to the active
 segment of several partitions, writes ``.index``/``.timeindex`` entries every
@@ -48,14 +48,14 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 import crc32c
 
 import gen_tree
-import kafkagen
 import loopfs
 from machine import RESULTS, ROOT, machine_info
+from support import kafkagen
 
 DISKGUARD = ROOT / ".venv" / "bin" / "diskguard"
 MIB = 1024 * 1024

@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 import loopfs
-from kafkagen import SegmentSpec, hold_lock, write_log_dir
 from machine import RESULTS, ROOT, machine_info
+from support.kafkagen import SegmentSpec, hold_lock, write_log_dir
 
 SEG = SegmentSpec(records=4, payload_size=2000, records_per_batch=2)
 SCENARIOS = ("idle", "unreachable", "refused", "dry-run")

@@ -1,8 +1,9 @@
 """Every crash point of offline deletion, with the table for docs/reliability.md.
 
-Runs the scenarios of ``tests/crashpoints.py`` (the same harness ``make test`` runs in
-``tests/test_reliability_crashpoints.py``): strace kills ``diskguard enforce --once`` on entry
-of each of its file-system calls in turn, a clean re-run must converge. Prints a Markdown
+Runs the scenarios of ``tests/support/crashpoints.py`` (the same harness ``make test`` runs
+in ``tests/reliability/test_reliability_crashpoints.py``): strace kills ``diskguard enforce
+--once`` on entry of each of its file-system calls in turn, a clean re-run must converge.
+Prints a Markdown
 table (per scenario and syscall kind: crash points tried, killed there, converged) and writes
 ``bench/results/crashpoints.json``. Needs root (tmpfs mounts) and strace.
 """
@@ -18,9 +19,9 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-import crashpoints
+from support import crashpoints
 
 
 def main(argv: list[str] | None = None) -> int:

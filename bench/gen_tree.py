@@ -1,7 +1,8 @@
 """Generate a large, real-format Kafka log dir fast (1,000 partitions x 1,000 segments = 3M files).
 
-``tests/kafkagen.py`` writes ONE template partition (a closed segment holding one RecordBatch
-v2 with a correct CRC32C, its trimmed ``.index``/``.timeindex``, and an active segment with
+``tests/support/kafkagen.py`` writes ONE template partition (a closed segment holding one
+RecordBatch v2 with a correct CRC32C, its trimmed ``.index``/``.timeindex``,
+and an active segment with
 preallocated sparse indexes). Its bytes are then stamped out for every segment with raw
 ``os.open``/``os.write`` relative to the partition directory's fd, patching per segment:
 
@@ -31,11 +32,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 import crc32c
 
-import kafkagen
+from support import kafkagen
 
 TOPICS = 50
 RECORDS_PER_SEGMENT = 10

@@ -2,7 +2,7 @@
 of them, for ``--minutes`` (10 by default; a bench, not a test).
 
 Setup: ``--disks`` loop-mounted ext4 images (``--fs-mib`` each), each with a real-format log
-dir (``tests/kafkagen.py``); one daemon (offline mode: no broker, nobody holds ``.lock``)
+dir (``tests/support/kafkagen.py``); one daemon (offline mode: no broker, nobody holds ``.lock``)
 guards them all. One writer process per disk plays the broker (``bench_reaction.writer_main``:
 RecordBatch v2 batches with correct CRC32C, sparse preallocated indexes, rolls at
 ``--segment-mib``) at ``--rate-mib-s``, so every disk crosses its ceiling again and again.
@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-import kafkagen
 import loopfs
 from bench_reaction import MIB, DaemonProcess, workdir, writer_main
 from machine import RESULTS, machine_info
+from support import kafkagen
 
 ERROR_EVENTS = ("cycle_failed", "segment_delete_failed", "usage_read_failed", "offline_refused")
 

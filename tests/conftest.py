@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-import fsfixtures
-import realbroker
+from support import fsfixtures, realbroker
 
 # ======================= real filesystems (fsfixtures) — begin =======================
 

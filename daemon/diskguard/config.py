@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from diskguard import safeopen
+from diskguard.host import safeopen
 from diskguard.units import parse_duration, parse_size
 
 DEFAULT_CONFIG_PATH = Path("/etc/diskguard/diskguard.toml")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diskguard import fsusage
-from diskguard.brokerclient import BrokerClient, describe_error
+from diskguard.broker.client import BrokerClient, describe_error
+from diskguard.capacity.topicconfigs import local_broker_id
 from diskguard.config import Config
-from diskguard.reclaimwatch import reclaim_settings
-from diskguard.runtime import daemon_rates
-from diskguard.topicconfigs import local_broker_id
+from diskguard.host import fsusage
+from diskguard.retention.cycle import daemon_rates
+from diskguard.retention.reclaimwatch import reclaim_settings
 from diskguard.units import format_bytes, plural
 
 __all__ = ["Check", "connect_checks"]

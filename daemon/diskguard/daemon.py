@@ -38,23 +38,24 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from diskguard import fsusage, lockfile, sdnotify
-from diskguard.actuators import Actuators
-from diskguard.atomicfile import write_json_atomic
-from diskguard.ballast import Ballast
 from diskguard.config import Config, ConfigError, load_config
-from diskguard.enforcement import BROKER, CycleOutcome, limits_for, with_forecast
-from diskguard.flowstate import ALERT_DEGRADED, FlowLimits, FlowState, Transition, step
-from diskguard.kafkasink import KafkaSink
+from diskguard.flow.actuators import Actuators
+from diskguard.flow.ballast import Ballast
+from diskguard.flow.state import ALERT_DEGRADED, FlowLimits, FlowState, Transition, step
+from diskguard.host import fsusage, sdnotify
+from diskguard.host.atomicfile import write_json_atomic
+from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
+from diskguard.kafkalog import lockfile
+from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import configure_logging, get_logger
 from diskguard.metrics import Metrics
-from diskguard.model import FilesystemUsage
-from diskguard.openfiles import bytes_by_device, scan_deleted_open_files
-from diskguard.planner import Limits, over_ceiling
-from diskguard.runtime import Runtime
-from diskguard.snapshot import DeletedBytesCounter, build_snapshot
-from diskguard.spool import Spool, SpoolError
-from diskguard.stuck import MAX_BACKOFF_S, StuckTracker
+from diskguard.retention.cycle import Runtime
+from diskguard.retention.enforcement import BROKER, CycleOutcome, limits_for, with_forecast
+from diskguard.retention.planner import Limits, over_ceiling
+from diskguard.retention.stuck import MAX_BACKOFF_S, StuckTracker
+from diskguard.snapshots.kafkasink import KafkaSink
+from diskguard.snapshots.record import DeletedBytesCounter, build_snapshot
+from diskguard.snapshots.spool import Spool, SpoolError
 
 log = get_logger("diskguard.daemon")
 

@@ -32,8 +32,8 @@ from prometheus_client import (
 )
 
 from diskguard import __version__
-from diskguard.flowstate import FlowLimits
-from diskguard.model import FilesystemUsage
+from diskguard.flow.state import FlowLimits
+from diskguard.kafkalog.model import FilesystemUsage
 
 __all__ = ["DELETE_MODES", "KNOWN_ACTUATORS", "Metrics", "parse_listen"]
 

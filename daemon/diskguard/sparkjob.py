@@ -8,7 +8,7 @@ Raw snapshots never travel to the driver: everything is Spark SQL (``from_json``
 explicit schema, window functions for episodes, ``regr_slope`` for growth). The driver only
 collects aggregates: one row per disk / topic / host, the bad-record counts, and for the
 report a downsampled series (at most ``points_per_disk`` per chosen disk) and the overfull
-episodes. :mod:`diskguard.aggregation` states the same rules in plain Python; the tests hold
+episodes. :mod:`diskguard.fleet.aggregation` states the same rules in plain Python; the tests hold
 the two to each other.
 """
 
@@ -54,8 +54,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from diskguard import aggregation, report
-from diskguard.kafkasource import (
+from diskguard.fleet import aggregation, report
+from diskguard.fleet.kafkasource import (
     ERROR_PREFIX,
     SOURCE_NAME,
     KafkaSourceError,

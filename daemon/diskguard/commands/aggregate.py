@@ -38,7 +38,7 @@ def aggregate_command(source: str, output: str, master: str) -> None:
     if sys.stderr.isatty():
         click.echo(f"starting Spark ({master}); the first results take a few seconds", err=True)
     # Imported here: pyspark is heavy and every other command starts faster without it.
-    from diskguard.kafkasource import KafkaSourceError
+    from diskguard.fleet.kafkasource import KafkaSourceError
     from diskguard.sparkjob import NoInputError, SourceError, SparkJobError, aggregate
 
     try:

@@ -17,7 +17,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from diskguard.audit import (
+from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
+from diskguard.retention.audit import (
     AUDIT_FILE,
     DONE,
     FAILED,
@@ -27,7 +28,6 @@ from diskguard.audit import (
     pair_actions,
     read_audit,
 )
-from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
 from diskguard.units import format_bytes
 
 

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import click
 
-from diskguard import fsusage
-from diskguard.ballast import Ballast
 from diskguard.cli import (
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
@@ -23,7 +21,9 @@ from diskguard.cli import (
     no_traceback,
 )
 from diskguard.config import Config
-from diskguard.flowstate import FlowLimits
+from diskguard.flow.ballast import Ballast
+from diskguard.flow.state import FlowLimits
+from diskguard.host import fsusage
 from diskguard.units import format_bytes
 
 

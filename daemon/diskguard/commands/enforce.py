@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
-from diskguard.enforcement import CycleOutcome
 from diskguard.logs import configure_logging
-from diskguard.runtime import Runtime, daemon_rates
+from diskguard.retention.cycle import Runtime, daemon_rates
+from diskguard.retention.enforcement import CycleOutcome
 from diskguard.units import format_bytes, plural
 
 

@@ -12,11 +12,11 @@ from rich.table import Table
 from rich.text import Text
 
 from diskguard.cli import cli, config_option, load_or_exit, no_traceback
-from diskguard.enforcement import DRY_RUN, REFUSED, dumps, plan_json
-from diskguard.model import Filesystem
-from diskguard.planner import Deletion, Plan
+from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
-from diskguard.runtime import Runtime, daemon_rates
+from diskguard.retention.cycle import Runtime, daemon_rates
+from diskguard.retention.enforcement import DRY_RUN, REFUSED, dumps, plan_json
+from diskguard.retention.planner import Deletion, Plan
 from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms, plural
 
 

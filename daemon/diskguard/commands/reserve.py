@@ -1,6 +1,6 @@
 """``diskguard reserve``: how much the topics here may grow to, against the disks' capacity.
 
-IBM Event Streams' reserved-size method (see ``diskguard.reserve``). The command only
+IBM Event Streams' reserved-size method (see ``diskguard.capacity.reserve``). The command only
 reports: a total above 90% is a warning on stderr with exit 0, because the broker keeps
 working and the operator may well rely on time retention or diskguard's own limit; a
 monitoring job that wants to alert reads ``over_limit`` from ``--json``.
@@ -18,12 +18,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from diskguard import fsusage
+from diskguard.capacity.reserve import ReserveReport, TopicReserve, reserve_report
+from diskguard.capacity.topicconfigs import TopicConfigError, TopicInventory, load_topics
 from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
+from diskguard.host import fsusage
+from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import configure_logging
-from diskguard.model import FilesystemUsage
-from diskguard.reserve import ReserveReport, TopicReserve, reserve_report
-from diskguard.topicconfigs import TopicConfigError, TopicInventory, load_topics
 from diskguard.units import format_bytes, plural
 
 

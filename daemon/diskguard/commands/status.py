@@ -24,12 +24,12 @@ from rich.text import Text
 
 from diskguard.cli import cli, config_option, load_or_exit, no_traceback
 from diskguard.config import Config
-from diskguard.enforcement import dumps
-from diskguard.flowstate import FlowLimits, FlowState, step
-from diskguard.openfiles import bytes_by_device, scan_deleted_open_files
-from diskguard.reclaimwatch import reclaim_settings
-from diskguard.runtime import daemon_state
-from diskguard.scan import scan
+from diskguard.flow.state import FlowLimits, FlowState, step
+from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
+from diskguard.kafkalog.scan import scan
+from diskguard.retention.cycle import daemon_state
+from diskguard.retention.enforcement import dumps
+from diskguard.retention.reclaimwatch import reclaim_settings
 from diskguard.units import format_bytes, plural
 
 
@@ -226,7 +226,7 @@ def _last_deletion_from_audit(config: Config, mount: str) -> dict[str, Any] | No
     shape the daemon writes to ``state.json``; None when there is none. ``state.json`` alone
     knows only what a daemon that is running now did."""
     # Local import: the audit log is read only here.
-    from diskguard.audit import AUDIT_FILE, DONE
+    from diskguard.retention.audit import AUDIT_FILE, DONE
 
     for raw in _audit_lines_newest_first(Path(config.daemon.state_dir) / AUDIT_FILE):
         if DONE.encode() not in raw:

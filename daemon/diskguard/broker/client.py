@@ -1,0 +1,416 @@
+"""The broker edge: DeleteRecords, reachability and committed consumer offsets, through
+confluent-kafka's ``AdminClient``.
+
+With the broker running, segments are deleted *through* it: ``DeleteRecords`` moves the
+partition's log start offset to the end of the chosen segments, and the broker removes the
+files itself at its next retention check (``log.retention.check.interval.ms``) plus
+``log.segment.delete.delay.ms``. So a successful result's ``freed_bytes`` is what the broker
+*will* reclaim (the segment's bytes), not space already free — the planner counts it as
+pending reclaim until the files are gone.
+
+Nothing here raises into the daemon loop: every broker answer, error or timeout becomes a
+result (or an empty answer plus a warning). The admin client is injected (``admin=``) so the
+request/response handling is tested at the AdminClient boundary with a fake that returns
+futures shaped like confluent-kafka's.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from diskguard.logs import get_logger
+from diskguard.retention.audit import DeletionResult
+from diskguard.retention.planner import NO_OFFSET, Deletion
+
+if TYPE_CHECKING:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+# confluent_kafka (librdkafka) is imported where a broker is really asked: ``plan``, ``status``
+# and ``check-config`` without a broker never pay for loading it.
+
+__all__ = ["MODE", "AdminApi", "BrokerClient", "DeletionResult", "describe_error"]
+
+log = get_logger("diskguard.broker")
+
+MODE = "broker"
+
+#: Topic configs that decide whether diskguard may delete a topic's segments (topicpolicy).
+TOPIC_POLICY_KEYS = ("cleanup.policy", "remote.storage.enable")
+
+
+class AdminApi(Protocol):
+    """The part of ``confluent_kafka.admin.AdminClient`` diskguard uses."""
+
+    def list_topics(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def delete_records(
+        self, topic_partition_offsets: list[TopicPartition], **kwargs: Any
+    ) -> Mapping[TopicPartition, concurrent.futures.Future[Any]]: ...
+
+    def list_consumer_groups(self, **kwargs: Any) -> concurrent.futures.Future[Any]: ...
+
+    def list_consumer_group_offsets(
+        self, list_consumer_group_offsets_request: list[ConsumerGroupTopicPartitions], **kwargs: Any
+    ) -> Mapping[str, concurrent.futures.Future[Any]]: ...
+
+    def describe_configs(
+        self, resources: list[Any], **kwargs: Any
+    ) -> Mapping[Any, concurrent.futures.Future[Any]]: ...
+
+
+#: Hints for the answers an operator is most likely to meet.
+_HINTS = {
+    "UNSUPPORTED_VERSION": "the broker does not support DeleteRecords",
+    "_TRANSPORT": "connection to the broker lost (a broker that does not implement "
+    "DeleteRecords may drop the connection)",
+    "NOT_LEADER_FOR_PARTITION": "this broker is not the partition leader; retried next cycle",
+    "TOPIC_AUTHORIZATION_FAILED": "the client lacks DELETE permission on the topic",
+    "UNKNOWN_TOPIC_OR_PART": "the broker does not know this topic/partition",
+    "REQUEST_TIMED_OUT": "the broker did not answer in time",
+    "_TIMED_OUT": "the broker did not answer in time",
+}
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an admin-call failure: Kafka's error name, its text and a hint."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        err = exc.args[0]
+        name = err.name()
+        hint = _HINTS.get(name)
+        text = f"{name}: {err.str()}"
+        return f"{text} ({hint})" if hint else text
+    if isinstance(exc, concurrent.futures.TimeoutError | TimeoutError):
+        return "timed out waiting for the broker's answer"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _StructlogBridge(logging.Handler):
+    """librdkafka's own log lines (connection refused, ...) as structlog debug events instead
+    of raw ``%3|...`` lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log.debug("librdkafka", message=record.getMessage(), rdkafka_level=record.levelname)
+
+
+def _rdkafka_logger() -> logging.Logger:
+    logger = logging.getLogger("diskguard.librdkafka")
+    if not logger.handlers:
+        logger.addHandler(_StructlogBridge())
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+    return logger
+
+
+class BrokerClient:
+    """One AdminClient for the local broker's cluster."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        client_settings: Mapping[str, str | int | float | bool] | None = None,
+        timeout: float = 5.0,
+        admin: AdminApi | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.timeout = timeout
+        if admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            conf: dict[str, str | int | float | bool] = {
+                "bootstrap.servers": bootstrap,
+                "client.id": "diskguard",
+                **dict(client_settings or {}),
+            }
+            admin = AdminClient(conf, logger=_rdkafka_logger())
+        self._admin: AdminApi = admin
+
+    def close(self) -> None:
+        """Serve pending log callbacks; the AdminClient itself has no close."""
+        self._serve_logs()
+
+    def _serve_logs(self) -> None:
+        poll = getattr(self._admin, "poll", None)
+        if poll is not None:
+            with contextlib.suppress(Exception):
+                poll(0)
+
+    # -- reachability --------------------------------------------------------------------
+    def reachable(self) -> bool:
+        """Metadata round trip within ``timeout``: is a broker answering at ``bootstrap``?"""
+        try:
+            self._admin.list_topics(timeout=self.timeout)
+            return True
+        except Exception as exc:
+            log.info("broker_unreachable", bootstrap=self.bootstrap, error=describe_error(exc))
+            return False
+        finally:
+            self._serve_logs()
+
+    # -- DeleteRecords -------------------------------------------------------------------
+    def delete_records(self, deletions: Sequence[Deletion]) -> list[DeletionResult]:
+        """One DeleteRecords request for all partitions (up to each partition's highest
+        ``next_offset``); one result per deletion, in input order. Never raises."""
+        if not deletions:
+            return []
+        wanted: dict[tuple[str, int], int] = {}
+        for d in deletions:
+            key = (d.topic, d.partition)
+            wanted[key] = max(wanted.get(key, 0), d.next_offset)
+        from confluent_kafka import TopicPartition
+
+        request = [TopicPartition(t, p, off) for (t, p), off in wanted.items()]
+        outcome: dict[tuple[str, int], tuple[int | None, str | None]] = {}
+        try:
+            futures = self._admin.delete_records(
+                request, request_timeout=self.timeout, operation_timeout=self.timeout
+            )
+        except Exception as exc:
+            local_error = describe_error(exc)
+            futures = {}
+            for key in wanted:
+                outcome[key] = (None, local_error)
+        deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
+        for tp, future in futures.items():
+            key = (tp.topic, tp.partition)
+            try:
+                answer = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                outcome[key] = (None, describe_error(exc))
+                continue
+            low = getattr(answer, "low_watermark", None)
+            if not isinstance(low, int):
+                outcome[key] = (None, f"unexpected DeleteRecords answer {answer!r}")
+            elif low < wanted[key]:
+                outcome[key] = (
+                    None,
+                    f"broker kept low watermark {low} below the requested offset {wanted[key]}",
+                )
+            else:
+                outcome[key] = (low, None)
+        self._serve_logs()
+        results = []
+        for d in deletions:
+            low, error = outcome.get(
+                (d.topic, d.partition), (None, "no answer for this partition from the broker")
+            )
+            if error is None:
+                results.append(DeletionResult(d, True, d.bytes, MODE))
+            else:
+                results.append(DeletionResult(d, False, 0, MODE, error))
+        for (topic, partition), (low, error) in outcome.items():
+            if error is None:
+                log.info("delete_records", topic=topic, partition=partition, low_watermark=low)
+            else:
+                log.warning("delete_records_failed", topic=topic, partition=partition, error=error)
+        return results
+
+    def metadata(self) -> Any:
+        """One Metadata round trip; raises what the client raises (``check-config``)."""
+        try:
+            return self._admin.list_topics(timeout=self.timeout)
+        finally:
+            self._serve_logs()
+
+    def acl_error(self) -> str | None:
+        """None when the broker answers DescribeAcls (an authorizer is on and we may ask),
+        else the error in one line. Changes nothing on the broker."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        flt = AclBindingFilter(  # None = any name, principal, host
+            ResourceType.ANY,
+            None,  # type: ignore[arg-type]
+            ResourcePatternType.ANY,
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        try:
+            describe = getattr(self._admin, "describe_acls")  # noqa: B009  # not in AdminApi
+            describe(flt, request_timeout=self.timeout).result(timeout=self.timeout + 2.0)
+        except Exception as exc:
+            return describe_error(exc)
+        finally:
+            self._serve_logs()
+        return None
+
+    # -- broker settings and leadership --------------------------------------------------
+    def broker_configs(self, broker_id: int | None) -> dict[str, str | None] | None:
+        """This broker's configuration (DescribeConfigs on its BROKER resource), or None.
+
+        Without a known broker id (no ``meta.properties``) the first broker in the metadata
+        is asked: retention-check settings are normally the same across a cluster.
+        """
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
+            ConfigResource,
+            ResourceType,
+        )
+
+        try:
+            if broker_id is None:
+                brokers = sorted(self._admin.list_topics(timeout=self.timeout).brokers)
+                if not brokers:
+                    return None
+                broker_id = brokers[0]
+            resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+            describe = getattr(self._admin, "describe_configs", None)
+            if describe is None:
+                return None
+            futures = describe([resource], request_timeout=self.timeout)
+            entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
+            return {key: entry.value for key, entry in entries.items()}
+        except Exception as exc:
+            log.warning(
+                "broker_configs_unavailable", broker_id=broker_id, error=describe_error(exc)
+            )
+            return None
+        finally:
+            self._serve_logs()
+
+    def leaders(self, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+        """``(topic, partition) -> leader broker id`` from one Metadata request ({} on error)."""
+        wanted = set(topics)
+        out: dict[tuple[str, int], int] = {}
+        if not wanted:
+            return out
+        try:
+            metadata = self._admin.list_topics(timeout=self.timeout)
+        except Exception as exc:
+            log.warning("metadata_unavailable", error=describe_error(exc))
+            return out
+        finally:
+            self._serve_logs()
+        for name, topic in getattr(metadata, "topics", {}).items():
+            if name not in wanted or getattr(topic, "error", None) is not None:
+                continue
+            for pid, part in topic.partitions.items():
+                leader = getattr(part, "leader", -1)
+                if isinstance(leader, int) and leader >= 0:
+                    out[(name, int(pid))] = leader
+        return out
+
+    # -- consumer offsets ----------------------------------------------------------------
+    def committed_offsets(self, topics: Iterable[str]) -> dict[tuple[str, int], dict[str, int]]:
+        """``(topic, partition) -> {group: committed offset}`` for ``topics``, across every
+        consumer group; ``NO_OFFSET`` where a group consumes the topic (has committed on some
+        partition of it) but not on this partition. Errors give what could be read (possibly
+        ``{}``) plus a warning: the planner then just cannot prefer consumed segments."""
+        wanted = set(topics)
+        out: dict[tuple[str, int], dict[str, int]] = {}
+        if not wanted:
+            return out
+        deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
+        try:
+            listing = self._admin.list_consumer_groups(request_timeout=self.timeout).result(
+                timeout=max(0.0, deadline - time.monotonic())
+            )
+        except Exception as exc:
+            log.warning("consumer_groups_unavailable", error=describe_error(exc))
+            return out
+        for err in getattr(listing, "errors", None) or []:
+            log.warning("consumer_groups_partial", error=describe_error(err))
+        groups = sorted({g.group_id for g in getattr(listing, "valid", None) or []})
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        futures: dict[str, concurrent.futures.Future[Any]] = {}
+        for group in groups:
+            # The API takes one group per request.
+            try:
+                futures.update(
+                    self._admin.list_consumer_group_offsets(
+                        [ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout
+                    )
+                )
+            except Exception as exc:
+                log.warning("consumer_offsets_unavailable", group=group, error=describe_error(exc))
+        for group, future in futures.items():
+            try:
+                answer = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                log.warning("consumer_offsets_unavailable", group=group, error=describe_error(exc))
+                continue
+            for key, offset in _group_offsets(answer, wanted).items():
+                out.setdefault(key, {})[group] = offset
+        self._serve_logs()
+        return out
+
+    # -- topic configs -------------------------------------------------------------------
+    def describe_topic_configs(
+        self, topics: Sequence[str], keys: Sequence[str] = TOPIC_POLICY_KEYS
+    ) -> dict[str, dict[str, str | None]]:
+        """``topic -> {key: value}`` (only ``keys`` the broker returned) for every topic the
+        broker answered for. A topic it could not answer for is left out, so its policy stays
+        unknown (and protected); one warning names them. Never raises."""
+        out: dict[str, dict[str, str | None]] = {}
+        if not topics:
+            return out
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
+            ConfigResource,
+            ResourceType,
+        )
+
+        failed: dict[str, str] = {}
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in sorted(set(topics))]
+        try:
+            futures = self._admin.describe_configs(resources, request_timeout=self.timeout)
+        except Exception as exc:
+            futures = {}
+            failed = {r.name: describe_error(exc) for r in resources}
+        deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
+        for resource, future in futures.items():
+            name = str(getattr(resource, "name", resource))
+            try:
+                entries = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                out[name] = {
+                    key: (None if entry.value is None else str(entry.value))
+                    for key, entry in dict(entries).items()
+                    if key in keys
+                }
+            except Exception as exc:  # one topic's failure must not hide the others
+                failed[name] = describe_error(exc)
+        for resource in resources:
+            if resource.name not in out and resource.name not in failed:
+                failed[resource.name] = "no answer for this topic from the broker"
+        self._serve_logs()
+        if failed:
+            first = next(iter(sorted(failed.items())))
+            log.warning(
+                "topic_configs_unavailable",
+                topics=sorted(failed),
+                error=first[1],
+                consequence="cleanup.policy unknown: these topics stay protected",
+            )
+        return out
+
+
+def _group_offsets(answer: Any, wanted: set[str]) -> dict[tuple[str, int], int]:
+    """One group's OffsetFetch answer for the ``wanted`` topics.
+
+    A partition without a commit (offset -1001 / -1) is kept as ``NO_OFFSET`` when the group
+    has committed on another partition of that topic: it consumes the topic and has read
+    nothing there, which is not the same as having read everything. A topic the group has no
+    commit on at all is left out (the group does not consume it).
+    """
+    by_topic: dict[str, dict[int, int]] = {}
+    for tp in getattr(answer, "topic_partitions", None) or []:
+        if tp.topic in wanted and tp.error is None:
+            by_topic.setdefault(tp.topic, {})[tp.partition] = max(tp.offset, NO_OFFSET)
+    return {
+        (topic, partition): offset
+        for topic, offsets in by_topic.items()
+        if any(o >= 0 for o in offsets.values())
+        for partition, offset in offsets.items()
+    }

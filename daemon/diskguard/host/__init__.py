@@ -1,0 +1,2 @@
+"""The host: filesystem usage as df sees it, open files, crash-safe file writes, safe opens,
+sd_notify. The lowest layer: imports nothing else from diskguard."""

@@ -1,0 +1,194 @@
+"""The broker's ``<log_dir>/.lock``: is a broker using this log dir, and keeping it out while
+diskguard deletes files itself.
+
+Kafka's ``FileLock`` takes the lock with Java's ``FileChannel.tryLock()``, which OpenJDK on
+Linux implements as a POSIX record lock (``fcntl(F_SETLK)``, exclusive, whole file) — the
+same kind Python's ``fcntl.lockf`` takes. So:
+
+- ``held_by_other`` asks the kernel with ``F_GETLK`` who would block an exclusive lock. It
+  never takes the lock, so a broker starting at that very moment cannot fail because of a
+  probe. Locks held by this process never conflict with its own ``F_GETLK``, which is why a
+  probe while ``hold`` is active answers False (and never opens a second fd, see below).
+- ``hold`` takes the lock non-blocking for the duration of an offline deletion: a broker
+  started mid-deletion fails fast with "Failed to acquire lock on file .lock" instead of
+  loading a half-deleted dir.
+
+The POSIX-lock trap: closing ANY fd of the locked file in the holding process drops the
+lock. While a dir is held, this module never opens or closes its ``.lock`` again (a
+process-wide registry of held dirs answers instead), and nothing else in diskguard opens
+``.lock`` files.
+
+A missing ``.lock`` means no broker has the dir (Kafka creates the file when it locks it):
+``held_by_other`` answers False without creating it (probes stay read-only, ``plan`` runs
+read-only); ``hold`` creates it, exactly as Kafka would, so a broker starting during the
+deletion finds it locked.
+
+Limits: BSD ``flock`` locks are a separate kind the kernel does not report through
+``F_GETLK``; a tool that used ``flock`` on ``.lock`` would go unnoticed (Kafka does not).
+Linux only (``struct flock`` layout below).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from diskguard.host import safeopen
+
+LOCK_FILE = ".lock"
+
+#: ``struct flock`` on Linux (x86_64 and aarch64): short l_type, short l_whence, off_t l_start,
+#: off_t l_len, pid_t l_pid, padded to 32 bytes.
+_FLOCK = struct.Struct("hhqqi4x")
+
+
+class LockHeld(Exception):
+    """Another process holds ``<log_dir>/.lock``: a broker (or another tool) is using it."""
+
+    def __init__(self, log_dir: str | os.PathLike[str], pid: int | None = None) -> None:
+        self.log_dir = str(log_dir)
+        self.pid = pid
+        who = f" (pid {pid})" if pid else ""
+        super().__init__(f"another process{who} holds {self.log_dir}/{LOCK_FILE}")
+
+
+_registry_lock = threading.RLock()
+#: realpath of a held log dir -> (fd, nesting count).
+_held: dict[str, tuple[int, int]] = {}
+
+
+def _key(log_dir: str | os.PathLike[str]) -> str:
+    return os.path.realpath(log_dir)
+
+
+def holder_pid(log_dir: str | os.PathLike[str]) -> int | None:
+    """The pid of another process holding ``.lock`` (0 if it lives in another pid namespace
+    or could not be probed, -1 for an open-file-description lock), or None when nobody else
+    holds it.
+
+    An existing ``.lock`` that cannot be probed (permissions, a symlink, not a regular file)
+    counts as held: the answer gates deleting files, so doubt must mean "a broker may be
+    running". It is opened non-blocking: a FIFO named ``.lock`` answers "held" at once
+    instead of blocking the probe forever (see ``unprobeable``).
+    """
+    key = _key(log_dir)
+    # The whole probe runs under the registry lock: a ``hold`` taken by another thread between
+    # our open and close would otherwise be dropped by our close.
+    with _registry_lock:
+        if key in _held:
+            # We hold it; opening another fd and closing it would release our own lock.
+            return None
+        return _probe(key)
+
+
+def _probe(key: str) -> int | None:
+    path = os.path.join(key, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return 0
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0  # a FIFO, device...: no broker lock we can see; doubt means held
+        query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+    l_type, _whence, _start, _len, pid = _FLOCK.unpack(answer)
+    if l_type == fcntl.F_UNLCK:
+        return None
+    return int(pid)
+
+
+def unprobeable(log_dir: str | os.PathLike[str]) -> str | None:
+    """Why ``<log_dir>/.lock`` cannot be probed (then it counts as held), or None.
+
+    For a warning beside a refusal: "another process holds it" would send the operator
+    looking for a broker when the problem is the file itself."""
+    path = os.path.join(os.fspath(log_dir), LOCK_FILE)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: cannot be probed ({exc.strerror or exc}); treated as held by a broker"
+    if not stat.S_ISREG(mode):
+        return (
+            f"{path}: not a regular file ({safeopen.what_is(mode)}); cannot tell whether a "
+            "broker holds it, treated as held"
+        )
+    return None
+
+
+def held_by_other(log_dir: str | os.PathLike[str]) -> bool:
+    """True when another process holds ``<log_dir>/.lock`` (a broker is using the dir)."""
+    return holder_pid(log_dir) is not None
+
+
+def held_by_us(log_dir: str | os.PathLike[str]) -> bool:
+    """True inside ``hold(log_dir)`` in this process."""
+    with _registry_lock:
+        return _key(log_dir) in _held
+
+
+@contextmanager
+def hold(log_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold ``<log_dir>/.lock`` exclusively for the body; raise ``LockHeld`` if another process
+    has it. Re-entrant within this process (a nested ``hold`` of the same dir is a no-op)."""
+    key = _key(log_dir)
+    # Every open/close of a ``.lock`` in this process happens under the registry lock, so no
+    # thread's close can drop another thread's hold (POSIX locks belong to the process).
+    with _registry_lock:
+        if key in _held:
+            fd, depth = _held[key]
+            _held[key] = (fd, depth + 1)
+        else:
+            _held[key] = (_acquire(key), 1)
+    try:
+        yield
+    finally:
+        with _registry_lock:
+            fd, depth = _held[key]
+            if depth > 1:
+                _held[key] = (fd, depth - 1)
+            else:
+                del _held[key]
+                os.close(fd)  # closing the only fd releases the lock
+
+
+def _acquire(key: str) -> int:
+    path = os.path.join(key, LOCK_FILE)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        os.close(fd)
+        raise
+    if not regular:
+        # Never "hold" something that is not the broker's lock file: refuse as if held.
+        os.close(fd)
+        raise LockHeld(key, 0)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EACCES, errno.EAGAIN):
+            raise LockHeld(key, _probe(key)) from None
+        raise
+    return fd
+
+
+def lock_path(log_dir: str | os.PathLike[str]) -> Path:
+    return Path(log_dir) / LOCK_FILE

@@ -1,0 +1,106 @@
+"""Reading a segment's largest timestamp from its ``.timeindex`` (edge: reads a file).
+
+KIP-61 orders segments by their *largest* timestamp, which Kafka keeps as the last entry of
+the segment's time index (12-byte entries: big-endian int64 timestamp, int32 offset relative
+to the segment's base offset; timestamps never decrease). Only a handful of entries are read,
+so a preallocated 10 MiB index left by an unclean stop costs the same as a trimmed one.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+from diskguard.host import safeopen
+from diskguard.kafkalog.indexfile import IndexCorrupt, read_slot, used_slots
+
+__all__ = [
+    "ENTRY_SIZE",
+    "IndexCorrupt",
+    "TimeIndexEntry",
+    "TimeIndexTail",
+    "entries",
+    "last_entry",
+    "read_tail",
+]
+
+ENTRY_SIZE = 12
+_ENTRY = struct.Struct(">qi")
+
+
+@dataclass(frozen=True)
+class TimeIndexEntry:
+    timestamp_ms: int
+    relative_offset: int
+
+
+def _decode(data: bytes) -> TimeIndexEntry:
+    timestamp_ms, relative_offset = _ENTRY.unpack(data)
+    return TimeIndexEntry(timestamp_ms, relative_offset)
+
+
+@dataclass(frozen=True)
+class TimeIndexTail:
+    """The last entry of a time index and how full the file is.
+
+    ``used_slots * ENTRY_SIZE == file_size`` means the index was trimmed to its entries, as
+    Kafka does when a segment rolls cleanly (``onBecomeInactiveSegment``); a larger file is
+    still preallocated (the segment is active, or was when the broker stopped uncleanly).
+    """
+
+    entry: TimeIndexEntry | None
+    used_slots: int
+    file_size: int
+
+    @property
+    def trimmed(self) -> bool:
+        return self.used_slots * ENTRY_SIZE == self.file_size
+
+
+def last_entry(path: str | os.PathLike[str]) -> TimeIndexEntry | None:
+    """The last entry, or None for an index with no entries (empty or all zeros).
+
+    Raises IndexCorrupt when the last entry is older than the first (Kafka's own sanity
+    check: the broker rebuilds such an index) or has a negative relative offset, and
+    OSError (FileNotFoundError, ...) when the file cannot be read.
+    """
+    return read_tail(path).entry
+
+
+def read_tail(path: str | os.PathLike[str]) -> TimeIndexTail:
+    """``last_entry`` plus the used slots and file size, from one open of the file."""
+    fd = safeopen.open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        count = used_slots(fd, ENTRY_SIZE)
+        if count == 0:
+            return TimeIndexTail(None, 0, size)
+        last = _decode(read_slot(fd, count - 1, ENTRY_SIZE))
+        first = _decode(read_slot(fd, 0, ENTRY_SIZE)) if count > 1 else last
+    finally:
+        os.close(fd)
+    name = os.fspath(path)
+    if last.timestamp_ms < first.timestamp_ms:
+        raise IndexCorrupt(
+            f"{name}: corrupt time index: last timestamp {last.timestamp_ms} (entry {count - 1})"
+            f" is lower than the first {first.timestamp_ms}"
+        )
+    if last.relative_offset < 0 or last.relative_offset < first.relative_offset:
+        raise IndexCorrupt(
+            f"{name}: corrupt time index: last relative offset {last.relative_offset}"
+            f" (entry {count - 1}) is below the first {first.relative_offset}"
+        )
+    return TimeIndexTail(last, count, size)
+
+
+def entries(path: str | os.PathLike[str]) -> list[TimeIndexEntry]:
+    """Every entry (tests and diagnostics; reads only the used prefix)."""
+    fd = safeopen.open_regular(path)
+    try:
+        count = used_slots(fd, ENTRY_SIZE)
+        data = os.pread(fd, count * ENTRY_SIZE, 0)
+    finally:
+        os.close(fd)
+    whole = len(data) - len(data) % ENTRY_SIZE
+    return [_decode(data[i : i + ENTRY_SIZE]) for i in range(0, whole, ENTRY_SIZE)]

@@ -1,0 +1,477 @@
+"""The KIP-61 planner: which segments go, in which order, and why. Pure.
+
+Given each filesystem's usage and the partitions on it, pick the *globally oldest* closed
+segments across all topics until their bytes cover the excess over the target. Rules that
+make it safe (mirroring Kafka's ``UnifiedLog.deleteOldSegments``):
+
+- per partition only a prefix of segments can go (never a hole), never the active one;
+- protected topics are never candidates;
+- a segment is worth its *freeable* bytes (per inode): one whose files have another hard link
+  (``SegmentInfo.shared_files``) would lose records and free nothing, so it is not a
+  candidate and, the rule being a prefix, its partition goes no further this cycle — deleting
+  data for no gain is the worst outcome, worse than missing the target;
+- bytes already on their way out (``pending_reclaim``) are subtracted first, or every cycle
+  under a running broker would delete again what the broker has not yet removed;
+- minimal: stop as soon as the excess is covered.
+
+Segment details (bytes, timestamps) are read lazily through ``SegmentReader`` only for the
+partition heads popped from the heap, so planning a 3M-file tree reads a few thousand files.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from diskguard.kafkalog.model import Filesystem, FilesystemUsage, Partition, SegmentInfo
+
+
+class SegmentReader(Protocol):
+    """Reads one segment's bytes and age; the edge (``scan``) implements it against disk."""
+
+    def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo: ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits that apply to one filesystem."""
+
+    limit_percent: float
+    target_percent: float
+    #: Per-log-dir byte budget for Kafka data (Redpanda's target capacity bytes).
+    max_bytes: int | None = None
+    #: Extra free space to leave (offline rescue: room for the broker's log recovery).
+    headroom_bytes: int = 0
+    #: Broker mode only (offline, files go at once): the filesystem's write rate, the time
+    #: until space asked for now is really free (the broker's reclaim latency), and the
+    #: broker's retention-check period. All 0 when unknown: then only today's usage counts.
+    growth_bytes_per_s: float = 0.0
+    reclaim_latency_s: float = 0.0
+    reclaim_period_s: float = 0.0
+    #: How the latency is known: "measured" (check phase seen), "settings" (worst case), "none".
+    latency_source: str = "none"
+    #: At a retention check of known phase: the forecast alone does not trigger (a request now
+    #: may or may not catch this check; after it, it certainly catches the next).
+    defer_forecast: bool = False
+
+    @property
+    def growth_bytes(self) -> int:
+        """Growth expected before space asked for now is free (rate x latency)."""
+        return int(self.growth_bytes_per_s * self.reclaim_latency_s)
+
+    @property
+    def period_growth_bytes(self) -> int:
+        """Growth over one check period, until the chance after the next one."""
+        return int(self.growth_bytes_per_s * self.reclaim_period_s)
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """One chosen segment. ``next_offset`` is the DeleteRecords offset that removes it."""
+
+    log_dir: str
+    topic: str
+    partition: int
+    base_offset: int
+    next_offset: int
+    max_timestamp_ms: int
+    bytes: int
+    files: tuple[str, ...]
+    mount: str
+    timestamp_source: str = "timeindex"
+    #: Why it was chosen: "disk_usage_percent" or "max_bytes".
+    reason: str = "disk_usage_percent"
+    #: group -> records of this segment the group has not consumed yet.
+    unconsumed_records: Mapping[str, int] = field(default_factory=dict)
+    #: Groups among ``unconsumed_records`` that consume the topic but have committed nothing on
+    #: this partition: counted as having read none of it.
+    groups_without_offset: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FilesystemPlan:
+    mount: str
+    device: str
+    log_dirs: tuple[str, ...]
+    total_bytes: int
+    used_bytes: int
+    available_bytes: int
+    usage_percent: float
+    limit_percent: float
+    target_percent: float
+    pending_reclaim_bytes: int
+    excess_bytes: int
+    chosen_bytes: int = 0
+    chosen_count: int = 0
+    #: Excess left after every deletable segment was chosen (only active/protected remain).
+    unreachable_bytes: int = 0
+    #: Usage expected when space asked for now is freed, before this plan's deletions:
+    #: ``used + growth - pending`` (equals ``used - pending`` without a forecast).
+    predicted_used_bytes: int = 0
+    #: True when only the forecast (not today's usage) crossed the ceiling.
+    predicted_trigger: bool = False
+    growth_bytes_per_s: float = 0.0
+    reclaim_latency_s: float = 0.0
+    reclaim_period_s: float = 0.0
+    latency_source: str = "none"
+
+    @property
+    def predicted_usage_percent(self) -> float:
+        denominator = self.used_bytes + self.available_bytes
+        return 100.0 * self.predicted_used_bytes / denominator if denominator else 0.0
+
+    @property
+    def over_limit(self) -> bool:
+        return self.excess_bytes > 0
+
+    @property
+    def reachable(self) -> bool:
+        return self.unreachable_bytes <= 0
+
+
+@dataclass(frozen=True)
+class ProtectedTopic:
+    """A topic on a guarded disk none of whose segments may go, and why (``plan`` shows it)."""
+
+    topic: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    filesystems: tuple[FilesystemPlan, ...]
+    deletions: tuple[Deletion, ...]
+    #: Protected topics with a partition on a planned filesystem, sorted by topic.
+    protected: tuple[ProtectedTopic, ...] = ()
+
+    @property
+    def reachable(self) -> bool:
+        return all(fs.reachable for fs in self.filesystems)
+
+
+#: The offline headroom never asks for more than this share of a filesystem.
+HEADROOM_CAP_FRACTION = 0.05
+
+#: (topic, partition) -> group -> committed offset (``NO_OFFSET``: the group consumes the topic
+#: but has committed nothing on this partition).
+CommittedOffsets = Mapping[tuple[str, int], Mapping[str, int]]
+
+#: A consumer group's offset on a partition it has committed nothing for (Kafka's -1).
+NO_OFFSET = -1
+
+
+def unconsumed_records(
+    committed: Mapping[str, int], base_offset: int, next_offset: int
+) -> dict[str, int]:
+    """Records in ``[base_offset, next_offset)`` each group has not consumed yet."""
+    out: dict[str, int] = {}
+    for group, offset in committed.items():
+        missing = next_offset - max(base_offset, offset)
+        if missing > 0:
+            out[group] = min(missing, next_offset - base_offset)
+    return out
+
+
+def over_ceiling(usage: FilesystemUsage, limits: Limits, pending_bytes: int) -> tuple[bool, bool]:
+    """``(over, predicted_only)``: must a retention cycle free space on this filesystem now?
+
+    The one place the trigger is decided (planner, daemon loop and ``enforce`` all ask here).
+    Over when today's usage is above the ceiling, or, in broker mode, when the usage
+    predicted for the moment the *following* reclaim could free space would be: after the
+    broker's next retention check nothing asked can free space for a whole period more, so
+    ``used + growth - pending + period_growth`` must stay under the ceiling.
+    """
+    if usage.usage_percent > limits.limit_percent:
+        return True, False
+    if limits.defer_forecast or not (limits.growth_bytes or limits.period_growth_bytes):
+        return False, False
+    predicted = usage.used_bytes + limits.growth_bytes - pending_bytes + limits.period_growth_bytes
+    return predicted > usage.used_bytes_at(limits.limit_percent), True
+
+
+def with_missing_offsets(
+    committed: CommittedOffsets, partitions: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], dict[str, int]]:
+    """Fill in ``NO_OFFSET`` for each group that consumes a topic (has a committed offset on
+    some partition of it) but none on one of ``partitions``.
+
+    OffsetFetch for all of a group's partitions answers only those with a commit, so a
+    partition the group has not read yet is simply absent; without this, absence would read as
+    "consumed everything" and its unread segments would be preferred for deletion. A group with
+    no committed offset anywhere in a topic is not counted as consuming it.
+    """
+    consumers: dict[str, set[str]] = {}
+    for (topic, _partition), groups in committed.items():
+        for group, offset in groups.items():
+            if offset >= 0:
+                consumers.setdefault(topic, set()).add(group)
+    out: dict[tuple[str, int], dict[str, int]] = {}
+    for key in {*committed, *partitions}:
+        groups_of_topic = consumers.get(key[0])
+        if not groups_of_topic:
+            continue
+        have = committed.get(key, {})
+        out[key] = {
+            group: offset if (offset := have.get(group, NO_OFFSET)) >= 0 else NO_OFFSET
+            for group in sorted(groups_of_topic)
+        }
+    return out
+
+
+def groups_without_offset(groups: Mapping[str, int]) -> tuple[str, ...]:
+    """The groups of one partition's ``with_missing_offsets`` entry that have no offset."""
+    return tuple(sorted(group for group, offset in groups.items() if offset < 0))
+
+
+def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
+    """``(excess_bytes, over_ceiling)`` for the usage-percent rule.
+
+    KIP-61 triggers above the ceiling (``limit_percent``) and then deletes down to
+    ``target_percent``; what is already pending reclaim counts as deleted (never twice). In
+    broker mode the usage that counts is the one *predicted for when the broker frees what is
+    asked now* (``used + growth - pending``), and the goal for that moment is the target, or
+    lower if the growth over the following check period would otherwise carry the disk over
+    the ceiling before the next chance to free space. Only once over the ceiling,
+    ``headroom_bytes`` (offline rescue) must also be left free, capped at
+    ``HEADROOM_CAP_FRACTION`` of the filesystem so a small disk is never emptied for it.
+    """
+    usage = fs.usage
+    pending = fs.pending_reclaim_bytes
+    over, _predicted = over_ceiling(usage, limits, pending)
+    if not over:
+        return 0, False
+    goal = usage.used_bytes_at(limits.target_percent)
+    if limits.period_growth_bytes:
+        ceiling_used = usage.used_bytes_at(limits.limit_percent)
+        goal = max(0, min(goal, ceiling_used - limits.period_growth_bytes))
+    if limits.headroom_bytes:
+        capacity = usage.used_bytes + usage.available_bytes
+        headroom = min(limits.headroom_bytes, int(capacity * HEADROOM_CAP_FRACTION))
+        goal = min(goal, capacity - headroom)
+    excess = usage.used_bytes + limits.growth_bytes - pending - goal
+    return max(0, excess), True
+
+
+@dataclass(eq=False)
+class _Head:
+    """A partition's oldest remaining candidate, ordered for the heap.
+
+    Order: age first (largest timestamp), then segments every consumer group has read before
+    those some group still needs, then partitions this broker leads, then (topic, partition,
+    base offset) for determinism.
+    """
+
+    max_timestamp_ms: int
+    has_unconsumed: bool
+    #: DeleteRecords trims every replica: among equal candidates, partitions this broker
+    #: leads go first (their leader's disk is the one that is full).
+    led_elsewhere: bool
+    topic: str
+    partition: int
+    base_offset: int
+    log_dir: str
+    index: int = field(compare=False)
+    part: Partition = field(compare=False)
+    info: SegmentInfo = field(compare=False)
+    next_offset: int = field(compare=False)
+    #: The compared fields as one tuple, built once: the heap compares heads ~15 times each.
+    sort_key: tuple[int, bool, bool, str, int, int, str] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        self.sort_key = (
+            self.max_timestamp_ms,
+            self.has_unconsumed,
+            self.led_elsewhere,
+            self.topic,
+            self.partition,
+            self.base_offset,
+            self.log_dir,
+        )
+
+    def __lt__(self, other: _Head) -> bool:
+        return self.sort_key < other.sort_key
+
+
+def plan_filesystem(
+    fs: Filesystem,
+    limits: Limits,
+    read: SegmentReader,
+    committed: CommittedOffsets | None = None,
+    led_here: Collection[tuple[str, int]] | None = None,
+) -> tuple[FilesystemPlan, list[Deletion]]:
+    """Plan one filesystem: the global-oldest prefix set covering its excess."""
+    initial_excess, _over = filesystem_excess(fs, limits)
+    _, predicted_only = over_ceiling(fs.usage, limits, fs.pending_reclaim_bytes)
+    initial_dir_excess = _dir_excess(fs, limits)
+    excess = initial_excess
+    log_dir_excess = dict(initial_dir_excess)
+    committed = _consumers_offsets(fs, committed)
+    total_needed = excess + sum(log_dir_excess.values())
+    heap: list[_Head] = []
+    if total_needed > 0:
+        for log_dir in fs.log_dirs:
+            for part in log_dir.partitions:
+                head = _head(part, 0, read, committed, led_here)
+                if head is not None:
+                    heap.append(head)
+        heapq.heapify(heap)
+
+    chosen: list[Deletion] = []
+    chosen_bytes = 0
+    while heap and (excess > 0 or any(v > 0 for v in log_dir_excess.values())):
+        head = heapq.heappop(heap)
+        dir_need = log_dir_excess.get(head.log_dir, 0)
+        if excess <= 0 and dir_need <= 0:
+            # Neither this filesystem nor this log dir needs bytes: drop the partition.
+            continue
+        reason = "disk_usage_percent" if excess > 0 else "max_bytes"
+        size = head.info.bytes
+        chosen.append(
+            Deletion(
+                log_dir=head.log_dir,
+                topic=head.topic,
+                partition=head.partition,
+                base_offset=head.base_offset,
+                next_offset=head.next_offset,
+                max_timestamp_ms=head.max_timestamp_ms,
+                bytes=size,
+                files=head.info.files,
+                mount=fs.usage.mount,
+                timestamp_source=head.info.timestamp_source,
+                reason=reason,
+                unconsumed_records=unconsumed_records(
+                    committed.get((head.topic, head.partition), {}),
+                    head.base_offset,
+                    head.next_offset,
+                ),
+                groups_without_offset=groups_without_offset(
+                    committed.get((head.topic, head.partition), {})
+                ),
+            )
+        )
+        chosen_bytes += size
+        excess -= size
+        if head.log_dir in log_dir_excess:
+            log_dir_excess[head.log_dir] -= size
+        nxt = _head(head.part, head.index + 1, read, committed, led_here)
+        if nxt is not None:
+            heapq.heappush(heap, nxt)
+
+    unreachable = max(0, excess) + sum(max(0, v) for v in log_dir_excess.values())
+    usage = fs.usage
+    plan = FilesystemPlan(
+        mount=usage.mount,
+        device=usage.device,
+        log_dirs=tuple(d.path for d in fs.log_dirs),
+        total_bytes=usage.total_bytes,
+        used_bytes=usage.used_bytes,
+        available_bytes=usage.available_bytes,
+        usage_percent=round(usage.usage_percent, 3),
+        limit_percent=limits.limit_percent,
+        target_percent=limits.target_percent,
+        pending_reclaim_bytes=fs.pending_reclaim_bytes,
+        excess_bytes=initial_excess + sum(initial_dir_excess.values()),
+        chosen_bytes=chosen_bytes,
+        chosen_count=len(chosen),
+        unreachable_bytes=unreachable,
+        predicted_used_bytes=usage.used_bytes + limits.growth_bytes - fs.pending_reclaim_bytes,
+        predicted_trigger=_over and predicted_only,
+        growth_bytes_per_s=limits.growth_bytes_per_s,
+        reclaim_latency_s=limits.reclaim_latency_s,
+        reclaim_period_s=limits.reclaim_period_s,
+        latency_source=limits.latency_source,
+    )
+    return plan, chosen
+
+
+def _consumers_offsets(
+    fs: Filesystem, committed: CommittedOffsets | None
+) -> dict[tuple[str, int], dict[str, int]]:
+    if not committed:
+        return {}
+    keys = ((p.topic, p.partition) for d in fs.log_dirs for p in d.partitions)
+    return with_missing_offsets(committed, keys)
+
+
+def _dir_excess(fs: Filesystem, limits: Limits) -> dict[str, int]:
+    """Per log dir: Kafka bytes over the ``max_bytes`` budget, net of pending reclaim."""
+    if limits.max_bytes is None:
+        return {}
+    out = {}
+    for log_dir in fs.log_dirs:
+        if log_dir.kafka_bytes is not None:
+            value = log_dir.kafka_bytes - limits.max_bytes - log_dir.pending_reclaim_bytes
+            if value > 0:
+                out[log_dir.path] = value
+    return out
+
+
+def _head(
+    part: Partition,
+    index: int,
+    read: SegmentReader,
+    committed: CommittedOffsets,
+    led_here: Collection[tuple[str, int]] | None = None,
+) -> _Head | None:
+    if part.protected:
+        return None
+    candidate = part.candidate(index)
+    if candidate is None:
+        return None
+    base, nxt = candidate
+    info = read(part, base)
+    if info.shared_files:
+        return None  # frees nothing: kept, and nothing after it may go (prefix)
+    groups = committed.get((part.topic, part.partition), {})
+    return _Head(
+        max_timestamp_ms=info.max_timestamp_ms,
+        has_unconsumed=any(offset < nxt for offset in groups.values()),
+        led_elsewhere=led_here is not None and (part.topic, part.partition) not in led_here,
+        topic=part.topic,
+        partition=part.partition,
+        base_offset=base,
+        log_dir=part.log_dir,
+        index=index,
+        part=part,
+        info=info,
+        next_offset=nxt,
+    )
+
+
+def plan(
+    filesystems: Sequence[Filesystem],
+    limits_for: Callable[[Filesystem], Limits],
+    read: SegmentReader,
+    committed: CommittedOffsets | None = None,
+    led_here: Collection[tuple[str, int]] | None = None,
+) -> Plan:
+    """Plan every filesystem; deletions are in deletion order (per filesystem, oldest first)."""
+    fs_plans: list[FilesystemPlan] = []
+    deletions: list[Deletion] = []
+    for fs in filesystems:
+        fs_plan, chosen = plan_filesystem(fs, limits_for(fs), read, committed, led_here)
+        fs_plans.append(fs_plan)
+        deletions.extend(chosen)
+    return Plan(tuple(fs_plans), tuple(deletions), protected_topics(filesystems))
+
+
+def protected_topics(filesystems: Sequence[Filesystem]) -> tuple[ProtectedTopic, ...]:
+    """One entry per protected topic; partitions protected for different reasons (one of
+    them tiered, say) give the distinct reasons joined by "; "."""
+    reasons: dict[str, list[str]] = {}
+    for fs in filesystems:
+        for log_dir in fs.log_dirs:
+            for part in log_dir.partitions:
+                if not part.protected:
+                    continue
+                why = part.protected_reason or "protected"
+                seen = reasons.setdefault(part.topic, [])
+                if why not in seen:
+                    seen.append(why)
+    return tuple(
+        ProtectedTopic(topic, "; ".join(sorted(whys))) for topic, whys in sorted(reasons.items())
+    )

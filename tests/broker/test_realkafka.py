@@ -1,0 +1,569 @@
+"""Every broker call diskguard makes, against a REAL Apache Kafka broker (2.2.0 tested).
+
+One broker for the whole session (conftest ``real_kafka``: loop ext4, run as nobody, 1 s
+retention checks, SimpleAclAuthorizer). Skipped — loudly, in the terminal summary — without
+``DISKGUARD_KAFKA_HOME``. Each test uses its own topics, so their order does not matter;
+what diskguard may delete is confined to the test's topic with ``protect_topics``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from diskguard.broker.client import BrokerClient
+from diskguard.capacity.topicconfigs import KAFKA_DEFAULTS, topics_from_broker
+from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir
+from diskguard.retention.planner import Deletion
+from diskguard.snapshots.kafkasink import KafkaSink
+from diskguard.snapshots.record import build_snapshot
+from diskguard.snapshots.spool import Spool
+from support.daemonproc import DaemonProc, df_percent
+from support.fsfixtures import fill
+from support.realbroker import RealBroker
+
+pytestmark = pytest.mark.realkafka
+
+#: Small segments so a few hundred kB of records roll many; batches must stay below them.
+SEGMENT = 20_000
+PRODUCER = {"batch.size": 8_000, "linger.ms": 0}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def segments(broker: RealBroker, topic: str, partition: int = 0) -> list[int]:
+    """Base offsets of the partition's live segments on disk, oldest first."""
+    pdir = broker.log_dir / f"{topic}-{partition}"
+    return sorted(int(p.name[:-4]) for p in pdir.glob("*.log"))
+
+
+def segment_files(broker: RealBroker, topic: str, base: int, partition: int = 0) -> list[Path]:
+    """The segment's own files (not a producer-state ``.snapshot`` named by the same offset,
+    which the broker rewrites as the log start moves)."""
+    pdir = broker.log_dir / f"{topic}-{partition}"
+    return sorted(
+        p
+        for p in pdir.glob(f"{base:020d}.*")
+        if p.suffix in (".log", ".index", ".timeindex", ".txnindex")
+    )
+
+
+def deletion(broker: RealBroker, topic: str, index: int, partition: int = 0) -> Deletion:
+    """The ``index``-th segment of a partition as diskguard's planner would choose it."""
+    bases = segments(broker, topic, partition)
+    files = segment_files(broker, topic, bases[index], partition)
+    return Deletion(
+        log_dir=str(broker.log_dir),
+        topic=topic,
+        partition=partition,
+        base_offset=bases[index],
+        next_offset=bases[index + 1],
+        max_timestamp_ms=0,
+        bytes=sum(f.stat().st_blocks * 512 for f in files),
+        files=tuple(str(f) for f in files),
+        mount=str(broker.log_dir.parent),
+    )
+
+
+def watermarks(broker: RealBroker, topic: str, partition: int = 0) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "wm", "log_level": 0})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        return int(low), int(high)
+    finally:
+        consumer.close()
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout} s", pytrace=False)
+        time.sleep(0.2)
+
+
+def diskguard(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diskguard", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def write_config(path: Path, body: str) -> Path:
+    path.write_text(body)
+    return path
+
+
+def only(topic: str) -> str:
+    """A protect_topics list that protects every topic but ``topic`` (other tests' data)."""
+    return json.dumps([f"^(?!{topic}$)"])
+
+
+# ----------------------------------------------------------------------------- Metadata
+
+
+def test_reachable_is_a_metadata_round_trip(real_kafka: RealBroker) -> None:
+    assert BrokerClient(real_kafka.bootstrap, timeout=5).reachable()
+
+
+# ----------------------------------------------------------------------------- DeleteRecords
+
+
+def test_delete_records_moves_the_log_start_and_the_files_go(real_kafka: RealBroker) -> None:
+    topic = "dr-orders"
+    real_kafka.create_topic(topic, **{"segment.bytes": str(SEGMENT)})
+    assert real_kafka.produce(topic, 200, 500, settings=PRODUCER) == []
+    bases = segments(real_kafka, topic)
+    assert len(bases) >= 5, bases
+    chosen = [deletion(real_kafka, topic, 0), deletion(real_kafka, topic, 1)]
+    doomed = [Path(f) for d in chosen for f in d.files]
+    kept = segment_files(real_kafka, topic, bases[2])
+
+    results = BrokerClient(real_kafka.bootstrap, timeout=10).delete_records(chosen)
+
+    assert [r.ok for r in results] == [True, True], [r.error for r in results]
+    assert [r.freed_bytes for r in results] == [d.bytes for d in chosen]
+    assert watermarks(real_kafka, topic)[0] == bases[2]
+    # The broker removes the files at its next retention check (first one 30 s after start).
+    real_kafka.wait_retention_check()
+    wait_until(lambda: not any(f.exists() for f in doomed), 15, "DeleteRecords'd files removed")
+    assert all(f.exists() for f in kept)
+    assert segments(real_kafka, topic)[0] == bases[2]
+
+
+def test_delete_records_on_a_compacted_topic_is_a_failed_result(real_kafka: RealBroker) -> None:
+    topic = "dr-compact"
+    real_kafka.create_topic(topic, **{"segment.bytes": str(SEGMENT), "cleanup.policy": "compact"})
+    errors = real_kafka.produce(topic, 120, 500, settings=PRODUCER, key=lambda i: f"k{i}".encode())
+    assert errors == []
+    chosen = deletion(real_kafka, topic, 0)
+
+    (result,) = BrokerClient(real_kafka.bootstrap, timeout=10).delete_records([chosen])
+
+    assert not result.ok and result.freed_bytes == 0
+    assert result.error is not None and "POLICY_VIOLATION" in result.error
+    assert watermarks(real_kafka, topic)[0] == 0
+    assert all(Path(f).exists() for f in chosen.files)
+
+
+# ----------------------------------------------------------------------------- DescribeConfigs
+
+
+def test_describe_configs_of_topics_and_the_reserve_report(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    real_kafka.create_topic(
+        "dc-sized", 2, **{"retention.bytes": "1000000", "segment.bytes": "500000"}
+    )
+    real_kafka.create_topic("dc-compact", **{"cleanup.policy": "compact"})
+
+    rows, notes = topics_from_broker(real_kafka.bootstrap, {}, KAFKA_DEFAULTS, local_id=0)
+
+    by_topic = {r.topic: r for r in rows}
+    sized = by_topic["dc-sized"]
+    assert (sized.partitions, sized.retention_bytes, sized.segment_bytes) == (2, 1000000, 500000)
+    assert sized.cleanup_policy == "delete" and sized.segment_index_bytes == 10 * 1024 * 1024
+    # A real Kafka answers every key (defaults included), unlike tansu.
+    assert sized.source == "broker" and by_topic["dc-compact"].cleanup_policy == "compact"
+    assert not any("not in the cluster metadata" in n for n in notes), notes
+
+    config = write_config(
+        tmp_path / "diskguard.toml",
+        f"""
+[broker]
+log_dirs = ["{real_kafka.log_dir}"]
+bootstrap_servers = "{real_kafka.bootstrap}"
+[daemon]
+state_dir = "{tmp_path / "state"}"
+""",
+    )
+    proc = diskguard("reserve", "--json", "-c", str(config))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["source"] == "broker", report["notes"]
+    topics = {t["topic"]: t for t in report["topics"]}
+    sized = topics["dc-sized"]
+    assert (sized["retention_bytes"], sized["segment_bytes"], sized["partitions"]) == (
+        1000000,
+        500000,
+        2,
+    )
+    # IBM's formula per partition: retention + segment + 2 x index x (retention // segment + 1)
+    assert sized["per_partition_bytes"] == 1000000 + 500000 + 2 * 10 * 1024 * 1024 * 3
+    assert topics["dc-compact"]["policy"] == "compact"
+
+
+def test_describe_configs_of_the_broker(real_kafka: RealBroker) -> None:
+    """The BROKER resource answers too (the static retention-check interval lives there)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    admin = real_kafka.admin()  # referenced until the futures resolve
+    futures = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")], request_timeout=10)
+    (entries,) = [f.result(10) for f in futures.values()]
+    assert entries["log.retention.check.interval.ms"].value == "1000"
+    assert entries["log.segment.delete.delay.ms"].value == "500"
+
+
+# ------------------------------------------------------------------- ListGroups + OffsetFetch
+
+
+def test_committed_offsets_of_a_subscribing_group(real_kafka: RealBroker) -> None:
+    topic = "cg-orders"
+    real_kafka.create_topic(topic, 2)
+    assert real_kafka.produce(topic, 40, 100, partition=0) == []
+    assert real_kafka.produce(topic, 10, 100, partition=1) == []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": real_kafka.bootstrap,
+            "group.id": "cg-readers",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        seen = 0
+        deadline = time.monotonic() + 60
+        while seen < 50 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen += 1
+        assert seen == 50
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+
+    offsets = BrokerClient(real_kafka.bootstrap, timeout=10).committed_offsets([topic, "nope"])
+
+    assert offsets == {(topic, 0): {"cg-readers": 40}, (topic, 1): {"cg-readers": 10}}
+
+
+# ----------------------------------------------------------------------------- Produce + Fetch
+
+
+SNAPSHOT_TOPIC = "diskguard.snapshots"
+SNAPSHOTS = 25
+
+
+def _snapshot(i: int) -> dict[str, Any]:
+    fs = Filesystem(
+        usage=FilesystemUsage("/data", "/dev/vdb", 10_000, 4_000 + i, 6_000 - i),
+        log_dirs=(LogDir(path="/data/kafka", mount="/data", partitions=()),),
+    )
+    return build_snapshot(
+        host=f"host-{i % 3}",
+        ts_ms=1_700_000_000_000 + i * 1000,
+        fs=fs,
+        topic_bytes={"orders": (3, 1000 + i)},
+        kafka_bytes=1000 + i,
+        deleted_bytes=0,
+        flow_state="normal",
+        alert_level=0,
+    )
+
+
+@pytest.fixture(scope="module")
+def shipped_snapshots(
+    real_kafka: RealBroker, tmp_path_factory: pytest.TempPathFactory
+) -> list[dict[str, Any]]:
+    """SNAPSHOTS spooled records shipped by KafkaSink to the real broker's topic."""
+    real_kafka.create_topic(SNAPSHOT_TOPIC, 3)
+    records = [_snapshot(i) for i in range(SNAPSHOTS)]
+    with Spool(tmp_path_factory.mktemp("spool"), 1 << 22, 1 << 20) as spool:
+        for record in records:
+            spool.append(record)
+        sink = KafkaSink(real_kafka.bootstrap, SNAPSHOT_TOPIC, {"linger.ms": 5}, spool)
+        deadline = time.monotonic() + 60
+        while sink.shipped_total < SNAPSHOTS and time.monotonic() < deadline:
+            sink.ship(timeout=0.1)
+        sink.close()
+        assert sink.shipped_total == SNAPSHOTS and sink.failed_total == 0
+        assert list(spool.pending()) == []
+    return records
+
+
+def test_kafka_sink_ships_the_spool_to_a_topic(
+    real_kafka: RealBroker, shipped_snapshots: list[dict[str, Any]]
+) -> None:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": real_kafka.bootstrap,
+            "group.id": "sink-check",
+            "auto.offset.reset": "earliest",
+            "log_level": 0,
+        }
+    )
+    got: list[tuple[bytes, dict[str, Any]]] = []
+    try:
+        consumer.subscribe([SNAPSHOT_TOPIC])
+        deadline = time.monotonic() + 60
+        while len(got) < SNAPSHOTS and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append((msg.key(), json.loads(msg.value())))
+    finally:
+        consumer.close()
+    assert sorted(r["ts_ms"] for _, r in got) == [r["ts_ms"] for r in shipped_snapshots]
+    assert all(key == record["host"].encode() for key, record in got)
+
+
+@pytest.mark.spark
+def test_aggregate_reads_the_topic_with_the_kafka_source(
+    real_kafka: RealBroker, shipped_snapshots: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    out = tmp_path / "fleet"
+    proc = diskguard(
+        "aggregate",
+        "--input",
+        f"kafka://{real_kafka.bootstrap}/{SNAPSHOT_TOPIC}",
+        "--output",
+        str(out),
+        "--master",
+        "local[2]",
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["records"] == SNAPSHOTS and summary["duplicates"] == 0
+
+
+# ----------------------------------------------------------------------------- plan / enforce
+
+
+def test_plan_and_enforce_in_broker_mode(real_kafka: RealBroker, tmp_path: Path) -> None:
+    topic = "bm-orders"
+    real_kafka.create_topic(topic, **{"segment.bytes": "200000"})
+    assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
+    bases = segments(real_kafka, topic)
+    assert len(bases) >= 3, bases
+    # A ceiling just under the current usage: the excess (~60 kB) is less than one segment.
+    st = os.statvfs(real_kafka.log_dir)
+    total = (st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    ceiling = 100.0 * (used - 60_000) / total
+    config = write_config(
+        tmp_path / "diskguard.toml",
+        f"""
+[broker]
+log_dirs = ["{real_kafka.log_dir}"]
+bootstrap_servers = "{real_kafka.bootstrap}"
+[retention]
+disk_usage_percent = {ceiling:.6f}
+protect_topics = {only(topic)}
+[logging]
+level = "warning"
+[daemon]
+state_dir = "{tmp_path / "state"}"
+""",
+    )
+    proc = diskguard("plan", "--json", "-c", str(config))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["mode"] == "broker", plan["mode_reason"]
+    chosen = [(d["topic"], d["base_offset"], d["next_offset"]) for d in plan["deletions"]]
+    assert chosen == [(topic, bases[0], bases[1])], plan
+
+    proc = diskguard("enforce", "--once", "-c", str(config))
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert watermarks(real_kafka, topic)[0] == bases[1]
+    real_kafka.wait_retention_check()
+    wait_until(lambda: segments(real_kafka, topic)[0] == bases[1], 15, "segment removed")
+
+
+# ----------------------------------------------------------------------------- flow control
+
+
+def write_attempt(broker: RealBroker, topic: str) -> str | None:
+    """One record from a fresh producer: None when it landed, else the error name."""
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 5000, "log_level": 0}
+    )
+    errors: list[Any] = []
+    try:
+        producer.produce(topic, b"x", on_delivery=lambda err, _msg: errors.append(err))
+    except KafkaException as exc:
+        return str(exc.args[0].name())
+    producer.flush(10)
+    if not errors:
+        return "no delivery report"
+    return None if errors[0] is None else str(errors[0].name())
+
+
+def denied(broker: RealBroker, topic: str) -> bool:
+    return write_attempt(broker, topic) == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def allowed(broker: RealBroker, topic: str) -> bool:
+    return write_attempt(broker, topic) is None
+
+
+def deny_acls(broker: RealBroker, topic: str) -> list[Any]:
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    pattern = AclBindingFilter(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.LITERAL,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    admin = broker.admin()  # referenced until the future resolves
+    return list(admin.describe_acls(pattern, request_timeout=10).result(10))
+
+
+def test_flow_control_acl_blocks_real_producers_and_survives_kill_9(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    """overfull -> DENY WRITE (TOPIC_AUTHORIZATION_FAILED) -> cleared -> writes again; a
+    daemon killed with -9 while overfull keeps the ACL on restart, and one killed and
+    restarted after the disk cleared removes it. Kafka 2.2 has no client-quota API: the
+    quota actuator fails once, loudly, and the daemon goes on."""
+    topic = "fc-orders"
+    real_kafka.create_topic(topic)
+    assert wait_until(lambda: allowed(real_kafka, topic), 30, "first write")
+    mount = real_kafka.log_dir.parent
+    filler = mount / "filler.bin"
+    now = df_percent(mount)
+    metrics_port = 29190
+    config = write_config(
+        tmp_path / "diskguard.toml",
+        f"""
+[broker]
+log_dirs = ["{real_kafka.log_dir}"]
+bootstrap_servers = "{real_kafka.bootstrap}"
+[retention]
+mode = "dry-run"
+check_interval = "1s"
+[flow_control]
+overfull_percent = {now + 20:.2f}
+underfull_percent = {now + 10:.2f}
+min_free_bytes = "1MiB"
+actuators = ["acl", "quota"]
+acl_principal = "User:*"
+[metrics]
+listen = "127.0.0.1:{metrics_port}"
+[daemon]
+state_dir = "{tmp_path / "state"}"
+""",
+    )
+    fill_bytes = int(os.statvfs(mount).f_blocks * os.statvfs(mount).f_frsize * 0.25)
+    try:
+        with DaemonProc(config) as daemon:
+            daemon.wait_for("daemon_started")
+            fill(filler, fill_bytes)
+            daemon.wait_for("overfull", timeout=30)
+            daemon.wait_for("acl_applied", timeout=30)
+            wait_until(lambda: denied(real_kafka, topic), 30, "TOPIC_AUTHORIZATION_FAILED")
+            # Kafka 2.2 has no AlterClientQuotas: one clear line, counted, the daemon goes on.
+            (quota_failed,) = [
+                e for e in daemon.named("actuator_failed") if e.get("actuator") == "quota"
+            ]
+            assert "DescribeClientQuotas" in quota_failed["error"], quota_failed
+            assert "not supported by the broker" in quota_failed["error"], quota_failed
+            scraped = urllib.request.urlopen(
+                f"http://127.0.0.1:{metrics_port}/metrics", timeout=10
+            ).read()
+            assert b'diskguard_actuator_failures_total{actuator="quota"} 1.0' in scraped
+
+            filler.unlink()
+            daemon.wait_for("overfull_cleared", timeout=30)
+            daemon.wait_for("acl_removed", timeout=30)
+            wait_until(lambda: allowed(real_kafka, topic), 30, "write after overfull_cleared")
+            assert deny_acls(real_kafka, topic) == []
+            assert [e for e in daemon.named("actuator_failed") if e["actuator"] == "acl"] == []
+            assert daemon.stop() == 0
+
+        # kill -9 while overfull: the restarted daemon keeps producers blocked.
+        with DaemonProc(config) as daemon:
+            daemon.wait_for("daemon_started")
+            fill(filler, fill_bytes)
+            daemon.wait_for("acl_applied", timeout=30)
+            daemon.proc.kill()
+            daemon.proc.wait(10)
+        assert len(deny_acls(real_kafka, topic)) == 1
+        with DaemonProc(config) as daemon:
+            daemon.wait_for("daemon_started")
+            time.sleep(3)  # a few cycles: nothing may release the ACL while still overfull
+            assert daemon.named("acl_removed") == []
+            assert len(deny_acls(real_kafka, topic)) == 1
+            assert denied(real_kafka, topic)
+            daemon.proc.kill()
+            daemon.proc.wait(10)
+        # The disk clears while no daemon runs; the next one's first reconcile releases.
+        filler.unlink()
+        with DaemonProc(config) as daemon:
+            daemon.wait_for("acl_removed", timeout=30)
+            assert deny_acls(real_kafka, topic) == []
+            wait_until(lambda: allowed(real_kafka, topic), 30, "write after restart")
+            assert daemon.stop() == 0
+    finally:
+        filler.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------- the broker's reclaim latency (issue 12)
+
+
+def test_check_config_connect_learns_the_reclaim_latency_and_the_authorizer(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    """DescribeConfigs on the BROKER resource, as diskguard uses it: the retention-check
+    interval and delete delay (the reclaim latency) and whether an authorizer is on."""
+    config = write_config(
+        tmp_path / "diskguard.toml",
+        f"""
+[broker]
+log_dirs = ["{real_kafka.log_dir}"]
+bootstrap_servers = "{real_kafka.bootstrap}"
+[retention]
+disk_usage_percent = 95
+[flow_control]
+overfull_percent = 97
+underfull_percent = 96
+actuators = ["acl"]
+[daemon]
+state_dir = "{tmp_path / "state"}"
+""",
+    )
+    proc = diskguard("check-config", "--connect", "-c", str(config))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(
+        line.startswith(
+            "ok: broker reclaim latency: retention check every 1 s + delete delay 0.5 s"
+        )
+        and line.endswith("(broker)")
+        for line in lines
+    ), lines
+    assert any(
+        "acl actuator: authorizer kafka.security.auth.SimpleAclAuthorizer" in x for x in lines
+    )
+    from diskguard.broker.client import BrokerClient
+
+    values = BrokerClient(real_kafka.bootstrap, timeout=10).broker_configs(0)
+    assert values is not None and values["log.retention.check.interval.ms"] == "1000"

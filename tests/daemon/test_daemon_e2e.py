@@ -1,0 +1,201 @@
+"""The daemon end to end on a real loop ext4: retention, flow control, hook, snapshots,
+metrics, sd_notify, SIGHUP reload and SIGTERM — one daemon process, one scenario.
+
+Deadlines here are generous functional bounds (the reaction-time figures come from
+``bench/bench_reaction.py``); the measured reaction is printed for the log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_retention_e2e import build, expected_order
+
+from support.daemonproc import DaemonProc, df_percent
+from support.fsfixtures import fill, loop_ext4
+
+MiB = 1024**2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fill_to(mount: Path, name: str, percent: float) -> None:
+    """Add a filler file bringing df usage to about ``percent``."""
+    st = os.statvfs(mount)
+    total = (st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    need = int(total * percent / 100) - used
+    assert need > 0, (percent, df_percent(mount))
+    fill(mount / name, need)
+
+
+@pytest.fixture()
+def disk() -> Iterator[Path]:
+    with loop_ext4(64 * MiB) as mount:
+        yield mount
+
+
+class NotifySocket:
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.1)
+        self.path = path
+        self.messages: list[str] = []
+
+    def drain(self) -> list[str]:
+        while True:
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except TimeoutError:
+                return self.messages
+
+
+def test_daemon_guards_a_real_disk(disk: Path, tmp_path: Path) -> None:
+    log_dir, truth = build(disk)
+    base = df_percent(disk)
+    ceiling, target = round(base + 4, 2), round(base + 3, 2)
+    overfull, underfull = round(base + 3.5, 2), round(base + 1.5, 2)
+    hook_log = tmp_path / "hook.log"
+    hook = tmp_path / "hook.sh"
+    hook.write_text(
+        "#!/bin/sh\n"
+        f'env | grep ^DISKGUARD_ | sort | tr "\\n" " " >> {hook_log}\n'
+        f"echo >> {hook_log}\n"
+    )
+    hook.chmod(0o755)
+    port = free_port()
+    state = tmp_path / "state"
+    config = tmp_path / "diskguard.toml"
+    good = f"""
+[broker]
+log_dirs = ["{log_dir}"]
+[retention]
+disk_usage_percent = {ceiling}
+target_percent = {target}
+check_interval = "2s"
+mode = "offline"
+offline_headroom = 0
+# The test topics are cleanup.policy=delete; offline, nobody can tell diskguard so.
+assume_delete_policy = [".*"]
+[flow_control]
+overfull_percent = {overfull}
+underfull_percent = {underfull}
+min_free_bytes = "1MiB"
+actuators = ["exec"]
+on_change = ["{hook}"]
+[alerts]
+low_space_percent = {round(base + 1, 2)}
+[snapshots]
+interval = "2s"
+host = "test-host"
+[metrics]
+listen = "127.0.0.1:{port}"
+[daemon]
+state_dir = "{state}"
+"""
+    config.write_text(good)
+    notify = NotifySocket(tmp_path / "notify.sock")
+    with DaemonProc(config, env={"NOTIFY_SOCKET": str(notify.path)}) as daemon:
+        daemon.wait_for("daemon_started")
+        deadline = time.monotonic() + 5
+        while "READY=1" not in "".join(notify.drain()) and time.monotonic() < deadline:
+            pass
+        assert any("READY=1" in m for m in notify.messages), notify.messages
+
+        # Between the limits: no overfull, no deletion.
+        fill_to(disk, "filler-a", base + 2.5)
+        time.sleep(1.0)
+        assert not daemon.named("overfull") and not daemon.named("segment_deleted")
+
+        # Over the ceiling: overfull at once, back under the ceiling within the reaction bound.
+        crossed = time.monotonic()
+        fill_to(disk, "filler-b", base + 5)
+        event = daemon.wait_for("overfull", timeout=5)
+        assert event["message"] == "store overfull, flow control will be enforced"
+        while df_percent(disk) > ceiling and time.monotonic() - crossed < 5:
+            time.sleep(0.01)
+        reaction = time.monotonic() - crossed
+        print(f"back under the ceiling {reaction:.3f}s after the crossing")
+        assert df_percent(disk) <= ceiling
+        cycle = daemon.wait_for("retention_cycle", timeout=5)
+        assert cycle["usage_before"] > ceiling >= cycle["usage_after"]
+        deleted = [
+            (e["topic"], e["partition"], e["base_offset"]) for e in daemon.named("segment_deleted")
+        ]
+        assert deleted and deleted == expected_order(truth)[: len(deleted)]
+
+        # Usage now near target, between underfull and overfull: still overfull, no clear.
+        time.sleep(1.0)
+        assert len(daemon.named("overfull")) == 1 and not daemon.named("overfull_cleared")
+
+        # Room again: cleared exactly once, below underfull.
+        (disk / "filler-b").unlink()
+        (disk / "filler-a").unlink()
+        cleared = daemon.wait_for("overfull_cleared", timeout=5)
+        assert cleared["message"] == "store overfull condition cleared"
+        assert cleared["usage_percent"] < underfull
+        daemon.wait_for("disk_alert", timeout=5, previous_alert_level=2)
+        alerts = [(e["previous_alert_level"], e["alert_level"]) for e in daemon.named("disk_alert")]
+        assert (None, 0) not in alerts and alerts[-1][1] in (0, 1)
+        assert any(level == 2 for _prev, level in alerts)
+        # Producers held back (level 2) is a warning; the way back is info.
+        levels = {e["alert_level"]: e["level"] for e in daemon.named("disk_alert")}
+        assert levels[2] == "warning" and levels[alerts[-1][1]] == "info", levels
+
+        # The hook ran once per transition with the documented environment.
+        deadline = time.monotonic() + 5
+        while hook_log.exists() is False or hook_log.read_text().count("DISKGUARD_EVENT") < 2:
+            assert time.monotonic() < deadline, "hook not called twice"
+            time.sleep(0.05)
+        calls = hook_log.read_text().strip().splitlines()
+        assert "DISKGUARD_EVENT=overfull " in calls[0] and f"DISKGUARD_MOUNT={disk}" in calls[0]
+        assert "DISKGUARD_USAGE_PERCENT=" in calls[0] and "DISKGUARD_FREE_BYTES=" in calls[0]
+        assert "DISKGUARD_EVENT=overfull_cleared" in calls[1]
+
+        # Metrics over real HTTP, health ok.
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'diskguard_filesystem_usage_ratio{device="' in body and str(disk) in body
+        assert "diskguard_segments_deleted_total" in body
+        assert "diskguard_filesystem_deleted_open_bytes{" in body
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
+
+        # Snapshots spooled on transitions and on the timer.
+        time.sleep(2.5)
+        records = [
+            json.loads(line)
+            for f in sorted((state / "spool").glob("*.jsonl"))
+            for line in f.read_text().splitlines()
+            if line.strip()
+        ]
+        assert records and all(r["schema"] == 1 and r["host"] == "test-host" for r in records)
+        assert {"overfull", "normal"} <= {r["flow_state"] for r in records}
+        assert sum(r["deleted_bytes"] for r in records) > 0
+        assert any(t["topic"] == "orders" for r in records for t in r["topics"])
+
+        # SIGHUP: a bad config is rejected and the old one stays; a good one is taken.
+        config.write_text(good.replace("disk_usage_percent", "disk_usage_persent"))
+        daemon.signal(signal.SIGHUP)
+        daemon.wait_for("config_reload_rejected", timeout=10)
+        assert daemon.proc.poll() is None
+        config.write_text(good)
+        daemon.signal(signal.SIGHUP)
+        daemon.wait_for("config_reloaded", timeout=10)
+
+        # SIGTERM: clean exit 0.
+        assert daemon.stop() == 0
+        assert daemon.named("daemon_stopped")
+        assert any("STOPPING=1" in m for m in notify.drain())
+        assert all(e["event"] != "<not json>" for e in daemon.events), daemon.raw[:5]

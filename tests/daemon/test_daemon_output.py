@@ -1,0 +1,55 @@
+"""Every line the daemon writes is JSON (issue 13 item 6): its events on stdout, and any
+library's own logging (watchdog at shutdown) bridged to JSON ``library_log`` events."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from support.daemonproc import DaemonProc
+
+
+def test_daemon_start_and_stop_write_only_json_lines(
+    tmpfs: Callable[[int], Path], tmp_path: Path
+) -> None:
+    mount = tmpfs(16 * 1024 * 1024)
+    (mount / "kafka" / "orders-0").mkdir(parents=True)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[broker]\nlog_dirs = ["{mount / "kafka"}"]\n[retention]\ncheck_interval = "200ms"\n'
+        f'[daemon]\nstate_dir = "{tmp_path / "s"}"\n'
+    )
+    daemon = DaemonProc(cfg)
+    try:
+        daemon.wait_for("daemon_started", timeout=30)
+        (mount / "kafka" / "orders-0" / "x").write_bytes(b"1")  # an inotify event or two
+        assert daemon.stop() == 0
+    finally:
+        daemon.kill()
+    assert daemon.raw, "no output at all"
+    for line in daemon.raw:
+        json.loads(line)
+    assert daemon.proc.stderr is not None
+    for line in daemon.proc.stderr.read().splitlines():
+        json.loads(line)
+
+
+def test_library_logging_becomes_json_events() -> None:
+    script = (
+        "import logging, sys\n"
+        "from diskguard.logs import configure_logging\n"
+        "configure_logging('json', 'info', stream=sys.stdout)\n"
+        "logging.getLogger('watchdog.observers.inotify_buffer').warning('queue %s', 'inactive')\n"
+        "logging.getLogger('chatty').info('not shown below warning')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stderr == ""
+    (event,) = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert event["event"] == "library_log" and event["level"] == "warning"
+    assert event["logger"] == "watchdog.observers.inotify_buffer"
+    assert event["message"] == "queue inactive"

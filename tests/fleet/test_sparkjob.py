@@ -1,0 +1,573 @@
+"""The fleet Spark job, on real Spark (local[2]) and a real Kafka-protocol broker (tansu).
+
+One SparkSession for the module; the file-based run is shared by the assertions on it. The
+generated fleet has exact linear growth, so the least-squares results have a known truth,
+and its overfull episodes are checked against both hand-computed numbers and the pure
+reference in ``diskguard.fleet.aggregation``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from diskguard.fleet.aggregation import MS_PER_HOUR, overfull_history, summarize_disks
+from diskguard.sparkjob import (
+    JobResult,
+    NoInputError,
+    build_session,
+    resolve_input,
+    run_aggregation,
+)
+from support.tansu import tansu_broker
+
+pytestmark = pytest.mark.spark
+
+T0 = 1_790_000_000_000
+STEP_MS = 60_000
+N = 120
+TOTAL = 1_000_000_000_000
+RESERVED = 50_000_000_000
+HOUR = int(MS_PER_HOUR)
+
+# (host, mount) -> used-bytes growth per hour (exact), overfull snapshot indexes
+DISKS: dict[tuple[str, str], tuple[int, set[int]]] = {
+    ("broker-1", "/data1"): (2_000_000_000, set(range(20, 40)) | set(range(80, 90))),
+    ("broker-1", "/data2"): (500_000_000, set()),
+    ("broker-2", "/data1"): (8_000_000_000, set(range(0, 10)) | set(range(110, N))),
+    ("broker-2", "/data2"): (-1_000_000_000, set()),
+    ("broker-3", "/data1"): (0, {50}),
+}
+EXPECTED_EPISODES = {
+    ("broker-1", "/data1"): (2, (20 + 10) * 60.0),
+    ("broker-1", "/data2"): (0, 0.0),
+    ("broker-2", "/data1"): (2, (10 + 9) * 60.0),  # starts overfull; ends overfull
+    ("broker-2", "/data2"): (0, 0.0),
+    ("broker-3", "/data1"): (1, 60.0),
+}
+MALFORMED_LINES = [
+    "this is not json",
+    '{"schema": 1, "host": "broker-1", "ts_m',
+    '{"schema": 1, "host": "broker-9", "mount": "/x"}',
+    '{"schema": 1, "host": "broker-9", "mount": "/x", "ts_ms": "yesterday"}',
+    "[1, 2, 3]",
+]
+UNKNOWN_SCHEMA_LINES = [
+    '{"schema": 2, "host": "broker-1", "mount": "/data1", "ts_ms": 1, "used": {"new": 1}}',
+    '{"schema": 99, "host": "broker-4"}',
+]
+DUPLICATES = 37
+
+
+def _ts(disk_index: int, i: int) -> int:
+    # irregular spacing per disk, so the fit is not a trivially even grid
+    return T0 + i * STEP_MS + (i % 7) * 1_500 + disk_index * 333
+
+
+def make_records() -> list[dict[str, Any]]:
+    records = []
+    for d, ((host, mount), (rate, overfull)) in enumerate(sorted(DISKS.items())):
+        used0 = 400_000_000_000 + d * 10_000_000_000
+        for i in range(N):
+            ts = _ts(d, i)
+            used = used0 + round(rate * (ts - T0) / MS_PER_HOUR)
+            orders = 100_000_000_000 + round(rate * 0.5 * (ts - T0) / MS_PER_HOUR)
+            records.append(
+                {
+                    "schema": 1,
+                    "host": host,
+                    "ts_ms": ts,
+                    "mount": mount,
+                    "device": f"/dev/sd{'abcde'[d]}1",
+                    "log_dirs": [f"{mount}/kafka"],
+                    "total_bytes": TOTAL,
+                    "used_bytes": used,
+                    "available_bytes": TOTAL - RESERVED - used,
+                    "kafka_bytes": used - 1_000_000_000,
+                    "pending_reclaim_bytes": 0,
+                    "deleted_bytes": 1_000 if i % 10 == 0 else 0,
+                    "flow_state": "overfull" if i in overfull else "normal",
+                    "alert_level": 2 if i in overfull else (1 if i % 30 == 0 else 0),
+                    "topics": [
+                        {"topic": "orders", "partitions": 6, "bytes": orders},
+                        {"topic": "logs", "partitions": 3, "bytes": 50_000_000_000 + d},
+                    ],
+                }
+            )
+    return records
+
+
+@dataclass(frozen=True)
+class Fleet:
+    records: list[dict[str, Any]]
+    lines: list[str]  # every line written, in order: valid, duplicates, bad
+
+
+def make_fleet() -> Fleet:
+    rng = random.Random(7)
+    records = make_records()
+    lines = [json.dumps(r) for r in records]
+    lines += [json.dumps(r) for r in rng.sample(records, DUPLICATES)]
+    lines += MALFORMED_LINES + UNKNOWN_SCHEMA_LINES
+    rng.shuffle(lines)
+    return Fleet(records, lines)
+
+
+def write_spool(directory: Path, lines: list[str], files: int = 3) -> None:
+    directory.mkdir(parents=True)
+    for f in range(files):
+        chunk = lines[f::files]
+        # a blank line is not a record and is not counted as bad
+        (directory / f"{f:08d}.jsonl").write_text("\n".join(chunk) + "\n\n")
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = build_session("local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Fleet:
+    return make_fleet()
+
+
+@pytest.fixture(scope="module")
+def file_run(spark: Any, fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> JobResult:
+    state = tmp_path_factory.mktemp("state")
+    write_spool(state / "spool", fleet.lines)
+    # a state dir with a spool/ below it is accepted as the spool
+    return run_aggregation(spark, resolve_input(str(state)), state / "out")
+
+
+def _by_disk(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["host"], r["mount"]): r for r in rows}
+
+
+def test_growth_and_hours_to_full_match_the_truth(file_run: JobResult) -> None:
+    disks = _by_disk(file_run.disks)
+    assert set(disks) == set(DISKS)
+    for key, (rate, _) in DISKS.items():
+        row = disks[key]
+        if rate == 0:
+            assert abs(row["growth_bytes_per_hour"]) < 1.0
+            assert row["hours_to_full"] is None or row["hours_to_full"] > 1e9
+            continue
+        assert row["growth_bytes_per_hour"] == pytest.approx(rate, rel=0.01)
+        if rate > 0:
+            expected = row["available_bytes"] / rate
+            assert row["hours_to_full"] == pytest.approx(expected, rel=0.01)
+        else:
+            assert row["hours_to_full"] is None
+
+
+def test_disks_match_the_pure_reference(file_run: JobResult, fleet: Fleet) -> None:
+    reference = summarize_disks(fleet.records)
+    disks = _by_disk(file_run.disks)
+    for key, ref in reference.items():
+        row = disks[key]
+        assert row["snapshots"] == ref.snapshots == N
+        assert row["first_ts_ms"] == ref.first_ts_ms
+        assert row["last_ts_ms"] == ref.last_ts_ms
+        assert row["total_bytes"] == ref.total_bytes
+        assert row["used_bytes"] == ref.used_bytes
+        assert row["available_bytes"] == ref.available_bytes
+        assert row["deleted_bytes"] == ref.deleted_bytes  # duplicates not summed twice
+        assert row["peak_alert_level"] == ref.peak_alert_level
+        assert row["overfull_episodes"] == ref.overfull_episodes
+        assert row["overfull_seconds"] == pytest.approx(ref.overfull_seconds, abs=1e-6)
+        if ref.growth_bytes_per_hour is not None:
+            assert row["growth_bytes_per_hour"] == pytest.approx(
+                ref.growth_bytes_per_hour, rel=1e-6, abs=1e-3
+            )
+        _assert_split_and_basis(row, ref)
+
+
+def _assert_split_and_basis(row: dict[str, Any], ref: Any) -> None:
+    """The growth split and the forecast's basis as in the pure reference."""
+    for name in ("kafka_growth_bytes_per_hour", "non_kafka_growth_bytes_per_hour", "growth_r2"):
+        expected = getattr(ref, name)
+        if expected is None:
+            assert row[name] is None, name
+        else:
+            assert row[name] == pytest.approx(expected, rel=1e-6, abs=1e-3), name
+    if ref.growth_residual_bytes is None:
+        assert row["growth_residual_bytes"] is None
+    else:
+        # centred residuals: exact to well under a byte even on 1e11-byte disks
+        assert row["growth_residual_bytes"] == pytest.approx(
+            ref.growth_residual_bytes, rel=1e-6, abs=1e-3
+        )
+    assert row["forecast_status"] == ref.forecast_status
+
+
+def test_overfull_episodes_and_seconds_are_exact(file_run: JobResult) -> None:
+    disks = _by_disk(file_run.disks)
+    for key, (episodes, _) in EXPECTED_EPISODES.items():
+        assert disks[key]["overfull_episodes"] == episodes, key
+    # seconds: the generated timestamps are irregular, so compute the step function by hand
+    for d, ((host, mount), (_, overfull)) in enumerate(sorted(DISKS.items())):
+        seconds = sum((_ts(d, i + 1) - _ts(d, i)) / 1000 for i in overfull if i + 1 < N)
+        assert disks[(host, mount)]["overfull_seconds"] == pytest.approx(seconds, abs=1e-6)
+        approx_seconds = EXPECTED_EPISODES[(host, mount)][1]
+        assert abs(seconds - approx_seconds) < 0.2 * approx_seconds + 1
+        points = [(_ts(d, i), "overfull" if i in overfull else "normal") for i in range(N)]
+        assert overfull_history(points).seconds == pytest.approx(seconds)
+
+
+def test_dedup_and_bad_record_counts(file_run: JobResult, fleet: Fleet) -> None:
+    assert file_run.unique_records == len(fleet.records)
+    assert file_run.duplicates == DUPLICATES
+    assert file_run.bad.malformed == len(MALFORMED_LINES)
+    assert file_run.bad.unknown_schema == len(UNKNOWN_SCHEMA_LINES)
+    summary = json.loads(Path(file_run.paths["summary"]).read_text())
+    assert summary["bad_records"] == {
+        "malformed": len(MALFORMED_LINES),
+        "unknown_schema": len(UNKNOWN_SCHEMA_LINES),
+    }
+    assert summary["disks"] == file_run.disks
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00$", summary["generated_at"])
+    assert [t["topic"] for t in summary["topics"]] == ["orders", "logs"]
+
+
+def test_topics(file_run: JobResult, fleet: Fleet) -> None:
+    topics = {t["topic"]: t for t in file_run.topics}
+    last = {}
+    for r in fleet.records:
+        key = (r["host"], r["mount"])
+        if key not in last or r["ts_ms"] > last[key]["ts_ms"]:
+            last[key] = r
+    orders_now = sum(
+        next(t["bytes"] for t in r["topics"] if t["topic"] == "orders") for r in last.values()
+    )
+    assert topics["orders"]["bytes"] == orders_now
+    # documented: the fleet growth of a topic is the sum of its per-disk slopes
+    expected_growth = sum(rate * 0.5 for rate, _ in DISKS.values())
+    assert topics["orders"]["growth_bytes_per_hour"] == pytest.approx(expected_growth, rel=0.01)
+    assert topics["logs"]["growth_bytes_per_hour"] == pytest.approx(0.0, abs=1.0)
+    assert topics["orders"]["partitions"] == 6 * len(DISKS)
+    shares = topics["logs"]["disks"]
+    assert len(shares) == len(DISKS)
+    assert sum(s["share"] for s in shares) == pytest.approx(1.0)
+    assert shares[0]["bytes"] >= shares[-1]["bytes"]
+
+
+def test_hosts_and_skew(file_run: JobResult) -> None:
+    hosts = {h["host"]: h for h in file_run.hosts}
+    assert set(hosts) == {"broker-1", "broker-2", "broker-3"}
+    disks = file_run.disks
+    b1 = [d for d in disks if d["host"] == "broker-1"]
+    assert hosts["broker-1"]["used_bytes"] == sum(d["used_bytes"] for d in b1)
+    assert hosts["broker-1"]["disks"] == 2
+    ratios = {h: r["used_ratio"] for h, r in hosts.items()}
+    mean = sum(ratios.values()) / len(ratios)
+    for name, row in hosts.items():
+        assert row["skew"] == pytest.approx(ratios[name] / mean)
+
+
+def test_parquet_outputs(spark: Any, file_run: JobResult) -> None:
+    disks = spark.read.parquet(file_run.paths["disks"])
+    assert disks.count() == len(DISKS)
+    assert {"growth_bytes_per_hour", "hours_to_full", "overfull_episodes"} <= set(disks.columns)
+    assert spark.read.parquet(file_run.paths["topics"]).count() == 2
+    assert spark.read.parquet(file_run.paths["hosts"]).count() == 3
+
+
+def test_report_is_self_contained(file_run: JobResult) -> None:
+    page = Path(file_run.paths["report"]).read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<svg" in page
+    assert "<polyline" in page  # usage series
+    assert "stroke-dasharray" in page  # a forecast line
+    assert not re.search(r"https?://", page)
+    assert "<script" not in page
+    assert "broker-2" in page and "orders" in page
+
+
+def test_no_valid_records_is_no_input(spark: Any, tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "1.jsonl").write_text("garbage\n" + UNKNOWN_SCHEMA_LINES[0] + "\n")
+    with pytest.raises(NoInputError, match="1 malformed, 1 unknown schema"):
+        run_aggregation(spark, resolve_input(str(spool)), tmp_path / "out")
+
+
+def test_resolve_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(NoInputError, match="no snapshot files"):
+        resolve_input(str(tmp_path))
+    with pytest.raises(NoInputError, match="match"):
+        resolve_input(str(tmp_path / "*.jsonl"))
+    (tmp_path / "a.jsonl").write_text("")
+    with pytest.raises(NoInputError, match="empty"):
+        resolve_input(str(tmp_path / "*.jsonl"))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diskguard", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_empty_dir_exits_2_with_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "spool"
+    empty.mkdir()
+    proc = _cli("aggregate", "--input", str(empty), "--output", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1
+    assert "no snapshot files" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_end_to_end(tmp_path: Path, fleet: Fleet) -> None:
+    spool = tmp_path / "spool"
+    write_spool(spool, fleet.lines[:300], files=1)
+    out = tmp_path / "out"
+    proc = _cli("aggregate", "--input", str(spool / "*.jsonl"), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("aggregated ")
+    for name in ("disks.parquet", "topics.parquet", "hosts.parquet", "summary.json", "report.html"):
+        assert (out / name).exists()
+        assert str(out / name) in lines
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["bad_records"] == {
+        "malformed": sum(line in MALFORMED_LINES for line in fleet.lines[:300]),
+        "unknown_schema": sum(line in UNKNOWN_SCHEMA_LINES for line in fleet.lines[:300]),
+    }
+    # the JVM's start-up chatter is filtered out
+    assert "Using incubator modules" not in proc.stderr
+    assert "log4j" not in proc.stderr
+
+
+def test_kafka_source_equals_file_run(
+    spark: Any, fleet: Fleet, file_run: JobResult, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    topic = "diskguard-snapshots"
+    with tansu_broker() as broker:
+        broker.create_topic(topic, partitions=3)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+        for line in fleet.lines:
+            try:
+                key = json.loads(line).get("host")
+            except (ValueError, AttributeError):
+                key = None
+            producer.produce(topic, key=str(key) if key else None, value=line.encode())
+        assert producer.flush(30) == 0
+        spec = resolve_input(f"kafka://{broker.bootstrap}/{topic}")
+        assert sum(s.end > s.start for s in spec.kafka_plan) >= 1
+        result = run_aggregation(spark, spec, tmp_path / "out")
+    assert result.records == file_run.records
+    assert result.unique_records == file_run.unique_records
+    assert result.bad == file_run.bad
+    assert result.disks == file_run.disks
+    assert result.topics == file_run.topics
+    assert result.hosts == file_run.hosts
+
+
+def test_kafka_empty_topic_is_no_input() -> None:
+    with tansu_broker() as broker:
+        broker.create_topic("empty", partitions=2)
+        with pytest.raises(NoInputError, match="is empty"):
+            resolve_input(f"kafka://{broker.bootstrap}/empty")
+
+
+def test_kafka_unreachable_is_one_line_error(capfd: pytest.CaptureFixture[str]) -> None:
+    from diskguard.fleet.kafkasource import KafkaSourceError, plan_offsets
+    from support.tansu import free_port
+
+    options = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "topic": "x"}
+    with pytest.raises(KafkaSourceError, match=r"cannot reach Kafka at 127\.0\.0\.1:"):
+        plan_offsets(options, timeout_s=1.0)
+    assert "FAIL" not in capfd.readouterr().err  # librdkafka's reconnect chatter is off
+
+
+def test_kafka_url_must_name_a_topic() -> None:
+    from diskguard.sparkjob import SourceError
+
+    with pytest.raises(SourceError, match=r"kafka://host:port/topic"):
+        resolve_input("kafka://127.0.0.1:9092")
+
+
+def test_tansu_helper_pause_and_restart_on_the_same_port() -> None:
+    from confluent_kafka.admin import AdminClient
+
+    with tansu_broker() as broker:
+        port = broker.port
+        broker.pause()
+        broker.resume()
+        broker.create_topic("t1")
+        broker.restart()
+        assert broker.port == port
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert "t1" not in admin.list_topics(timeout=10).topics  # memory storage: gone
+
+
+def test_spark_failure_is_one_line(spark: Any, tmp_path: Path) -> None:
+    from diskguard.sparkjob import InputSpec, SparkJobError
+
+    gone = str(tmp_path / "vanished.jsonl")
+    with pytest.raises(SparkJobError) as caught:
+        run_aggregation(spark, InputSpec(gone, paths=(gone,)), tmp_path / "out")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "vanished.jsonl" in message
+
+
+def test_optional_fields_may_be_missing(spark: Any, tmp_path: Path) -> None:
+    """Only the fields the math needs are required; topics, alert level etc. default."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    lines = [
+        json.dumps(
+            {
+                "schema": 1,
+                "host": "h",
+                "mount": "/m",
+                "ts_ms": T0 + i * HOUR,
+                "total_bytes": 1000,
+                "used_bytes": 100 + 10 * i,
+                "available_bytes": 800 - 10 * i,
+                "flow_state": "normal",
+                "topics": None,
+            }
+        )
+        for i in range(3)
+    ]
+    (spool / "1.jsonl").write_text("\n".join(lines) + "\n")
+    result = run_aggregation(spark, resolve_input(str(spool)), tmp_path / "out")
+    (disk,) = result.disks
+    assert disk["growth_bytes_per_hour"] == pytest.approx(10.0)
+    assert disk["hours_to_full"] == pytest.approx(78.0)
+    assert disk["peak_alert_level"] == 0
+    assert disk["deleted_bytes"] == 0
+    assert result.topics == []
+
+
+def test_growth_split_and_forecast_basis_match_the_reference(spark: Any, tmp_path: Path) -> None:
+    """The demo's case (a minute of snapshots, the disk filling with non-Kafka files), a
+    disk whose snapshots sometimes lack kafka_bytes, and a saw-tooth that no line fits."""
+    gib, mib = 1 << 30, 1 << 20
+    records: list[dict[str, Any]] = []
+
+    def add(host: str, ts: int, used: int, kafka: int | None, topics: dict[str, int]) -> None:
+        record: dict[str, Any] = {
+            "schema": 1,
+            "host": host,
+            "mount": "/",
+            "ts_ms": ts,
+            "total_bytes": 200 * gib,
+            "used_bytes": used,
+            "available_bytes": 190 * gib - used,
+            "flow_state": "normal",
+            "topics": [{"topic": t, "partitions": 1, "bytes": b} for t, b in topics.items()],
+        }
+        if kafka is not None:
+            record["kafka_bytes"] = kafka
+        records.append(record)
+
+    for i in range(30):  # one snapshot every 2 s: 58 s of data
+        ts = T0 + i * 2_000
+        orders, clicks = round(100 * mib * i / 1800), round(78 * mib * i / 1800)
+        kafka = 30 * mib + orders + clicks
+        add(
+            "demo",
+            ts,
+            20 * gib + kafka + round(45 * gib * i / 1800),
+            kafka,
+            {"orders": orders, "clicks": clicks},
+        )
+    for i in range(20):  # three hours, every fourth snapshot without kafka_bytes
+        used = 50 * gib + i * 100 * mib
+        add("gaps", T0 + i * 600_000, used, None if i % 4 == 3 else used - 10 * gib, {})
+    for i in range(40):  # a saw-tooth: retention frees what was written every 4 snapshots
+        add("saw", T0 + i * 300_000, 60 * gib + (i % 4) * gib + i * mib, 30 * gib, {})
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "1.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    result = run_aggregation(spark, resolve_input(str(spool)), tmp_path / "out")
+    reference = summarize_disks(records)
+    rows = _by_disk(result.disks)
+    for key, ref in reference.items():
+        _assert_split_and_basis(rows[key], ref)
+    demo = rows[("demo", "/")]
+    assert demo["forecast_status"] == "not_enough_data"
+    assert demo["non_kafka_growth_bytes_per_hour"] == pytest.approx(45 * gib, rel=1e-3)
+    assert demo["kafka_growth_bytes_per_hour"] == pytest.approx(178 * mib, rel=1e-3)
+    assert rows[("gaps", "/")]["non_kafka_growth_bytes_per_hour"] == pytest.approx(0, abs=1.0)
+    assert rows[("gaps", "/")]["forecast_status"] == "ok"
+    assert rows[("saw", "/")]["forecast_status"] == "weak_fit"
+    page = Path(result.paths["report"]).read_text()
+    assert "not enough data" in page
+    assert "not Kafka" in page
+
+
+def test_log4j_config_is_private_and_per_run() -> None:
+    """Two concurrent launches get their own 0700 directory and 0600 file, gone afterwards."""
+    from diskguard.sparkjob import _LOG4J, private_log4j_config
+
+    barrier = threading.Barrier(2, timeout=30)
+    seen: list[tuple[Path, int, int, str]] = []
+    errors: list[BaseException] = []
+
+    def launch() -> None:
+        try:
+            with private_log4j_config() as path:
+                barrier.wait()  # both inside at once: two runs in flight
+                seen.append(
+                    (
+                        path,
+                        stat.S_IMODE(path.parent.stat().st_mode),
+                        stat.S_IMODE(path.stat().st_mode),
+                        path.read_text(),
+                    )
+                )
+                barrier.wait()
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=launch) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert len(seen) == 2
+    (a, a_dir, a_file, a_text), (b, b_dir, b_file, b_text) = seen
+    assert a != b and a.parent != b.parent
+    assert a_dir == b_dir == 0o700
+    assert a_file == b_file == 0o600  # nobody else can read it, let alone rewrite it
+    assert a_text == b_text == _LOG4J
+    assert not a.parent.exists() and not b.parent.exists()
+
+
+def test_session_log4j_config_was_used_and_removed(spark: Any) -> None:
+    """The running JVM loaded its log4j config from a private per-run file, now removed."""
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    match = re.search(r"-Dlog4j\.configurationFile=file:(\S+)", options or "")
+    assert match, options
+    path = Path(match.group(1))
+    assert path != Path(tempfile.gettempdir()) / "diskguard-spark-log4j2.properties"
+    assert path.parent.name.startswith("diskguard-spark-log4j-")
+    assert not path.parent.exists()
+    jvm = spark.sparkContext._jvm
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    location = context.getConfiguration().getConfigurationSource().getLocation()
+    assert Path(str(location)) == path

@@ -1,0 +1,632 @@
+"""Actuators on real things: real hook processes, the real tansu broker, crash + reconcile.
+
+tansu (0.6.0, checked here) implements neither client quotas nor ACL management: its
+ApiVersions lists no DescribeClientQuotas (48) / AlterClientQuotas (49) / DeleteAcls (31), so
+kafka-python refuses those with IncompatibleBrokerVersion, and it lists CreateAcls (30) but
+answers it with a response librdkafka cannot parse — and librdkafka then *aborts the
+process* (a C assertion). The acl actuator runs its confluent-kafka calls in a child process
+for that reason; the test below shows the daemon's side surviving it. The protocol handling
+itself is tested against fakes at the client boundary (kafka-python quota request objects;
+confluent-kafka ``AclBinding``s and futures), injected through the constructor. Against a real
+Apache Kafka broker: tests/broker/test_realkafka.py (DISKGUARD_KAFKA_HOME).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import stat
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+from kafka.errors import IncompatibleBrokerVersion
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+
+from diskguard.config import Config, parse_config
+from diskguard.flow.actuators import (
+    STATE_FILE,
+    Actuators,
+    ConfluentAclAdmin,
+    KafkaAdminConnection,
+    KafkaQuotaAdmin,
+    QuotaEntity,
+)
+from diskguard.flow.state import FlowLimits, FlowState, Transition, step
+from diskguard.kafkalog.model import FilesystemUsage
+from diskguard.logs import configure_logging
+from support.tansu import run_tansu
+
+GiB = 1024**3
+USER_DEFAULT: QuotaEntity = (("user", None),)
+CLIENT_DEFAULT: QuotaEntity = (("client-id", None),)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture()
+def logs() -> Iterator[io.StringIO]:
+    """The daemon's real JSON logging into a buffer; the previous config objects restored
+    afterwards (loggers bound elsewhere keep references to them, e.g. for capture_logs)."""
+    saved = structlog.get_config()
+    buf = io.StringIO()
+    configure_logging("json", "debug", stream=buf)
+    try:
+        yield buf
+    finally:
+        structlog.configure(**saved)
+
+
+def events(buf: io.StringIO, name: str) -> list[dict[str, Any]]:
+    return [
+        rec
+        for rec in (json.loads(line) for line in buf.getvalue().splitlines() if line.strip())
+        if rec.get("event") == name
+    ]
+
+
+def make_config(tmp_path: Path, **flow: Any) -> Config:
+    bootstrap = flow.pop("bootstrap", None)
+    if bootstrap is None and {"quota", "acl"} & set(flow.get("actuators", ())):
+        # The config requires an address for these; the tests inject the admin clients.
+        bootstrap = "127.0.0.1:9"
+    return parse_config(
+        {
+            "broker": {
+                "log_dirs": [str(tmp_path)],
+                "bootstrap_servers": bootstrap,
+            },
+            "flow_control": {"overfull_percent": 90, "underfull_percent": 80, **flow},
+            "daemon": {"state_dir": str(tmp_path / "state")},
+        },
+        tmp_path / "diskguard.toml",
+    )
+
+
+def transition(event: str, mount: str = "/data", percent: float = 95.0) -> Transition:
+    total = 100 * GiB
+    used = int(total * percent / 100)
+    limits = FlowLimits(overfull_percent=90, underfull_percent=80, min_free_bytes=0)
+    usage = FilesystemUsage(mount, "/dev/x", total, used, total - used)
+    before = FlowState(overfull=event == "overfull_cleared", alert_level=None)
+    _, out = step(before, usage, limits)
+    (found,) = [t for t in out if t.event == event]
+    return found
+
+
+def script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+# ----------------------------------------------------------------------------- exec hook
+
+
+def test_exec_hook_gets_the_event_env_in_order(tmp_path: Path, logs: io.StringIO) -> None:
+    record = tmp_path / "env.log"
+    hook = script(
+        tmp_path,
+        "hook.sh",
+        f'echo "$DISKGUARD_EVENT|$DISKGUARD_MOUNT|$DISKGUARD_USAGE_PERCENT|'
+        f'$DISKGUARD_FREE_BYTES" >> {record}\necho said-something\n',
+    )
+    cfg = make_config(tmp_path, actuators=["exec"], on_change=[str(hook)])
+    acts = Actuators(cfg)
+    try:
+        over = transition("overfull", percent=95.0)
+        cleared = transition("overfull_cleared", percent=70.0)
+        acts.apply(over)
+        acts.apply(cleared)
+        alert = Transition("disk_alert", "/data", "low", 75.0, 1, level=1, previous_level=0)
+        acts.apply(alert)  # alerts do not run the hook
+        assert acts.wait_idle(20)
+    finally:
+        acts.close()
+    lines = record.read_text().splitlines()
+    assert lines == [
+        f"overfull|/data|95.00|{over.free_bytes}",
+        f"overfull_cleared|/data|70.00|{cleared.free_bytes}",
+    ]
+    finished = events(logs, "hook_finished")
+    assert [f["exit_code"] for f in finished] == [0, 0]
+    assert finished[0]["stdout"].strip() == "said-something"
+    assert acts.failure_counts()["exec"] == 0
+
+
+def test_hung_hook_is_killed_and_never_blocks_the_caller(tmp_path: Path, logs: io.StringIO) -> None:
+    pidfile = tmp_path / "child.pid"
+    # The hook starts a grandchild in its own process group: the timeout must kill both.
+    hook = script(tmp_path, "hang.sh", f"sleep 300 &\necho $! > {pidfile}\nwait\n")
+    cfg = make_config(tmp_path, actuators=["exec"], on_change=[str(hook)], on_change_timeout=1)
+    acts = Actuators(cfg)
+    try:
+        started = time.monotonic()
+        acts.apply(transition("overfull"))
+        acts.apply(transition("overfull_cleared", percent=50))
+        assert time.monotonic() - started < 0.5, "apply waited for the hook"
+        assert acts.wait_idle(30), "the hung hooks were not killed"
+    finally:
+        acts.close()
+    failed = events(logs, "actuator_failed")
+    assert len(failed) == 2 and all("timeout" in f["error"] for f in failed)
+    assert acts.failure_counts()["exec"] == 2
+    assert all(f["timed_out"] for f in events(logs, "hook_finished"))
+    assert not _alive(int(pidfile.read_text())), "the hook's child survived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a killed orphan may linger as a zombie until init reaps it)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return fields[0] != "Z"
+
+
+def test_failing_and_missing_hooks_are_logged_not_raised(tmp_path: Path, logs: io.StringIO) -> None:
+    hook = script(tmp_path, "fail.sh", "echo boom >&2\nexit 3\n")
+    failures: list[str] = []
+    cfg = make_config(tmp_path, actuators=["exec"], on_change=[str(hook)])
+    acts = Actuators(cfg, on_failure=failures.append)
+    acts.apply(transition("overfull"))
+    assert acts.wait_idle(20)
+    acts.close()
+    gone = script(tmp_path, "gone.sh", "exit 0\n")
+    missing = make_config(tmp_path, actuators=["exec"], on_change=[str(gone)])
+    gone.unlink()  # the config check catches a missing hook; one removed later fails at run time
+    acts2 = Actuators(missing, on_failure=failures.append)
+    acts2.apply(transition("overfull"))
+    assert acts2.wait_idle(20)
+    acts2.close()
+    failed = events(logs, "actuator_failed")
+    assert failed[0]["error"] == "hook exited with code 3"
+    assert "cannot run" in failed[1]["error"]
+    assert events(logs, "hook_finished")[0]["stderr"].strip() == "boom"
+    assert failures == ["exec", "exec"]
+
+
+# ----------------------------------------------------------------------------- quota
+
+
+class FakeQuotaBroker:
+    """Answers kafka-python quota requests like a Kafka broker, from a dict of quotas."""
+
+    def __init__(self, quotas: dict[QuotaEntity, float] | None = None) -> None:
+        self.quotas: dict[QuotaEntity, float] = dict(quotas or {})
+        self.requests: list[Any] = []
+        self.fail_next: list[int] = []  # error codes to answer the next alters with
+
+    def send(self, request: Any) -> Any:
+        self.requests.append(request)
+        if isinstance(request, DescribeClientQuotasRequest):
+            assert request.strict is True
+            entity = tuple(
+                sorted(
+                    (c.entity_type, None if c.match_type == 1 else c.match)
+                    for c in request.components
+                )
+            )
+            R = DescribeClientQuotasResponse
+            entries = []
+            if entity in self.quotas:
+                entries.append(
+                    R.EntryData(
+                        entity=[
+                            R.EntryData.EntityData(entity_type=k, entity_name=n) for k, n in entity
+                        ],
+                        values=[
+                            R.EntryData.ValueData(
+                                key="producer_byte_rate", value=self.quotas[entity]
+                            )
+                        ],
+                    )
+                )
+            return R(throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
+        assert isinstance(request, AlterClientQuotasRequest)
+        A = AlterClientQuotasResponse
+        out = []
+        for entry in request.entries:
+            entity = tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity))
+            code = self.fail_next.pop(0) if self.fail_next else 0
+            if code == 0:
+                for op in entry.ops:
+                    assert op.key == "producer_byte_rate"
+                    if op.remove:
+                        self.quotas.pop(entity, None)
+                    else:
+                        self.quotas[entity] = op.value
+            out.append(
+                A.EntryData(
+                    error_code=code,
+                    error_message="nope" if code else None,
+                    entity=[
+                        A.EntryData.EntityData(entity_type=k, entity_name=n) for k, n in entity
+                    ],
+                )
+            )
+        return A(throttle_time_ms=0, entries=out)
+
+
+def quota_actuators(tmp_path: Path, broker: FakeQuotaBroker, **kw: Any) -> Actuators:
+    cfg = make_config(tmp_path, actuators=["quota"], quota={"producer_byte_rate": "1KiB"})
+    return Actuators(cfg, quota_admin=KafkaQuotaAdmin(broker.send), background=False, **kw)
+
+
+def test_quota_throttles_and_restores_previous_values(tmp_path: Path, logs: io.StringIO) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 4096.0, (("user", "strict"),): 100.0})
+    acts = quota_actuators(tmp_path, broker)
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert broker.quotas == {
+        USER_DEFAULT: 1024.0,
+        CLIENT_DEFAULT: 1024.0,
+        (("user", "strict"),): 100.0,
+    }
+    kinds = [type(r).__name__ for r in broker.requests]
+    assert kinds.index("DescribeClientQuotasRequest") < kinds.index("AlterClientQuotasRequest")
+    saved = json.loads((tmp_path / "state" / STATE_FILE).read_text())
+    assert saved["quota"]["applied"] is True
+    assert {(tuple(map(tuple, p["entity"])), p["value"]) for p in saved["quota"]["previous"]} == {
+        ((("client-id", None),), None),
+        ((("user", None),), 4096.0),
+    }
+    acts.apply(transition("overfull_cleared", percent=50))
+    assert broker.quotas == {USER_DEFAULT: 4096.0, (("user", "strict"),): 100.0}
+    saved = json.loads((tmp_path / "state" / STATE_FILE).read_text())
+    assert saved["quota"] == {"applied": False, "previous": []}
+    assert acts.failure_counts()["quota"] == 0
+    assert len(events(logs, "quota_applied")) == 2 and len(events(logs, "quota_restored")) == 2
+
+
+def test_quota_never_loosens_a_stricter_existing_quota(tmp_path: Path) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 100.0})
+    cfg = make_config(
+        tmp_path,
+        actuators=["quota"],
+        quota={"producer_byte_rate": 1024, "entities": [{"user": None}]},
+    )
+    acts = Actuators(cfg, quota_admin=KafkaQuotaAdmin(broker.send), background=False)
+    acts.apply(transition("overfull"))
+    assert broker.quotas == {USER_DEFAULT: 100.0}
+    acts.apply(transition("overfull_cleared", percent=10))
+    assert broker.quotas == {USER_DEFAULT: 100.0}
+
+
+def test_quota_error_code_is_logged_counted_and_retried(tmp_path: Path, logs: io.StringIO) -> None:
+    broker = FakeQuotaBroker()
+    broker.fail_next = [31]  # CLUSTER_AUTHORIZATION_FAILED on the first alter
+    failures: list[str] = []
+    acts = quota_actuators(tmp_path, broker, on_failure=failures.append)
+    acts.apply(transition("overfull"))
+    (failed,) = events(logs, "actuator_failed")
+    assert failed["actuator"] == "quota"
+    assert "ClusterAuthorizationFailedError" in failed["error"] and "31" in failed["error"]
+    assert failures == ["quota"] and not acts.converged
+    # The next cycle's reconcile is the retry.
+    acts.reconcile({"/data": True}, {"/data": ["orders"]})
+    assert acts.converged
+    assert broker.quotas == {USER_DEFAULT: 1024.0, CLIENT_DEFAULT: 1024.0}
+
+
+def test_crash_after_throttle_is_undone_by_the_next_daemon(tmp_path: Path) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 4096.0})
+    first = quota_actuators(tmp_path, broker)
+    first.apply(transition("overfull"))
+    assert broker.quotas[USER_DEFAULT] == 1024.0
+    del first  # kill -9: nothing is cleaned up, only actuators.json survives
+    # Restarted while still overfull: the throttle is re-sent but the recorded "previous"
+    # (4096) is kept, not replaced by our own 1024.
+    second = quota_actuators(tmp_path, broker)
+    broker.requests.clear()
+    second.reconcile({"/data": True})
+    assert not any(isinstance(r, DescribeClientQuotasRequest) for r in broker.requests)
+    assert broker.quotas[USER_DEFAULT] == 1024.0
+    del second
+    # Restarted after the disk cleared while we were down: the first reconcile restores.
+    third = quota_actuators(tmp_path, broker)
+    third.reconcile({"/data": False})
+    assert broker.quotas == {USER_DEFAULT: 4096.0}
+
+
+def test_crash_between_record_and_alter_restores_cleanly(tmp_path: Path) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 4096.0})
+    broker.fail_next = [1]  # the alter "never happened"
+    first = quota_actuators(tmp_path, broker)
+    first.apply(transition("overfull"))
+    del first
+    second = quota_actuators(tmp_path, broker)
+    second.reconcile({"/data": False})
+    assert broker.quotas == {USER_DEFAULT: 4096.0}
+    assert second.converged
+
+
+def test_quota_dropped_from_config_still_restores(tmp_path: Path, logs: io.StringIO) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 4096.0})
+    quota_actuators(tmp_path, broker).apply(transition("overfull"))
+    # Restart with the quota actuator removed from the config but an admin still reachable.
+    cfg = make_config(tmp_path, actuators=[])
+    acts = Actuators(cfg, quota_admin=KafkaQuotaAdmin(broker.send), background=False)
+    acts.reconcile({"/data": True})
+    assert broker.quotas == {USER_DEFAULT: 4096.0}
+
+
+# ----------------------------------------------------------------------------- acl
+
+
+def _done(value: Any = None, error: BaseException | None = None) -> Future[Any]:
+    future: Future[Any] = Future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+    return future
+
+
+class FakeConfluentAdmin:
+    """confluent-kafka AdminClient's create_acls/describe_acls/delete_acls, with its shapes:
+    dicts of binding/filter -> Future, and ``KafkaException(KafkaError)`` failures."""
+
+    def __init__(self) -> None:
+        self.acls: set[AclBinding] = set()
+        self.fail_creates = 0
+        #: Answer CreateAcls with success but keep nothing (a broker that drops ACLs).
+        self.forget = False
+
+    @staticmethod
+    def _matches(f: AclBindingFilter, b: AclBinding) -> bool:
+        return (
+            f.restype == b.restype
+            and f.name in (None, b.name)
+            and f.resource_pattern_type == b.resource_pattern_type
+            and f.principal in (None, b.principal)
+            and f.host in (None, b.host)
+            and f.operation == b.operation
+            and f.permission_type == b.permission_type
+        )
+
+    def create_acls(self, acls: list[AclBinding], **_: Any) -> dict[AclBinding, Future[Any]]:
+        if self.fail_creates:
+            self.fail_creates -= 1
+            err = KafkaException(KafkaError(KafkaError.SECURITY_DISABLED, "no authorizer"))
+            return {acl: _done(error=err) for acl in acls}
+        if not self.forget:
+            self.acls.update(acls)
+        return {acl: _done() for acl in acls}
+
+    def describe_acls(self, acl_filter: AclBindingFilter, **_: Any) -> Future[Any]:
+        return _done([b for b in self.acls if self._matches(acl_filter, b)])
+
+    def delete_acls(
+        self, filters: list[AclBindingFilter], **_: Any
+    ) -> dict[AclBindingFilter, Future[Any]]:
+        out = {}
+        for f in filters:
+            matched = [b for b in self.acls if self._matches(f, b)]
+            self.acls.difference_update(matched)
+            out[f] = _done(matched)
+        return out
+
+    def topics(self) -> set[str]:
+        return {a.name for a in self.acls}
+
+
+def acl_actuators(tmp_path: Path, admin: FakeConfluentAdmin) -> Actuators:
+    cfg = make_config(tmp_path, actuators=["acl"], acl_principal="User:producer")
+    return Actuators(cfg, acl_admin=ConfluentAclAdmin(admin), background=False)
+
+
+def test_acl_denies_writes_on_the_overfull_mounts_topics(tmp_path: Path) -> None:
+    admin = FakeConfluentAdmin()
+    acts = acl_actuators(tmp_path, admin)
+    acts.apply(transition("overfull", mount="/a"), topics=["orders", "clicks"])
+    assert admin.acls == {
+        AclBinding(
+            ResourceType.TOPIC,
+            topic,
+            ResourcePatternType.LITERAL,
+            "User:producer",
+            "*",
+            AclOperation.WRITE,
+            AclPermissionType.DENY,
+        )
+        for topic in ("orders", "clicks")
+    }
+    # A topic created while overfull is picked up by the next reconcile; another mount's
+    # topics come and go with that mount.
+    acts.reconcile({"/a": True, "/b": True}, {"/a": ["orders", "clicks", "new"], "/b": ["logs"]})
+    assert admin.topics() == {"orders", "clicks", "new", "logs"}
+    acts.apply(transition("overfull_cleared", mount="/a", percent=10))
+    assert admin.topics() == {"logs"}
+    acts.reconcile({"/a": False, "/b": False})
+    assert admin.topics() == set()
+    assert json.loads((tmp_path / "state" / STATE_FILE).read_text())["acl"] == []
+
+
+def test_acl_failure_is_retried_and_crash_is_reconciled(tmp_path: Path, logs: io.StringIO) -> None:
+    admin = FakeConfluentAdmin()
+    admin.fail_creates = 1
+    acts = acl_actuators(tmp_path, admin)
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert events(logs, "actuator_failed")[0]["actuator"] == "acl"
+    assert admin.topics() == set()
+    acts.reconcile({"/data": True}, {"/data": ["orders"]})
+    assert admin.topics() == {"orders"}
+    del acts  # kill -9
+    restarted = acl_actuators(tmp_path, admin)
+    restarted.reconcile({"/data": False}, {"/data": ["orders"]})
+    assert admin.topics() == set()
+
+
+def test_unknown_mount_state_keeps_what_was_recorded(tmp_path: Path) -> None:
+    admin = FakeConfluentAdmin()
+    acl_actuators(tmp_path, admin).apply(transition("overfull"), topics=["orders"])
+    restarted = acl_actuators(tmp_path, admin)
+    restarted.reconcile({"/data": None})  # not observed yet after the restart
+    assert admin.topics() == {"orders"}
+    restarted.reconcile({})  # the mount is no longer watched at all: released
+    assert admin.topics() == set()
+
+
+# ----------------------------------------------------------------------------- real broker
+
+
+def tansu() -> contextlib.AbstractContextManager[str]:
+    """A real tansu broker for the block (the shared helper in ``tests/support/tansu.py``)."""
+    return run_tansu()
+
+
+def test_real_broker_without_quota_or_acl_support(tmp_path: Path, logs: io.StringIO) -> None:
+    with tansu() as bootstrap:
+        cfg = make_config(
+            tmp_path, actuators=["quota", "acl"], bootstrap=bootstrap, acl_principal="User:*"
+        )
+        # What tansu answers, at the client boundary.
+        connection = KafkaAdminConnection(cfg.broker, timeout_s=2)
+        with pytest.raises(Exception) as describe_error:
+            connection.quota_admin().describe_producer_byte_rate(USER_DEFAULT)
+        assert type(describe_error.value).__name__ == "IncompatibleBrokerVersion"
+        connection.reset()
+
+        failures: list[str] = []
+        acts = Actuators(cfg, on_failure=failures.append, broker_timeout_s=2, retry_interval_s=60)
+        try:
+            started = time.monotonic()
+            acts.apply(transition("overfull"), topics=["orders"])
+            assert time.monotonic() - started < 0.5, "apply waited for the broker"
+            assert acts.wait_idle(60)
+            assert not acts.converged
+            failed = {f["actuator"]: f["error"] for f in events(logs, "actuator_failed")}
+            assert "not supported by the broker" in failed["quota"]
+            assert "DescribeClientQuotas" in failed["quota"]
+            # librdkafka aborted on tansu's CreateAcls answer — in the child, not here.
+            assert "CreateAcls" in failed["acl"] and "aborted (SIGABRT)" in failed["acl"]
+            assert set(failures) == {"quota", "acl"}
+            # What was attempted is recorded, so a later daemon (or this one) undoes it.
+            saved = json.loads((tmp_path / "state" / STATE_FILE).read_text())
+            assert saved["overfull"] == {"/data": ["orders"]}
+            assert saved["acl"] == [{"principal": "User:*", "topic": "orders"}]
+        finally:
+            acts.close()
+
+
+def test_missing_quota_api_is_one_line_per_episode_not_retried(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """A broker before Kafka 2.6 has no client-quota API (what 2.2 answers: kafka-python's
+    IncompatibleBrokerVersion). Retrying cannot help: one counted line per overfull episode,
+    nothing recorded, and the pass counts as converged (the acl actuator is not held up)."""
+
+    def send(request: Any) -> Any:
+        raise IncompatibleBrokerVersion(
+            f"Kafka broker does not support the '{type(request).__name__}' Kafka protocol."
+        )
+
+    failures: list[str] = []
+    cfg = make_config(tmp_path, actuators=["quota"], quota={"producer_byte_rate": 1024})
+    acts = Actuators(
+        cfg, quota_admin=KafkaQuotaAdmin(send), background=False, on_failure=failures.append
+    )
+    acts.apply(transition("overfull"), topics=["orders"])
+    acts.reconcile({"/data": True}, {"/data": ["orders"]})
+    acts.reconcile({"/data": True}, {"/data": ["orders", "new"]})
+    (failed,) = events(logs, "actuator_failed")
+    assert failed["actuator"] == "quota" and failed["action"] == "throttle"
+    assert failed["error"].startswith("DescribeClientQuotas/AlterClientQuotas not supported")
+    assert failures == ["quota"] and acts.failure_counts()["quota"] == 1
+    assert acts.converged
+    assert acts.applied()["quota"] == {"applied": False, "previous": []}  # nothing to restore
+    assert not (tmp_path / "state" / STATE_FILE).exists()
+    # Cleared, then a new episode: said once more.
+    acts.apply(transition("overfull_cleared", percent=10))
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert len(events(logs, "actuator_failed")) == 2
+
+
+def test_acl_accepted_but_not_held_is_a_failure(tmp_path: Path, logs: io.StringIO) -> None:
+    admin = FakeConfluentAdmin()
+    admin.forget = True
+    acts = acl_actuators(tmp_path, admin)
+    acts.apply(transition("overfull"), topics=["orders"])
+    (failed,) = events(logs, "actuator_failed")
+    assert "DescribeAcls does not list DENY WRITE for User:producer" in failed["error"]
+    assert not acts.converged
+
+
+def test_acl_broker_error_names_the_kafka_error(tmp_path: Path, logs: io.StringIO) -> None:
+    admin = FakeConfluentAdmin()
+    admin.fail_creates = 1
+    acl_actuators(tmp_path, admin).apply(transition("overfull"), topics=["orders"])
+    (failed,) = events(logs, "actuator_failed")
+    assert failed["error"] == (
+        "CreateAcls failed for 1 of 1 ACL(s): topic 'orders': SECURITY_DISABLED: no authorizer"
+    )
+
+
+def test_overfull_without_topics_keeps_recorded_topics(tmp_path: Path) -> None:
+    admin = FakeConfluentAdmin()
+    acl_actuators(tmp_path, admin).apply(transition("overfull"), topics=["orders"])
+    restarted = acl_actuators(tmp_path, admin)
+    assert restarted.recorded_overfull_mounts() == {"/data"}
+    restarted.apply(transition("overfull"), topics=[])  # no scan yet after the restart
+    assert admin.topics() == {"orders"}
+
+
+def test_background_worker_retries_on_its_own(tmp_path: Path, logs: io.StringIO) -> None:
+    broker = FakeQuotaBroker({USER_DEFAULT: 4096.0})
+    broker.fail_next = [31, 31]  # two failed passes, then the broker accepts
+    cfg = make_config(tmp_path, actuators=["quota"], quota={"producer_byte_rate": 1024})
+    acts = Actuators(cfg, quota_admin=KafkaQuotaAdmin(broker.send), retry_interval_s=0.1)
+    try:
+        acts.apply(transition("overfull"))  # no reconcile follows: the worker must retry
+        deadline = time.monotonic() + 10
+        while not acts.converged and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert acts.converged
+        assert broker.quotas == {USER_DEFAULT: 1024.0, CLIENT_DEFAULT: 1024.0}
+        assert len(events(logs, "actuator_failed")) == 2
+    finally:
+        acts.close()
+
+
+# ------------------------------------------------------- what apply says it engaged (issue 13)
+
+
+def test_apply_names_the_actuators_it_engaged(tmp_path: Path) -> None:
+    """The daemon says "producers are being blocked" only naming what acted: ``apply`` tells."""
+    hook = script(tmp_path, "hook.sh", "true\n")
+    acts = Actuators(make_config(tmp_path, actuators=["exec"], on_change=[str(hook)]))
+    try:
+        assert acts.apply(transition("overfull")) == ("exec",)
+        assert acts.apply(transition("overfull_cleared", percent=50)) == ("exec",)
+        alert = Transition("disk_alert", "/data", "low", 75.0, 1, level=1, previous_level=0)
+        assert acts.apply(alert) == ()
+        assert acts.wait_idle(20)
+    finally:
+        acts.close()
+    (tmp_path / "none").mkdir()
+    none = Actuators(make_config(tmp_path / "none"))
+    try:
+        assert none.apply(transition("overfull")) == ()
+    finally:
+        none.close()

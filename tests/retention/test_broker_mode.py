@@ -1,0 +1,152 @@
+"""Broker mode end to end: with a broker running, files are never unlinked by diskguard.
+
+The log dir's ``.lock`` is held by another process (as a running broker holds it) and a
+real Kafka-protocol broker (tansu) answers on ``bootstrap_servers``. tansu does not
+implement DeleteRecords, so against it the cycle must fail safely; the success path and the
+pending-reclaim accounting that stops a second cycle from deleting again are checked with
+an admin client injected at the confluent-kafka boundary.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import DeletedRecords
+from test_retention_e2e import build, df_percent, disk_free, expected_order, write_config
+
+from diskguard.broker.client import BrokerClient
+from diskguard.config import load_config
+from diskguard.retention.cycle import Runtime
+from support.fsfixtures import fill, loop_ext4
+from support.kafkagen import hold_lock
+from support.tansu import run_tansu
+
+MiB = 1024**2
+
+
+class AcceptingAdmin:
+    """Answers DeleteRecords like a broker that accepted every request."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[tuple[str, int, int]]] = []
+
+    def list_topics(self, *args: Any, **kwargs: Any) -> object:
+        return object()
+
+    def delete_records(
+        self, tps: list[TopicPartition], **kwargs: Any
+    ) -> Mapping[TopicPartition, concurrent.futures.Future[Any]]:
+        self.calls.append([(tp.topic, tp.partition, tp.offset) for tp in tps])
+        out = {}
+        for tp in tps:
+            fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            fut.set_result(DeletedRecords(tp.offset))
+            out[TopicPartition(tp.topic, tp.partition, tp.offset)] = fut
+        return out
+
+    def list_consumer_groups(self, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        fut.set_result(type("R", (), {"valid": [], "errors": []})())
+        return fut
+
+
+@pytest.fixture()
+def over_ceiling(tmp_path: Path) -> Iterator[tuple[Path, Path, dict[Any, Any], float]]:
+    with loop_ext4(64 * MiB) as mount:
+        log_dir, truth = build(mount)
+        fill(mount / "filler", int(disk_free(mount) * 0.6))
+        limit = round(df_percent(mount) - 4, 1)
+        yield mount, log_dir, truth, limit
+
+
+def inodes(log_dir: Path) -> dict[str, int]:
+    return {str(p): os.stat(p).st_ino for p in log_dir.rglob("*")}
+
+
+def test_running_broker_files_are_never_unlinked(
+    over_ceiling: tuple[Path, Path, dict[Any, Any], float], tmp_path: Path
+) -> None:
+    _mount, log_dir, _truth, limit = over_ceiling
+    before = inodes(log_dir)
+    with run_tansu() as bootstrap, hold_lock(log_dir):
+        cfg = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="auto")
+        text = cfg.read_text().replace(
+            "[retention]", f'bootstrap_servers = "{bootstrap}"\n[retention]'
+        )
+        cfg.write_text(text)
+        plan = subprocess.run(
+            [sys.executable, "-m", "diskguard", "plan", "-c", str(cfg), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert plan.returncode == 0, plan.stderr
+        assert json.loads(plan.stdout)["mode"] == "broker"
+        proc = subprocess.run(
+            [sys.executable, "-m", "diskguard", "enforce", "--once", "-c", str(cfg)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    # tansu has no DeleteRecords: the cycle fails (exit 1), logged, nothing touched on disk.
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert any(e["event"] == "segment_delete_failed" and e["mode"] == "broker" for e in events)
+    assert not any(e["event"] == "segment_deleted" for e in events)
+    assert inodes(log_dir) == before
+    audit = [json.loads(x) for x in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+    assert {a["phase"] for a in audit} >= {"intent", "failed"}
+
+
+def test_accepted_delete_records_are_pending_reclaim_next_cycle(
+    over_ceiling: tuple[Path, Path, dict[Any, Any], float], tmp_path: Path
+) -> None:
+    _mount, log_dir, truth, limit = over_ceiling
+    cfg_path = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="broker")
+    cfg_path.write_text(
+        cfg_path.read_text().replace(
+            "[retention]", 'bootstrap_servers = "127.0.0.1:1"\n[retention]'
+        )
+    )
+    config = load_config(cfg_path)
+    admin = AcceptingAdmin()
+    before = inodes(log_dir)
+    with hold_lock(log_dir):
+        runtime = Runtime(config)
+        runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+        first = runtime.cycle(act=True)
+        chosen = [(d.topic, d.partition, d.base_offset) for d in first.plan.deletions]
+        assert chosen and chosen == expected_order(truth)[: len(chosen)]
+        assert first.exit_code() == 0 and all(r.ok and r.mode == "broker" for r in first.results)
+        # One DeleteRecords call, the highest next_offset per partition.
+        assert len(admin.calls) == 1
+        wanted: dict[tuple[str, int], int] = {}
+        for d in first.plan.deletions:
+            key = (d.topic, d.partition)
+            wanted[key] = max(wanted.get(key, 0), d.next_offset)
+        assert sorted((t, p, o) for (t, p), o in wanted.items()) == sorted(admin.calls[0])
+        # The broker has not removed anything yet (checkpoint not flushed, files still there):
+        # the next cycle sees the excess covered by pending reclaim and deletes nothing more.
+        second = runtime.cycle(act=True)
+        assert second.plan.deletions == ()
+        assert second.plan.filesystems[0].pending_reclaim_bytes >= sum(
+            d.bytes for d in first.plan.deletions
+        )
+        assert second.exit_code() == 0
+        assert len(admin.calls) == 1
+        # A fresh process (enforce --once from cron) remembers the request too.
+        third = Runtime(config)
+        third.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+        assert third.cycle(act=True).plan.deletions == ()
+        runtime.close()
+        third.close()
+    assert inodes(log_dir) == before

@@ -1,0 +1,175 @@
+"""KIP-61 end to end on a real loop-mounted ext4 with real Kafka-format log dirs.
+
+``plan`` must name exactly the global-oldest prefix, ``enforce --once`` (offline) must bring df
+under the limit deleting exactly those segments, and a log dir whose ``.lock`` another
+process holds must never be touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support.fsfixtures import fill, loop_ext4
+from support.kafkagen import SegmentSpec, hold_lock, write_log_dir
+
+MiB = 1024**2
+BASE_TS = 1_700_000_000_000
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diskguard", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def df_percent(path: Path) -> float:
+    st = os.statvfs(path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    avail = st.f_bavail * st.f_frsize
+    return 100.0 * used / (used + avail)
+
+
+def build(mount: Path) -> tuple[Path, dict[tuple[str, int, int], tuple[int, list[Path]]]]:
+    """Three topics x 2 partitions x 5 segments (~256 KiB each), interleaved timestamps."""
+    log_dir = mount / "kafka-logs"
+    parts = {}
+    for t_index, topic in enumerate(["orders", "clicks", "__consumer_offsets"]):
+        for p in range(2):
+            specs = [
+                SegmentSpec(
+                    records=25,
+                    payload_size=10_000,
+                    first_timestamp_ms=BASE_TS + (s * 6 + t_index * 2 + p) * 60_000,
+                    timestamp_step_ms=10,
+                    records_per_batch=5,
+                )
+                for s in range(5)
+            ]
+            parts[(topic, p)] = specs
+    layout = write_log_dir(log_dir, parts)
+    truth = {}
+    for (topic, p), part in layout.partitions.items():
+        for seg in part.closed:
+            truth[(topic, p, seg.base_offset)] = (seg.max_timestamp_ms, list(seg.files))
+    return log_dir, truth
+
+
+def write_config(tmp: Path, log_dir: Path, **retention: object) -> Path:
+    state = tmp / "state"
+    lines = [
+        "[broker]",
+        f'log_dirs = ["{log_dir}"]',
+        "[retention]",
+        # The test topics are cleanup.policy=delete; without a broker nobody can say so.
+        *(
+            f"{k} = {json.dumps(v)}"
+            for k, v in {"assume_delete_policy": [".*"], **retention}.items()
+        ),
+        "[daemon]",
+        f'state_dir = "{state}"',
+    ]
+    path = tmp / "diskguard.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture()
+def disk(tmp_path: Path) -> Iterator[Path]:
+    with loop_ext4(64 * MiB) as mount:
+        yield mount
+
+
+def expected_order(
+    truth: dict[tuple[str, int, int], tuple[int, list[Path]]],
+) -> list[tuple[str, int, int]]:
+    keys = [k for k in truth if not k[0].startswith("__")]
+    return sorted(keys, key=lambda k: (truth[k][0], k[0], k[1], k[2]))
+
+
+def test_plan_then_enforce_offline_deletes_exactly_the_global_oldest_prefix(
+    disk: Path, tmp_path: Path
+) -> None:
+    log_dir, truth = build(disk)
+    fill(disk / "filler", int((disk_free(disk)) * 0.6))
+    usage = df_percent(disk)
+    limit = round(usage - 4, 1)
+    cfg = write_config(
+        tmp_path, log_dir, disk_usage_percent=limit, mode="offline", offline_headroom=0
+    )
+
+    proc = run_cli("plan", "-c", str(cfg), "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    fs = plan["filesystems"][0]
+    assert fs["mount"] == str(disk) and fs["limit_percent"] == limit
+    assert abs(fs["usage_percent"] - usage) < 0.5
+    chosen = [(d["topic"], d["partition"], d["base_offset"]) for d in plan["deletions"]]
+    order = expected_order(truth)
+    assert chosen == order[: len(chosen)], "not the global-oldest prefix"
+    assert all(
+        d["max_timestamp_ms"] == truth[k][0] for d, k in zip(plan["deletions"], chosen, strict=True)
+    )
+    covered = sum(d["bytes"] for d in plan["deletions"])
+    assert covered >= fs["excess_bytes"] > covered - plan["deletions"][-1]["bytes"], "not minimal"
+
+    before = {str(p) for p in log_dir.rglob("*") if p.is_file()}
+    proc = run_cli("enforce", "--once", "-c", str(cfg))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert df_percent(disk) <= limit
+    after = {str(p) for p in log_dir.rglob("*") if p.is_file()}
+    gone = before - after
+    expected_gone = {str(f) for k in chosen for f in truth[k][1]}
+    assert gone == expected_gone & before
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    deleted = [e for e in events if e["event"] == "segment_deleted"]
+    assert [(e["topic"], e["partition"], e["base_offset"]) for e in deleted] == chosen
+    assert any(e["event"] == "retention_cycle" for e in events)
+    audit = (tmp_path / "state" / "audit.jsonl").read_text().splitlines()
+    assert len(audit) >= 2 * len(chosen)
+
+
+def disk_free(mount: Path) -> int:
+    st = os.statvfs(mount)
+    return st.f_bavail * st.f_frsize
+
+
+def test_locked_log_dir_is_never_touched(disk: Path, tmp_path: Path) -> None:
+    log_dir, _truth = build(disk)
+    fill(disk / "filler", int(disk_free(disk) * 0.6))
+    limit = round(df_percent(disk) - 4, 1)
+    cfg = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="offline")
+    snapshot = {str(p): os.stat(p).st_ino for p in log_dir.rglob("*")}
+    with hold_lock(log_dir):
+        proc = run_cli("enforce", "--once", "-c", str(cfg))
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        assert "refused" in proc.stderr
+        cfg_auto = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="auto")
+        proc = run_cli("enforce", "--once", "-c", str(cfg_auto))
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert {str(p): os.stat(p).st_ino for p in log_dir.rglob("*")} == snapshot
+
+
+def test_under_limit_exit_0_and_dry_run_deletes_nothing(disk: Path, tmp_path: Path) -> None:
+    log_dir, _ = build(disk)
+    cfg = write_config(tmp_path, log_dir, disk_usage_percent=99.0)
+    proc = run_cli("enforce", "--once", "-c", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    fill(disk / "filler", int(disk_free(disk) * 0.6))
+    limit = round(df_percent(disk) - 4, 1)
+    cfg = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="dry-run")
+    before = sorted(str(p) for p in log_dir.rglob("*"))
+    proc = run_cli("enforce", "--once", "-c", str(cfg))
+    assert proc.returncode == 1
+    assert sorted(str(p) for p in log_dir.rglob("*")) == before
+    proc = run_cli("plan", "-c", str(cfg))
+    assert proc.returncode == 0 and "Would delete" in proc.stdout

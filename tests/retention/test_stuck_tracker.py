@@ -1,0 +1,129 @@
+"""The stuck-state tracker on plain data: which cycles are stuck, what is logged when, and when
+a change in usage needs a new cycle (the daemon end to end is in test_stuck.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from structlog.testing import capture_logs
+
+from diskguard.kafkalog.model import FilesystemUsage
+from diskguard.retention.enforcement import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision
+from diskguard.retention.planner import FilesystemPlan, Plan
+from diskguard.retention.stuck import (
+    HEARTBEAT_S,
+    MIN_MOVE_BYTES,
+    StuckTracker,
+    stuck_reason,
+)
+
+GiB = 1024**3
+MiB = 1024**2
+
+
+def fs_plan(**kw: object) -> FilesystemPlan:
+    base: dict[str, object] = {
+        "mount": "/data",
+        "device": "/dev/x",
+        "log_dirs": ("/data/kafka",),
+        "total_bytes": 100 * GiB,
+        "used_bytes": 90 * GiB,
+        "available_bytes": 10 * GiB,
+        "usage_percent": 90.0,
+        "limit_percent": 80.0,
+        "target_percent": 80.0,
+        "pending_reclaim_bytes": 0,
+        "excess_bytes": 10 * GiB,
+        "chosen_bytes": 0,
+        "chosen_count": 0,
+        "unreachable_bytes": 10 * GiB,
+    }
+    base.update(kw)
+    return FilesystemPlan(**base)  # type: ignore[arg-type]
+
+
+def usage(used: int) -> FilesystemUsage:
+    return FilesystemUsage(
+        mount="/data",
+        device="/dev/x",
+        total_bytes=100 * GiB,
+        used_bytes=used,
+        available_bytes=100 * GiB - used,
+    )
+
+
+def mode(name: str) -> ModeDecision:
+    return ModeDecision(name, f"mode = {name}")
+
+
+def test_the_four_reasons_and_the_cases_that_are_not_stuck() -> None:
+    assert stuck_reason(mode(OFFLINE), fs_plan()) == (
+        "target_unreachable",
+        "only active or protected segments are left",
+    )
+    chosen = fs_plan(chosen_count=3, chosen_bytes=GiB)
+    assert stuck_reason(mode(REFUSED), chosen)[0] == "refused"  # type: ignore[index]
+    assert stuck_reason(mode(DRY_RUN), chosen)[0] == "dry_run"  # type: ignore[index]
+    covered = fs_plan(excess_bytes=0, pending_reclaim_bytes=12 * GiB, unreachable_bytes=0)
+    assert stuck_reason(mode(BROKER), covered)[0] == "pending_reclaim"  # type: ignore[index]
+    # Acting on chosen segments is progress, not stuck; under the limit is not stuck either.
+    assert stuck_reason(mode(OFFLINE), chosen) is None
+    under = fs_plan(usage_percent=70.0, excess_bytes=0, unreachable_bytes=0)
+    assert stuck_reason(mode(OFFLINE), under) is None
+
+
+def test_logged_when_it_begins_changes_on_the_heartbeat_and_when_it_clears() -> None:
+    tracker = StuckTracker()
+    stuck = Plan((fs_plan(),), ())
+    with capture_logs() as logs:
+        assert tracker.observe(mode(OFFLINE), stuck, 0.0) == frozenset()  # begins: not quiet
+        for t in range(1, 100):
+            assert tracker.observe(mode(OFFLINE), stuck, float(t)) == {"/data"}
+        assert tracker.observe(mode(OFFLINE), stuck, HEARTBEAT_S) == frozenset()
+        refused = Plan((fs_plan(chosen_count=1, chosen_bytes=GiB),), ())
+        assert tracker.observe(mode(REFUSED), refused, HEARTBEAT_S + 1) == frozenset()
+        assert tracker.observe(mode(REFUSED), refused, HEARTBEAT_S + 2) == {"/data"}
+        under = Plan((fs_plan(usage_percent=70.0, excess_bytes=0, unreachable_bytes=0),), ())
+        assert tracker.observe(mode(OFFLINE), under, HEARTBEAT_S + 3) == frozenset()
+        assert tracker.observe(mode(OFFLINE), under, HEARTBEAT_S + 4) == frozenset()
+    events = [(e["event"], e.get("reason"), e.get("heartbeat")) for e in logs]
+    assert events == [
+        ("retention_stuck", "target_unreachable", False),
+        ("retention_stuck", "target_unreachable", True),
+        ("retention_stuck", "refused", False),
+        ("retention_stuck_cleared", "refused", None),
+    ]
+    assert logs[1]["stuck_for_s"] == HEARTBEAT_S
+    assert not tracker.states
+
+
+def test_usage_growth_past_the_pending_reclaim_needs_a_cycle_at_once() -> None:
+    """Growing past what pending reclaim covers makes the excess positive again: that, or the
+    0.1 % move if smaller, is the threshold; a 4 KiB margin reacts to 4 KiB more."""
+    used = 90 * GiB
+    target_used = 80 * GiB
+    pending = used - target_used + 200 * MiB
+    tracker = StuckTracker()
+    covered = fs_plan(used_bytes=used, excess_bytes=0, pending_reclaim_bytes=pending)
+    tracker.observe(mode(BROKER), Plan((covered,), ()), 0.0)
+    move = 100 * GiB // 1000  # 0.1 % of the disk caps the allowance
+    assert tracker.states["/data"].grow_allowance == move
+    assert not tracker.usage_moved({"/data": usage(used + move - 1)})
+    assert tracker.usage_moved({"/data": usage(used + move)})
+
+    tight = dataclasses.replace(covered, pending_reclaim_bytes=used - target_used + 4096)
+    tracker.observe(mode(BROKER), Plan((tight,), ()), 1.0)
+    assert not tracker.usage_moved({"/data": usage(used + 4096)})
+    assert tracker.usage_moved({"/data": usage(used + 8192)})
+
+
+def test_only_active_segments_left_a_meaningful_move_either_way_needs_a_cycle() -> None:
+    tracker = StuckTracker()
+    tracker.observe(mode(OFFLINE), Plan((fs_plan(),), ()), 0.0)
+    move = max(MIN_MOVE_BYTES, 100 * GiB // 1000)
+    assert not tracker.usage_moved({"/data": usage(90 * GiB + move - 1)})
+    assert tracker.usage_moved({"/data": usage(90 * GiB + move)})
+    assert tracker.usage_moved({"/data": usage(90 * GiB - move)})
+    assert tracker.usage_moved({}), "a usage that could not be read is a change"
+    assert tracker.all_stuck(["/data"]) and not tracker.all_stuck(["/data", "/other"])
+    assert not tracker.all_stuck([])

@@ -1,0 +1,1 @@
+"""Shared test helpers: the only place tests get log dirs, daemons, brokers and terminals from."""

@@ -120,3 +120,4 @@ def main() -> None:
 
 
 # Subcommands live beside the code they drive; importing registers them on ``cli``.
+from diskguard import commands as _commands  # noqa: E402,F401

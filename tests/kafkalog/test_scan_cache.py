@@ -7,7 +7,9 @@ import re
 import time
 from pathlib import Path
 
-from diskguard.kafkalog.scan import AgeCache, ListingCache, SegmentFileReader, scan_log_dir
+from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
+from diskguard.kafkalog.listing import ListingCache
+from diskguard.kafkalog.scan import scan_log_dir
 from support.kafkagen import SegmentSpec, write_log_dir
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from diskguard.kafkalog import scan
+from diskguard.kafkalog import dating
+from diskguard.kafkalog.dating import SegmentFileReader
 from diskguard.kafkalog.model import Partition
-from diskguard.kafkalog.scan import SegmentFileReader
 from support.kafkagen import SegmentSpec, write_partition
 
 # 60 records of 2 kB, 2 per batch: time-index entries every ~4 kB, so an unclean stop leaves
@@ -33,13 +33,13 @@ def partition_of(layout: object, path: Path) -> Partition:
 @pytest.fixture
 def log_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    real = scan._max_batch_timestamp
+    real = dating._max_batch_timestamp
 
     def counting(log_path: str, start: int) -> int | None:
         calls.append(log_path)
         return real(log_path, start)
 
-    monkeypatch.setattr(scan, "_max_batch_timestamp", counting)
+    monkeypatch.setattr(dating, "_max_batch_timestamp", counting)
     return calls
 
 

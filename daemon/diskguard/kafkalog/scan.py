@@ -1,7 +1,8 @@
-"""Scanning real log dirs into the model (edge: all the disk reads live here).
+"""Scanning real log dirs into the model (edge: with ``listing``, ``dating`` and
+``checkpoints``, all the log-dir reads live here).
 
-Cheap by design: listing names (``getdents``) is all a plan needs for most files; only the
-heads the planner pops are stat'ed and have their ``.timeindex`` read (``SegmentFileReader``).
+Cheap by design: listing names (``getdents``) is all a plan needs for most files
+(``listing``); only the heads the planner pops are stat'ed and dated (``dating``).
 A *full* scan (snapshots, ``max_bytes``) stats every file, still without reading contents.
 
 Safety rules from Kafka's own ``LogManager``: never follow a symlink out of a log dir, skip
@@ -11,36 +12,31 @@ files vanishing mid-scan (the broker deletes and rolls while we look).
 
 from __future__ import annotations
 
-import bisect
 import os
 import re
-import stat
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diskguard.host import fsusage, safeopen
-from diskguard.kafkalog import offsetindex, recordbatch, timeindex
+from diskguard.host import fsusage
+from diskguard.kafkalog.checkpoints import LOG_START_CHECKPOINT, compacted_topics, read_checkpoint
+from diskguard.kafkalog.listing import (
+    InodeTally,
+    ListingCache,
+    active_stats,
+    list_partition,
+    segment_stats,
+    tree_stats,
+)
 from diskguard.kafkalog.model import (
-    DELETED_SUFFIX,
-    SEGMENT_FILE_SUFFIXES,
     Filesystem,
     FilesystemUsage,
     LogDir,
     Partition,
     PartitionDirKind,
-    SegmentInfo,
     parse_partition_dir,
-    parse_segment_file,
-    segment_file_name,
 )
 from diskguard.kafkalog.topicpolicy import ProtectionRule
-
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-#: An entry a broker with tiered storage keeps in the partition dir (remote log metadata).
-REMOTE_LOG_SNAPSHOT = "remote_log_snapshot"
 
 
 @dataclass(frozen=True)
@@ -59,249 +55,6 @@ class ScanResult:
     warnings: tuple[str, ...] = ()
 
 
-def allocated_bytes(st: os.stat_result) -> int:
-    """Bytes a file really occupies: sparse preallocated indexes count only written blocks."""
-    return st.st_blocks * 512
-
-
-@dataclass(frozen=True)
-class _Linked:
-    """A file with more than one hard link: its bytes depend on which names are counted."""
-
-    name: str
-    dev: int
-    ino: int
-    nlink: int
-    bytes: int
-    deleted: bool = False
-
-    @classmethod
-    def of(cls, name: str, st: os.stat_result, deleted: bool = False) -> _Linked:
-        return cls(name, st.st_dev, st.st_ino, st.st_nlink, allocated_bytes(st), deleted)
-
-
-class InodeTally:
-    """Bytes of a set of file names, per inode (``st_nlink``), not per name.
-
-    ``allocated``: the blocks the names occupy, each inode once however many of its names are
-    in the set (what ``du`` shows). ``freeable``: what unlinking every name in the set would
-    free: an inode frees its blocks only when all its links are in the set, so a file also
-    linked from outside (a backup tool's hard link) frees nothing. Files with a single link,
-    which is every file of a normal Kafka log dir, are just summed.
-    """
-
-    def __init__(self) -> None:
-        self.single = 0
-        #: (dev, ino) -> [st_nlink, bytes, names seen]
-        self._linked: dict[tuple[int, int], list[int]] = {}
-
-    def add(self, st: os.stat_result) -> int:
-        """Count one name; returns the bytes it adds to ``allocated`` (0 for a known inode)."""
-        if st.st_nlink <= 1:
-            size = allocated_bytes(st)
-            self.single += size
-            return size
-        return self.add_linked(_Linked.of("", st))
-
-    def add_linked(self, linked: _Linked) -> int:
-        entry = self._linked.get((linked.dev, linked.ino))
-        if entry is None:
-            self._linked[(linked.dev, linked.ino)] = [linked.nlink, linked.bytes, 1]
-            return linked.bytes
-        entry[2] += 1
-        return 0
-
-    @property
-    def allocated(self) -> int:
-        return self.single + sum(size for _n, size, _seen in self._linked.values())
-
-    @property
-    def freeable(self) -> int:
-        return self.single + sum(size for n, size, seen in self._linked.values() if seen >= n)
-
-    def shared(self) -> set[tuple[int, int]]:
-        """Inodes with links outside the set: unlinking the set's names frees none of them."""
-        return {key for key, (n, _size, seen) in self._linked.items() if seen < n}
-
-
-def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """Kafka's ``OffsetCheckpointFile``: version 0, a count, then ``topic partition offset``.
-
-    A missing or empty file is normal (a broker creates ``cleaner-offset-checkpoint`` empty at
-    start-up and leaves it so until the first compaction); a malformed one raises ValueError
-    naming it, and one that is not a regular file (a FIFO would block the reader forever) an
-    OSError naming it.
-    """
-    try:
-        text = safeopen.read_text(path)
-    except FileNotFoundError:
-        return {}
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    if not text:
-        return {}
-    lines = text.splitlines()
-    if len(lines) < 2 or lines[0].strip() != "0" or not lines[1].strip().isdigit():
-        raise ValueError(f"{path}: malformed checkpoint header")
-    count = int(lines[1])
-    out: dict[tuple[str, int], int] = {}
-    for line in lines[2 : 2 + count]:
-        parts = line.split()
-        if len(parts) != 3 or not parts[1].isdigit() or not re.fullmatch(r"-?\d+", parts[2]):
-            raise ValueError(f"{path}: malformed checkpoint line {line!r}")
-        out[(parts[0], int(parts[1]))] = int(parts[2])
-    if len(out) != count:
-        raise ValueError(f"{path}: checkpoint says {count} entries, has {len(out)}")
-    return out
-
-
-def _tree_stats(path: str) -> list[os.stat_result]:
-    """``lstat`` of every regular file under ``path``, symlinks not followed; vanishing files
-    are fine."""
-    out: list[os.stat_result] = []
-    try:
-        with os.scandir(path) as entries:
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        out.extend(_tree_stats(entry.path))
-                    elif entry.is_file(follow_symlinks=False):
-                        out.append(entry.stat(follow_symlinks=False))
-                except FileNotFoundError:
-                    continue
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return out
-
-
-@dataclass(frozen=True)
-class _PartitionListing:
-    bases: frozenset[int]
-    #: Allocated bytes of single-link ``*.deleted`` files.
-    deleted_bytes: int
-    #: Allocated bytes of every single-link file but the active segment's (full listings only).
-    settled_bytes: int
-    #: The active segment's files: they grow without the directory changing, so their size
-    #: is always read afresh.
-    active_files: tuple[str, ...]
-    full: bool
-    #: Files with other hard links (``*.deleted`` ones always, others in full listings): they
-    #: count per inode across the whole log dir, see ``InodeTally``.
-    linked: tuple[_Linked, ...] = ()
-    #: A ``remote_log_snapshot`` entry (any kind) is in the dir: tiered storage.
-    remote_log_state: bool = False
-
-    @property
-    def has_deleted(self) -> bool:
-        return self.deleted_bytes > 0 or any(f.deleted for f in self.linked)
-
-
-def _list_partition(path: str, full: bool) -> _PartitionListing:
-    bases: set[int] = set()
-    deleted = 0
-    linked: list[_Linked] = []
-    stats: dict[str, os.stat_result] = {}
-    remote = False
-    with os.scandir(path) as entries:
-        for entry in entries:
-            name = entry.name
-            if name == REMOTE_LOG_SNAPSHOT:
-                remote = True
-            try:
-                if name.endswith(DELETED_SUFFIX):
-                    if entry.is_file(follow_symlinks=False):
-                        st = entry.stat(follow_symlinks=False)
-                        if st.st_nlink > 1:
-                            linked.append(_Linked.of(name, st, deleted=True))
-                        else:
-                            deleted += allocated_bytes(st)
-                    continue
-                if name.endswith(".log"):
-                    parsed = parse_segment_file(name)
-                    # A symlink or dir named like a segment is never ours.
-                    if parsed is not None and entry.is_file(follow_symlinks=False):
-                        bases.add(parsed[0])
-                if full and entry.is_file(follow_symlinks=False):
-                    stats[name] = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-    active = max(bases) if bases else None
-    active_files = (
-        tuple(
-            n
-            for n in stats
-            if parse_segment_file(n) is not None and n.startswith(f"{active:020d}.")
-        )
-        if active is not None
-        else ()
-    )
-    settled = 0
-    for name, st in stats.items():
-        if name in active_files:
-            continue
-        if st.st_nlink > 1:
-            linked.append(_Linked.of(name, st))
-        else:
-            settled += allocated_bytes(st)
-    return _PartitionListing(
-        frozenset(bases), deleted, settled, active_files, full, tuple(linked), remote
-    )
-
-
-class ListingCache:
-    """Partition listings reused while their directory is unchanged.
-
-    A directory's mtime changes whenever a file in it is created, renamed or removed — every
-    segment roll, deletion and ``.deleted`` rename — but not when the active segment grows.
-    So an unchanged ``(inode, mtime)`` means the same segments; only the active segment's
-    files are stat'ed again. A directory changed within the last ``settle_s`` seconds is not
-    cached, as a change in the same clock tick could go unseen. This is what keeps the idle
-    daemon's periodic rescan of a large log dir to one ``stat`` per partition.
-    A hard link made from elsewhere to a cached file does not touch this directory, so the link
-    counts kept here can lag until it changes: that only delays reported Kafka bytes, since
-    the planner re-stats every segment it considers (``SegmentFileReader``).
-    """
-
-    def __init__(self, settle_s: float = 2.0) -> None:
-        self.settle_s = settle_s
-        self._entries: dict[str, tuple[tuple[int, int], _PartitionListing]] = {}
-        self._touched: set[str] = set()
-        self.hits = 0
-        self.misses = 0
-
-    def listing(self, path: str, full: bool) -> _PartitionListing:
-        self._touched.add(path)
-        st = os.stat(path, follow_symlinks=False)
-        key = (st.st_ino, st.st_mtime_ns)
-        cached = self._entries.get(path)
-        if cached is not None and cached[0] == key and (cached[1].full or not full):
-            self.hits += 1
-            return cached[1]
-        self.misses += 1
-        listing = _list_partition(path, full)
-        if time.time() - st.st_mtime_ns / 1e9 > self.settle_s:
-            self._entries[path] = (key, listing)
-        else:
-            self._entries.pop(path, None)
-        return listing
-
-    def prune(self) -> None:
-        """Drop entries not asked for since the last prune (deleted partitions)."""
-        for path in [p for p in self._entries if p not in self._touched]:
-            del self._entries[path]
-        self._touched.clear()
-
-
-def _active_stats(path: str, listing: _PartitionListing) -> list[os.stat_result]:
-    out = []
-    for name in listing.active_files:
-        try:
-            out.append(os.lstat(os.path.join(path, name)))
-        except FileNotFoundError:
-            continue
-    return out
-
-
 def as_rule(protect: ProtectionRule | Sequence[re.Pattern[str] | str]) -> ProtectionRule:
     """Callers that still pass ``protect_topics`` regexes get a rule with no known policies:
     every non-internal topic is then protected as "cleanup.policy unknown"."""
@@ -310,22 +63,6 @@ def as_rule(protect: ProtectionRule | Sequence[re.Pattern[str] | str]) -> Protec
     return ProtectionRule(
         protect_topics=tuple(p if isinstance(p, str) else p.pattern for p in protect)
     )
-
-
-def compacted_topics(log_dirs: Iterable[str]) -> tuple[frozenset[str], list[str]]:
-    """Topics any log dir's ``cleaner-offset-checkpoint`` lists, plus warnings.
-
-    A partition's topic may be cleaned in another log dir (JBOD): the cleaner only lists the
-    partitions it holds, but the policy is the topic's, so every dir's checkpoint counts.
-    """
-    topics: set[str] = set()
-    warnings: list[str] = []
-    for log_dir in log_dirs:
-        try:
-            topics.update(tp[0] for tp in read_checkpoint(Path(log_dir) / CLEANER_CHECKPOINT))
-        except (ValueError, OSError) as exc:
-            warnings.append(f"{exc}; compacted topics unknown from the cleaner checkpoint")
-    return frozenset(topics), warnings
 
 
 def scan_log_dir(
@@ -399,21 +136,19 @@ def scan_log_dir(
         if name.kind is PartitionDirKind.DELETE:
             # A broker removes these after file.delete.delay.ms; with no broker running
             # (offline, use_log_start=False) nobody will, so they are not "on their way out".
-            for st in _tree_stats(entry.path):
+            for st in tree_stats(entry.path):
                 if use_log_start:
                     pending.add(st)
                 kafka.add(st)
             continue
         if name.kind is not PartitionDirKind.LIVE:
             if full:
-                for st in _tree_stats(entry.path):
+                for st in tree_stats(entry.path):
                     kafka.add(st)
             continue
         try:
-            listing = (
-                cache.listing(entry.path, full) if cache else _list_partition(entry.path, full)
-            )
-            active = _active_stats(entry.path, listing) if full else []
+            listing = cache.listing(entry.path, full) if cache else list_partition(entry.path, full)
+            active = active_stats(entry.path, listing) if full else []
         except FileNotFoundError:
             continue  # partition deleted while we looked
         except OSError as exc:
@@ -444,7 +179,7 @@ def scan_log_dir(
                 if linked.deleted:
                     pending.add_linked(linked)
         for base in part.reclaiming:
-            for st in _segment_stats(part.path, base):
+            for st in segment_stats(part.path, base):
                 pending.add(st)
         # Bytes this partition adds to the log dir's (inodes seen before count there once).
         part_bytes = listing.settled_bytes + listing.deleted_bytes
@@ -473,211 +208,6 @@ def _max_known(a: int | None, b: int | None) -> int | None:
     if a is None:
         return b
     return a if b is None else max(a, b)
-
-
-def _segment_paths(partition_dir: str, base: int) -> list[str]:
-    # One join for the stem, not one per file: this runs for every head a plan pops.
-    stem = os.path.join(partition_dir, segment_file_name(base, ""))
-    return [stem + sfx for sfx in SEGMENT_FILE_SUFFIXES]
-
-
-def _segment_stats(partition_dir: str, base: int) -> list[os.stat_result]:
-    """``lstat`` of the segment's regular files (vanished ones skipped)."""
-    out = []
-    for path in _segment_paths(partition_dir, base):
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISREG(st.st_mode):
-            out.append(st)
-    return out
-
-
-class AgeCache:
-    """Segment ages from earlier cycles, keyed by the identity of the segment's files.
-
-    A closed segment's files do not change, so while every file has the same inode, size and
-    mtime its age is the one computed before: the daemon's cycles then read no index at all
-    for partition heads they have already dated. Entries not used by a plan are dropped.
-    """
-
-    def __init__(self) -> None:
-        self._entries: dict[tuple[tuple[str, int, int, int], ...], tuple[int, str]] = {}
-        self._used: set[tuple[tuple[str, int, int, int], ...]] = set()
-
-    def get(self, key: tuple[tuple[str, int, int, int], ...]) -> tuple[int, str] | None:
-        value = self._entries.get(key)
-        if value is not None:
-            self._used.add(key)
-        return value
-
-    def put(self, key: tuple[tuple[str, int, int, int], ...], value: tuple[int, str]) -> None:
-        self._entries[key] = value
-        self._used.add(key)
-
-    def prune(self) -> None:
-        self._entries = {k: v for k, v in self._entries.items() if k in self._used}
-        self._used = set()
-
-
-class SegmentFileReader:
-    """The planner's ``SegmentReader`` over real files; collects warnings as it goes.
-
-    The age key mirrors Kafka's ``LogSegment.largestTimestamp``: the max timestamp the segment
-    holds (last ``.timeindex`` entry, or the last batch of the ``.log`` when the index is empty
-    or unreadable), falling back to the ``.log`` mtime only when no record carries a timestamp.
-    """
-
-    def __init__(self, ages: AgeCache | None = None) -> None:
-        self.warnings: list[str] = []
-        self.reads = 0
-        self.ages = ages
-
-    def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo:
-        self.reads += 1
-        files: list[str] = []
-        tally = InodeTally()
-        inodes: dict[str, tuple[int, int]] = {}
-        log_mtime_ms = 0
-        identity: list[tuple[str, int, int, int]] = []
-        for path in _segment_paths(partition.path, base_offset):
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            files.append(path)
-            tally.add(st)
-            inodes[path] = (st.st_dev, st.st_ino)
-            identity.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
-            if path.endswith(".log"):
-                log_mtime_ms = st.st_mtime_ns // 1_000_000
-        outside = tally.shared()
-        shared = tuple(path for path in files if inodes[path] in outside)
-        if shared:
-            self.warnings.append(
-                f"{partition.path}/{base_offset:020d}: "
-                f"{', '.join(os.path.basename(p) for p in shared)} hard-linked elsewhere too "
-                "(st_nlink > 1; a backup?): deleting the segment would lose its records and "
-                f"free none of those bytes, so it is kept and {partition.topic}-"
-                f"{partition.partition} is not trimmed past it this cycle"
-            )
-        key = tuple(identity)
-        cached = self.ages.get(key) if self.ages is not None else None
-        if cached is not None:
-            ts, source = cached
-        else:
-            found, source = self._max_timestamp(
-                partition.path, base_offset, _next_base(partition, base_offset)
-            )
-            ts = log_mtime_ms if found is None else found
-            if found is None:
-                source = "mtime"
-            if self.ages is not None:
-                self.ages.put(key, (ts, source))
-        return SegmentInfo(
-            bytes=tally.freeable,
-            max_timestamp_ms=ts,
-            timestamp_source=source,
-            files=tuple(files),
-            shared_files=shared,
-        )
-
-    def _max_timestamp(
-        self, partition_dir: str, base: int, next_offset: int | None = None
-    ) -> tuple[int | None, str]:
-        """The segment's largest record timestamp, exactly, from as few bytes as possible.
-
-        The ``.timeindex`` covers the log up to its last entry; the batches after the last
-        ``.index`` position cover the rest (a segment that was active when the broker died has
-        no final time-index entry). The max of both is the segment's largest timestamp.
-        A segment Kafka rolled cleanly needs only the ``.timeindex``: its index is trimmed to
-        its entries and the last entry is the max timestamp at the segment's *last* offset
-        (``next_offset - 1``), so no batch after it exists to hold a larger one. Anything else
-        (a preallocated index, a last entry short of the last offset, ``next_offset``
-        unknown) reads the ``.log`` tail as well. Only regular files are opened: a FIFO named
-        like an index would block forever.
-        """
-        stem = os.path.join(partition_dir, segment_file_name(base, ""))
-        ti_path, log_path, idx_path = stem + ".timeindex", stem + ".log", stem + ".index"
-        problem = ""
-        ti_ts: int | None = None
-        try:
-            tail = timeindex.read_tail(ti_path)
-            if tail.file_size % timeindex.ENTRY_SIZE:
-                problem = "size is not a whole number of entries (truncated)"
-            elif tail.entry is not None and tail.entry.timestamp_ms >= 0:
-                ti_ts = tail.entry.timestamp_ms
-                if (
-                    next_offset is not None
-                    and tail.trimmed
-                    and base + tail.entry.relative_offset == next_offset - 1
-                ):
-                    return ti_ts, "timeindex"
-            else:
-                problem = "empty"
-        except (FileNotFoundError, safeopen.NotRegularFile):
-            problem = "missing or not a regular file"
-        except (ValueError, OSError) as exc:
-            problem = str(exc)
-        start = 0
-        if ti_ts is not None and _is_regular(idx_path):
-            try:
-                last = offsetindex.last_entry(idx_path)
-                start = last.position if last is not None else 0
-            except (ValueError, OSError):
-                start = 0
-        log_ts: int | None = None
-        log_problem = "missing or not a regular file"
-        if _is_regular(log_path):
-            log_problem = ""
-            for position in dict.fromkeys((start, 0)):
-                # A start from the index may land inside a batch: then walk the whole log.
-                try:
-                    log_ts = _max_batch_timestamp(log_path, position)
-                    log_problem = ""
-                    break
-                except (ValueError, OSError) as exc:
-                    log_problem = str(exc)
-        if log_problem and ti_ts is None:
-            self.warnings.append(
-                f"{log_path}: no usable timestamp (timeindex {problem}; log: {log_problem}); "
-                "using mtime"
-            )
-            return None, "mtime"
-        if ti_ts is not None:
-            return max(ti_ts, log_ts if log_ts is not None else ti_ts), "timeindex"
-        if log_ts is not None:
-            if problem not in ("empty", "missing or not a regular file"):
-                self.warnings.append(f"{ti_path}: {problem}; max timestamp read from the .log")
-            return log_ts, "log"
-        self.warnings.append(f"{ti_path}: {problem} and no record timestamps; using .log mtime")
-        return None, "mtime"
-
-
-def _next_base(partition: Partition, base_offset: int) -> int | None:
-    """The base offset of the segment after ``base_offset`` (its ``next_offset``), if any."""
-    bases = partition.base_offsets
-    i = bisect.bisect_right(bases, base_offset)
-    return bases[i] if i < len(bases) and i > 0 and bases[i - 1] == base_offset else None
-
-
-def _is_regular(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _max_batch_timestamp(log_path: str, start: int) -> int | None:
-    """Largest ``maxTimestamp`` of the batches from ``start`` (None: no timestamps there)."""
-    best: int | None = None
-    for batch in recordbatch.iter_batches(log_path, start):
-        if batch.max_timestamp >= 0 and (best is None or batch.max_timestamp > best):
-            best = batch.max_timestamp
-    return best
 
 
 def group_by_filesystem(log_dirs: Iterable[str]) -> dict[str, list[str]]:

@@ -21,8 +21,10 @@ from typing import Any
 from diskguard.capacity import topicconfigs
 from diskguard.config import Config
 from diskguard.host.atomicfile import read_json, write_json_atomic
+from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
+from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage
-from diskguard.kafkalog.scan import AgeCache, ListingCache, ScanResult, SegmentFileReader, scan
+from diskguard.kafkalog.scan import ScanResult, scan
 from diskguard.kafkalog.topicpolicy import ProtectionRule
 from diskguard.retention.planner import (
     CommittedOffsets,

@@ -1,0 +1,203 @@
+"""Dating segments: a closed segment's largest record timestamp (edge: reads index and log tails).
+
+KIP-61 deletes the globally oldest segments first, and "oldest" is Kafka's own
+``LogSegment.largestTimestamp``: read here from the ``.timeindex`` tail and, where that is
+not enough, the ``.log`` tail (``SegmentFileReader``), cached across cycles (``AgeCache``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import stat
+
+from diskguard.host import safeopen
+from diskguard.kafkalog import offsetindex, recordbatch, timeindex
+from diskguard.kafkalog.listing import InodeTally, segment_paths
+from diskguard.kafkalog.model import Partition, SegmentInfo, segment_file_name
+
+
+class AgeCache:
+    """Segment ages from earlier cycles, keyed by the identity of the segment's files.
+
+    A closed segment's files do not change, so while every file has the same inode, size and
+    mtime its age is the one computed before: the daemon's cycles then read no index at all
+    for partition heads they have already dated. Entries not used by a plan are dropped.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[tuple[str, int, int, int], ...], tuple[int, str]] = {}
+        self._used: set[tuple[tuple[str, int, int, int], ...]] = set()
+
+    def get(self, key: tuple[tuple[str, int, int, int], ...]) -> tuple[int, str] | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._used.add(key)
+        return value
+
+    def put(self, key: tuple[tuple[str, int, int, int], ...], value: tuple[int, str]) -> None:
+        self._entries[key] = value
+        self._used.add(key)
+
+    def prune(self) -> None:
+        self._entries = {k: v for k, v in self._entries.items() if k in self._used}
+        self._used = set()
+
+
+class SegmentFileReader:
+    """The planner's ``SegmentReader`` over real files; collects warnings as it goes.
+
+    The age key mirrors Kafka's ``LogSegment.largestTimestamp``: the max timestamp the segment
+    holds (last ``.timeindex`` entry, or the last batch of the ``.log`` when the index is empty
+    or unreadable), falling back to the ``.log`` mtime only when no record carries a timestamp.
+    """
+
+    def __init__(self, ages: AgeCache | None = None) -> None:
+        self.warnings: list[str] = []
+        self.reads = 0
+        self.ages = ages
+
+    def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo:
+        self.reads += 1
+        files: list[str] = []
+        tally = InodeTally()
+        inodes: dict[str, tuple[int, int]] = {}
+        log_mtime_ms = 0
+        identity: list[tuple[str, int, int, int]] = []
+        for path in segment_paths(partition.path, base_offset):
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            files.append(path)
+            tally.add(st)
+            inodes[path] = (st.st_dev, st.st_ino)
+            identity.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
+            if path.endswith(".log"):
+                log_mtime_ms = st.st_mtime_ns // 1_000_000
+        outside = tally.shared()
+        shared = tuple(path for path in files if inodes[path] in outside)
+        if shared:
+            self.warnings.append(
+                f"{partition.path}/{base_offset:020d}: "
+                f"{', '.join(os.path.basename(p) for p in shared)} hard-linked elsewhere too "
+                "(st_nlink > 1; a backup?): deleting the segment would lose its records and "
+                f"free none of those bytes, so it is kept and {partition.topic}-"
+                f"{partition.partition} is not trimmed past it this cycle"
+            )
+        key = tuple(identity)
+        cached = self.ages.get(key) if self.ages is not None else None
+        if cached is not None:
+            ts, source = cached
+        else:
+            found, source = self._max_timestamp(
+                partition.path, base_offset, _next_base(partition, base_offset)
+            )
+            ts = log_mtime_ms if found is None else found
+            if found is None:
+                source = "mtime"
+            if self.ages is not None:
+                self.ages.put(key, (ts, source))
+        return SegmentInfo(
+            bytes=tally.freeable,
+            max_timestamp_ms=ts,
+            timestamp_source=source,
+            files=tuple(files),
+            shared_files=shared,
+        )
+
+    def _max_timestamp(
+        self, partition_dir: str, base: int, next_offset: int | None = None
+    ) -> tuple[int | None, str]:
+        """The segment's largest record timestamp, exactly, from as few bytes as possible.
+
+        The ``.timeindex`` covers the log up to its last entry; the batches after the last
+        ``.index`` position cover the rest (a segment that was active when the broker died has
+        no final time-index entry). The max of both is the segment's largest timestamp.
+        A segment Kafka rolled cleanly needs only the ``.timeindex``: its index is trimmed to
+        its entries and the last entry is the max timestamp at the segment's *last* offset
+        (``next_offset - 1``), so no batch after it exists to hold a larger one. Anything else
+        (a preallocated index, a last entry short of the last offset, ``next_offset``
+        unknown) reads the ``.log`` tail as well. Only regular files are opened: a FIFO named
+        like an index would block forever.
+        """
+        stem = os.path.join(partition_dir, segment_file_name(base, ""))
+        ti_path, log_path, idx_path = stem + ".timeindex", stem + ".log", stem + ".index"
+        problem = ""
+        ti_ts: int | None = None
+        try:
+            tail = timeindex.read_tail(ti_path)
+            if tail.file_size % timeindex.ENTRY_SIZE:
+                problem = "size is not a whole number of entries (truncated)"
+            elif tail.entry is not None and tail.entry.timestamp_ms >= 0:
+                ti_ts = tail.entry.timestamp_ms
+                if (
+                    next_offset is not None
+                    and tail.trimmed
+                    and base + tail.entry.relative_offset == next_offset - 1
+                ):
+                    return ti_ts, "timeindex"
+            else:
+                problem = "empty"
+        except (FileNotFoundError, safeopen.NotRegularFile):
+            problem = "missing or not a regular file"
+        except (ValueError, OSError) as exc:
+            problem = str(exc)
+        start = 0
+        if ti_ts is not None and _is_regular(idx_path):
+            try:
+                last = offsetindex.last_entry(idx_path)
+                start = last.position if last is not None else 0
+            except (ValueError, OSError):
+                start = 0
+        log_ts: int | None = None
+        log_problem = "missing or not a regular file"
+        if _is_regular(log_path):
+            log_problem = ""
+            for position in dict.fromkeys((start, 0)):
+                # A start from the index may land inside a batch: then walk the whole log.
+                try:
+                    log_ts = _max_batch_timestamp(log_path, position)
+                    log_problem = ""
+                    break
+                except (ValueError, OSError) as exc:
+                    log_problem = str(exc)
+        if log_problem and ti_ts is None:
+            self.warnings.append(
+                f"{log_path}: no usable timestamp (timeindex {problem}; log: {log_problem}); "
+                "using mtime"
+            )
+            return None, "mtime"
+        if ti_ts is not None:
+            return max(ti_ts, log_ts if log_ts is not None else ti_ts), "timeindex"
+        if log_ts is not None:
+            if problem not in ("empty", "missing or not a regular file"):
+                self.warnings.append(f"{ti_path}: {problem}; max timestamp read from the .log")
+            return log_ts, "log"
+        self.warnings.append(f"{ti_path}: {problem} and no record timestamps; using .log mtime")
+        return None, "mtime"
+
+
+def _next_base(partition: Partition, base_offset: int) -> int | None:
+    """The base offset of the segment after ``base_offset`` (its ``next_offset``), if any."""
+    bases = partition.base_offsets
+    i = bisect.bisect_right(bases, base_offset)
+    return bases[i] if i < len(bases) and i > 0 and bases[i - 1] == base_offset else None
+
+
+def _is_regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _max_batch_timestamp(log_path: str, start: int) -> int | None:
+    """Largest ``maxTimestamp`` of the batches from ``start`` (None: no timestamps there)."""
+    best: int | None = None
+    for batch in recordbatch.iter_batches(log_path, start):
+        if batch.max_timestamp >= 0 and (best is None or batch.max_timestamp > best):
+            best = batch.max_timestamp
+    return best

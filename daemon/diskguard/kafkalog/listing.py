@@ -1,0 +1,255 @@
+"""Listing partition dirs and counting their bytes per inode (edge: directory reads only).
+
+Cheap by design: listing names (``getdents``) is all a plan needs for most files; a *full*
+listing (snapshots, ``max_bytes``) stats every file, still without reading contents.
+``ListingCache`` keeps an unchanged directory's listing; ``InodeTally`` counts hard-linked
+files once per inode. Symlinks are never followed and vanishing files are fine.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass
+
+from diskguard.kafkalog.model import (
+    DELETED_SUFFIX,
+    SEGMENT_FILE_SUFFIXES,
+    parse_segment_file,
+    segment_file_name,
+)
+
+#: An entry a broker with tiered storage keeps in the partition dir (remote log metadata).
+REMOTE_LOG_SNAPSHOT = "remote_log_snapshot"
+
+
+def allocated_bytes(st: os.stat_result) -> int:
+    """Bytes a file really occupies: sparse preallocated indexes count only written blocks."""
+    return st.st_blocks * 512
+
+
+@dataclass(frozen=True)
+class _Linked:
+    """A file with more than one hard link: its bytes depend on which names are counted."""
+
+    name: str
+    dev: int
+    ino: int
+    nlink: int
+    bytes: int
+    deleted: bool = False
+
+    @classmethod
+    def of(cls, name: str, st: os.stat_result, deleted: bool = False) -> _Linked:
+        return cls(name, st.st_dev, st.st_ino, st.st_nlink, allocated_bytes(st), deleted)
+
+
+class InodeTally:
+    """Bytes of a set of file names, per inode (``st_nlink``), not per name.
+
+    ``allocated``: the blocks the names occupy, each inode once however many of its names are
+    in the set (what ``du`` shows). ``freeable``: what unlinking every name in the set would
+    free: an inode frees its blocks only when all its links are in the set, so a file also
+    linked from outside (a backup tool's hard link) frees nothing. Files with a single link,
+    which is every file of a normal Kafka log dir, are just summed.
+    """
+
+    def __init__(self) -> None:
+        self.single = 0
+        #: (dev, ino) -> [st_nlink, bytes, names seen]
+        self._linked: dict[tuple[int, int], list[int]] = {}
+
+    def add(self, st: os.stat_result) -> int:
+        """Count one name; returns the bytes it adds to ``allocated`` (0 for a known inode)."""
+        if st.st_nlink <= 1:
+            size = allocated_bytes(st)
+            self.single += size
+            return size
+        return self.add_linked(_Linked.of("", st))
+
+    def add_linked(self, linked: _Linked) -> int:
+        entry = self._linked.get((linked.dev, linked.ino))
+        if entry is None:
+            self._linked[(linked.dev, linked.ino)] = [linked.nlink, linked.bytes, 1]
+            return linked.bytes
+        entry[2] += 1
+        return 0
+
+    @property
+    def allocated(self) -> int:
+        return self.single + sum(size for _n, size, _seen in self._linked.values())
+
+    @property
+    def freeable(self) -> int:
+        return self.single + sum(size for n, size, seen in self._linked.values() if seen >= n)
+
+    def shared(self) -> set[tuple[int, int]]:
+        """Inodes with links outside the set: unlinking the set's names frees none of them."""
+        return {key for key, (n, _size, seen) in self._linked.items() if seen < n}
+
+
+def tree_stats(path: str) -> list[os.stat_result]:
+    """``lstat`` of every regular file under ``path``, symlinks not followed; vanishing files
+    are fine."""
+    out: list[os.stat_result] = []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        out.extend(tree_stats(entry.path))
+                    elif entry.is_file(follow_symlinks=False):
+                        out.append(entry.stat(follow_symlinks=False))
+                except FileNotFoundError:
+                    continue
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionListing:
+    bases: frozenset[int]
+    #: Allocated bytes of single-link ``*.deleted`` files.
+    deleted_bytes: int
+    #: Allocated bytes of every single-link file but the active segment's (full listings only).
+    settled_bytes: int
+    #: The active segment's files: they grow without the directory changing, so their size
+    #: is always read afresh.
+    active_files: tuple[str, ...]
+    full: bool
+    #: Files with other hard links (``*.deleted`` ones always, others in full listings): they
+    #: count per inode across the whole log dir, see ``InodeTally``.
+    linked: tuple[_Linked, ...] = ()
+    #: A ``remote_log_snapshot`` entry (any kind) is in the dir: tiered storage.
+    remote_log_state: bool = False
+
+    @property
+    def has_deleted(self) -> bool:
+        return self.deleted_bytes > 0 or any(f.deleted for f in self.linked)
+
+
+def list_partition(path: str, full: bool) -> PartitionListing:
+    bases: set[int] = set()
+    deleted = 0
+    linked: list[_Linked] = []
+    stats: dict[str, os.stat_result] = {}
+    remote = False
+    with os.scandir(path) as entries:
+        for entry in entries:
+            name = entry.name
+            if name == REMOTE_LOG_SNAPSHOT:
+                remote = True
+            try:
+                if name.endswith(DELETED_SUFFIX):
+                    if entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        if st.st_nlink > 1:
+                            linked.append(_Linked.of(name, st, deleted=True))
+                        else:
+                            deleted += allocated_bytes(st)
+                    continue
+                if name.endswith(".log"):
+                    parsed = parse_segment_file(name)
+                    # A symlink or dir named like a segment is never ours.
+                    if parsed is not None and entry.is_file(follow_symlinks=False):
+                        bases.add(parsed[0])
+                if full and entry.is_file(follow_symlinks=False):
+                    stats[name] = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+    active = max(bases) if bases else None
+    active_files = (
+        tuple(
+            n
+            for n in stats
+            if parse_segment_file(n) is not None and n.startswith(f"{active:020d}.")
+        )
+        if active is not None
+        else ()
+    )
+    settled = 0
+    for name, st in stats.items():
+        if name in active_files:
+            continue
+        if st.st_nlink > 1:
+            linked.append(_Linked.of(name, st))
+        else:
+            settled += allocated_bytes(st)
+    return PartitionListing(
+        frozenset(bases), deleted, settled, active_files, full, tuple(linked), remote
+    )
+
+
+class ListingCache:
+    """Partition listings reused while their directory is unchanged.
+
+    A directory's mtime changes whenever a file in it is created, renamed or removed — every
+    segment roll, deletion and ``.deleted`` rename — but not when the active segment grows.
+    So an unchanged ``(inode, mtime)`` means the same segments; only the active segment's
+    files are stat'ed again. A directory changed within the last ``settle_s`` seconds is not
+    cached, as a change in the same clock tick could go unseen. This is what keeps the idle
+    daemon's periodic rescan of a large log dir to one ``stat`` per partition.
+    A hard link made from elsewhere to a cached file does not touch this directory, so the link
+    counts kept here can lag until it changes: that only delays reported Kafka bytes, since
+    the planner re-stats every segment it considers (``SegmentFileReader``).
+    """
+
+    def __init__(self, settle_s: float = 2.0) -> None:
+        self.settle_s = settle_s
+        self._entries: dict[str, tuple[tuple[int, int], PartitionListing]] = {}
+        self._touched: set[str] = set()
+        self.hits = 0
+        self.misses = 0
+
+    def listing(self, path: str, full: bool) -> PartitionListing:
+        self._touched.add(path)
+        st = os.stat(path, follow_symlinks=False)
+        key = (st.st_ino, st.st_mtime_ns)
+        cached = self._entries.get(path)
+        if cached is not None and cached[0] == key and (cached[1].full or not full):
+            self.hits += 1
+            return cached[1]
+        self.misses += 1
+        listing = list_partition(path, full)
+        if time.time() - st.st_mtime_ns / 1e9 > self.settle_s:
+            self._entries[path] = (key, listing)
+        else:
+            self._entries.pop(path, None)
+        return listing
+
+    def prune(self) -> None:
+        """Drop entries not asked for since the last prune (deleted partitions)."""
+        for path in [p for p in self._entries if p not in self._touched]:
+            del self._entries[path]
+        self._touched.clear()
+
+
+def active_stats(path: str, listing: PartitionListing) -> list[os.stat_result]:
+    out = []
+    for name in listing.active_files:
+        try:
+            out.append(os.lstat(os.path.join(path, name)))
+        except FileNotFoundError:
+            continue
+    return out
+
+
+def segment_paths(partition_dir: str, base: int) -> list[str]:
+    # One join for the stem, not one per file: this runs for every head a plan pops.
+    stem = os.path.join(partition_dir, segment_file_name(base, ""))
+    return [stem + sfx for sfx in SEGMENT_FILE_SUFFIXES]
+
+
+def segment_stats(partition_dir: str, base: int) -> list[os.stat_result]:
+    """``lstat`` of the segment's regular files (vanished ones skipped)."""
+    out = []
+    for path in segment_paths(partition_dir, base):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out.append(st)
+    return out

@@ -13,9 +13,7 @@ import json
 import os
 import re
 import socket
-import stat
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,7 +29,8 @@ from pydantic import (
     model_validator,
 )
 
-from diskguard.host import safeopen
+from diskguard.configcheck import program_problem, state_dir_problem
+from diskguard.kafkalog.serverprops import read_server_properties
 from diskguard.units import parse_duration, parse_size
 
 DEFAULT_CONFIG_PATH = Path("/etc/diskguard/diskguard.toml")
@@ -243,56 +242,6 @@ class ConfigError(Exception):
         self.problems = problems
 
 
-@dataclass(frozen=True)
-class ServerProperties:
-    """The few broker settings diskguard reads from ``server.properties``."""
-
-    log_dirs: tuple[Path, ...]
-    segment_bytes: int | None
-    segment_index_bytes: int | None
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """Java ``.properties`` lines: ``key=value``, ``key: value`` or ``key value``, ``#``/``!``
-    comments and ``\\`` continuations (``server.properties``, ``meta.properties``).
-
-    Read through ``safeopen``: ``meta.properties`` lives in a log dir, where a FIFO would block
-    a plain ``open`` forever; anything but a regular file raises an OSError naming it."""
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in safeopen.read_text(path, errors="replace").splitlines():
-        line = pending + raw.strip()
-        pending = ""
-        if not line or line.startswith(("#", "!")):
-            continue
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        match = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if match:
-            props[match.group(1)] = match.group(2).strip()
-        else:
-            props[line] = ""
-    return props
-
-
-def read_server_properties(path: Path) -> ServerProperties:
-    """Only ``log.dirs``/``log.dir`` and segment sizes matter here."""
-    props = read_properties(path)
-    dirs_value = props.get("log.dirs") or props.get("log.dir") or ""
-    log_dirs = tuple(Path(d.strip()) for d in dirs_value.split(",") if d.strip())
-
-    def _int(key: str) -> int | None:
-        raw = props.get(key)
-        return int(raw) if raw is not None and raw.strip().isdigit() else None
-
-    # The broker-level key for a topic's segment.index.bytes is log.index.size.max.bytes.
-    index_bytes = _int("log.index.size.max.bytes")
-    if index_bytes is None:
-        index_bytes = _int("segment.index.bytes")
-    return ServerProperties(log_dirs, _int("log.segment.bytes"), index_bytes)
-
-
 def _dotted(loc: tuple[int | str, ...]) -> str:
     parts: list[str] = []
     for item in loc:
@@ -353,100 +302,6 @@ def parse_config(data: dict[str, Any], source: Path, writes: bool = True) -> Con
     except ValidationError as exc:
         raise ConfigError(_pydantic_problems(source, exc)) from None
     return _resolve(config, writes)
-
-
-def _shown(text: str) -> str:
-    """A path or name as it may appear in a one-line message (quoted if it has control chars)."""
-    return text if text.isprintable() else json.dumps(text)
-
-
-def _executable_problem(path: str) -> str | None:
-    """What stops ``execve(path)``, or None."""
-    try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return f"{_shown(path)} does not exist"
-    except (OSError, ValueError) as exc:
-        return f"cannot check {_shown(path)}: {getattr(exc, 'strerror', None) or exc}"
-    if stat.S_ISDIR(st.st_mode):
-        return f"{_shown(path)} is a directory, not a program"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{_shown(path)} is not a regular file"
-    if not os.access(path, os.X_OK):
-        return f"{_shown(path)} is not executable"
-    return None
-
-
-def _program_problem(program: str) -> str | None:
-    """What would stop the ``on_change`` hook from starting, found now rather than at the first
-    overfull (when the disk is already full). Resolved as ``subprocess``/execvp resolve argv[0]:
-    a name with a slash is a path (relative to the working directory), any other name is
-    searched in PATH."""
-    if not program:
-        return "the program name is empty"
-    if "\0" in program:
-        return f"{_shown(program)} contains a NUL byte"
-    if "/" in program:
-        return _executable_problem(program)
-    search = os.get_exec_path()
-    unusable: str | None = None
-    for directory in search:
-        problem = _executable_problem(os.path.join(directory, program))
-        if problem is None:
-            return None
-        if unusable is None and not problem.endswith("does not exist"):
-            unusable = problem
-    where = f"PATH ({_shown(os.pathsep.join(search))})"
-    if unusable is not None:
-        return f"program {program!r} not usable in {where}: {unusable}"
-    return f"program {program!r} not found in {where}"
-
-
-def _not_writable(path: str) -> str:
-    try:
-        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        read_only = False
-    why = "read-only filesystem" if read_only else f"for uid {os.geteuid()}"
-    return f"{_shown(path)} is not writable ({why})"
-
-
-def _state_dir_problem(state_dir: Path, writes: bool = True) -> str | None:
-    """What would stop diskguard from keeping its audit log, journal and state in
-    ``state_dir`` (which it creates when missing). Nothing is created here: checking a
-    config must not change the machine."""
-    path = os.path.abspath(state_dir)
-    if "\0" in path:
-        return f"{_shown(path)} contains a NUL byte"
-    try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        if os.path.islink(path):
-            return f"{_shown(path)} is a symlink to nothing"
-        # The nearest existing ancestor must be a directory this process can write to.
-        parent = os.path.dirname(path)
-        while True:
-            try:
-                parent_st = os.stat(parent)
-            except (FileNotFoundError, NotADirectoryError):
-                parent = os.path.dirname(parent)
-                continue
-            except (OSError, ValueError) as exc:
-                return f"cannot check {_shown(parent)}: {getattr(exc, 'strerror', None) or exc}"
-            if not stat.S_ISDIR(parent_st.st_mode):
-                return f"cannot create {_shown(path)}: {_shown(parent)} is not a directory"
-            if writes and not os.access(parent, os.W_OK | os.X_OK):
-                return f"cannot create {_shown(path)}: {_not_writable(parent)}"
-            return None
-    except (OSError, ValueError) as exc:
-        return f"cannot check {_shown(path)}: {getattr(exc, 'strerror', None) or exc}"
-    if stat.S_ISREG(st.st_mode):
-        return f"{_shown(path)} is a regular file, not a directory"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{_shown(path)} is not a directory"
-    if writes and not os.access(path, os.W_OK | os.X_OK):
-        return _not_writable(path)
-    return None
 
 
 def _resolve(config: Config, writes: bool = True) -> Config:
@@ -511,10 +366,10 @@ def _resolve(config: Config, writes: bool = True) -> Config:
                 "(snapshots are sent through it)"
             )
     if flow.on_change:
-        problem = _program_problem(flow.on_change[0])
+        problem = program_problem(flow.on_change[0])
         if problem is not None:
             problems.append(f"{source}: flow_control.on_change[0]: {problem}")
-    problem = _state_dir_problem(config.daemon.state_dir, writes)
+    problem = state_dir_problem(config.daemon.state_dir, writes)
     if problem is not None:
         problems.append(f"{source}: daemon.state_dir: {problem}")
     if problems:

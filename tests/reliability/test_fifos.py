@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from test_retention_e2e import build, df_percent, disk_free, run_cli, write_config
 
-from diskguard.config import read_properties
 from diskguard.host import safeopen
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.checkpoints import read_checkpoint
+from diskguard.kafkalog.serverprops import read_properties
 from support.fsfixtures import fill, loop_ext4
 
 MiB = 1024**2

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from diskguard.capacity.reserve import TopicSettings, policy_kind
-from diskguard.config import BrokerConfig, read_properties
+from diskguard.config import BrokerConfig
 from diskguard.kafkalog.model import PartitionDirKind, parse_partition_dir
+from diskguard.kafkalog.serverprops import read_properties
 from diskguard.kafkalog.topicpolicy import ALWAYS_COMPACTED
 from diskguard.logs import get_logger
 
@@ -36,7 +37,6 @@ __all__ = [
     "broker_defaults",
     "load_topics",
     "local_broker_id",
-    "read_properties",
     "topics_from_broker",
     "topics_from_log_dirs",
 ]

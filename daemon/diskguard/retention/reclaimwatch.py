@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from diskguard.config import Config, read_properties
+from diskguard.config import Config
 from diskguard.kafkalog.model import DELETED_SUFFIX
+from diskguard.kafkalog.serverprops import read_properties
 from diskguard.logs import get_logger
 from diskguard.retention.planner import Deletion
 from diskguard.retention.reclaim import (

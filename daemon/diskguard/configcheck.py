@@ -1,0 +1,107 @@
+"""What would stop a configured program or state dir from working, found at load time.
+
+``check-config`` (and every command loading the config) reports these with the schema's
+problems, so a hook that cannot start or an unwritable state dir is seen before the disk
+fills, not when it has. Each check only looks (stat, access): it changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+
+def _shown(text: str) -> str:
+    """A path or name as it may appear in a one-line message (quoted if it has control chars)."""
+    return text if text.isprintable() else json.dumps(text)
+
+
+def executable_problem(path: str) -> str | None:
+    """What stops ``execve(path)``, or None."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{_shown(path)} does not exist"
+    except (OSError, ValueError) as exc:
+        return f"cannot check {_shown(path)}: {getattr(exc, 'strerror', None) or exc}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{_shown(path)} is a directory, not a program"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{_shown(path)} is not a regular file"
+    if not os.access(path, os.X_OK):
+        return f"{_shown(path)} is not executable"
+    return None
+
+
+def program_problem(program: str) -> str | None:
+    """What would stop the ``on_change`` hook from starting, found now rather than at the first
+    overfull (when the disk is already full). Resolved as ``subprocess``/execvp resolve argv[0]:
+    a name with a slash is a path (relative to the working directory), any other name is
+    searched in PATH."""
+    if not program:
+        return "the program name is empty"
+    if "\0" in program:
+        return f"{_shown(program)} contains a NUL byte"
+    if "/" in program:
+        return executable_problem(program)
+    search = os.get_exec_path()
+    unusable: str | None = None
+    for directory in search:
+        problem = executable_problem(os.path.join(directory, program))
+        if problem is None:
+            return None
+        if unusable is None and not problem.endswith("does not exist"):
+            unusable = problem
+    where = f"PATH ({_shown(os.pathsep.join(search))})"
+    if unusable is not None:
+        return f"program {program!r} not usable in {where}: {unusable}"
+    return f"program {program!r} not found in {where}"
+
+
+def _not_writable(path: str) -> str:
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    why = "read-only filesystem" if read_only else f"for uid {os.geteuid()}"
+    return f"{_shown(path)} is not writable ({why})"
+
+
+def state_dir_problem(state_dir: Path, writes: bool = True) -> str | None:
+    """What would stop diskguard from keeping its audit log, journal and state in
+    ``state_dir`` (which it creates when missing). Nothing is created here: checking a
+    config must not change the machine."""
+    path = os.path.abspath(state_dir)
+    if "\0" in path:
+        return f"{_shown(path)} contains a NUL byte"
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        if os.path.islink(path):
+            return f"{_shown(path)} is a symlink to nothing"
+        # The nearest existing ancestor must be a directory this process can write to.
+        parent = os.path.dirname(path)
+        while True:
+            try:
+                parent_st = os.stat(parent)
+            except (FileNotFoundError, NotADirectoryError):
+                parent = os.path.dirname(parent)
+                continue
+            except (OSError, ValueError) as exc:
+                return f"cannot check {_shown(parent)}: {getattr(exc, 'strerror', None) or exc}"
+            if not stat.S_ISDIR(parent_st.st_mode):
+                return f"cannot create {_shown(path)}: {_shown(parent)} is not a directory"
+            if writes and not os.access(parent, os.W_OK | os.X_OK):
+                return f"cannot create {_shown(path)}: {_not_writable(parent)}"
+            return None
+    except (OSError, ValueError) as exc:
+        return f"cannot check {_shown(path)}: {getattr(exc, 'strerror', None) or exc}"
+    if stat.S_ISREG(st.st_mode):
+        return f"{_shown(path)} is a regular file, not a directory"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{_shown(path)} is not a directory"
+    if writes and not os.access(path, os.W_OK | os.X_OK):
+        return _not_writable(path)
+    return None

@@ -1,0 +1,63 @@
+"""The broker's own ``.properties`` files (``server.properties``, ``meta.properties``), read-only.
+
+Java properties syntax, and the few broker settings diskguard takes from ``server.properties``
+when its TOML does not say (log dirs, segment sizes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from diskguard.host import safeopen
+
+
+@dataclass(frozen=True)
+class ServerProperties:
+    """The few broker settings diskguard reads from ``server.properties``."""
+
+    log_dirs: tuple[Path, ...]
+    segment_bytes: int | None
+    segment_index_bytes: int | None
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java ``.properties`` lines: ``key=value``, ``key: value`` or ``key value``, ``#``/``!``
+    comments and ``\\`` continuations (``server.properties``, ``meta.properties``).
+
+    Read through ``safeopen``: ``meta.properties`` lives in a log dir, where a FIFO would block
+    a plain ``open`` forever; anything but a regular file raises an OSError naming it."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in safeopen.read_text(path, errors="replace").splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line.startswith(("#", "!")):
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        match = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match:
+            props[match.group(1)] = match.group(2).strip()
+        else:
+            props[line] = ""
+    return props
+
+
+def read_server_properties(path: Path) -> ServerProperties:
+    """Only ``log.dirs``/``log.dir`` and segment sizes matter here."""
+    props = read_properties(path)
+    dirs_value = props.get("log.dirs") or props.get("log.dir") or ""
+    log_dirs = tuple(Path(d.strip()) for d in dirs_value.split(",") if d.strip())
+
+    def _int(key: str) -> int | None:
+        raw = props.get(key)
+        return int(raw) if raw is not None and raw.strip().isdigit() else None
+
+    # The broker-level key for a topic's segment.index.bytes is log.index.size.max.bytes.
+    index_bytes = _int("log.index.size.max.bytes")
+    if index_bytes is None:
+        index_bytes = _int("segment.index.bytes")
+    return ServerProperties(log_dirs, _int("log.segment.bytes"), index_bytes)

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from test_reliability_input import over_ceiling, plan_json, run_cli, write_config
 
-from diskguard import daemon as daemon_module
 from diskguard.config import load_config
-from diskguard.daemon import Daemon
+from diskguard.daemon import loop as daemon_module
+from diskguard.daemon.loop import Daemon
 from support.fsfixtures import loop_ext4
 from support.kafkagen import SegmentSpec, write_log_dir
 

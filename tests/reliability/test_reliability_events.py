@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from diskguard import daemon as daemon_module
 from diskguard.config import load_config
-from diskguard.daemon import Daemon
+from diskguard.daemon import loop as daemon_module
+from diskguard.daemon.loop import Daemon
 from support.daemonproc import df_percent
 from support.fsfixtures import fill, loop_ext4
 from support.kafkagen import SegmentSpec, write_log_dir, write_partition

@@ -24,7 +24,7 @@ from test_retention_e2e import build, df_percent, disk_free, expected_order, run
 
 from diskguard.broker.client import BrokerClient
 from diskguard.config import load_config
-from diskguard.daemon import Daemon
+from diskguard.daemon.loop import Daemon
 from diskguard.host import fsusage
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
 from diskguard.kafkalog.scan import scan

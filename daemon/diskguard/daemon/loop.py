@@ -24,21 +24,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from watchdog.events import (
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-
 from diskguard.config import Config, ConfigError, load_config
+from diskguard.daemon.watch import HintSummary, Watcher
 from diskguard.flow.actuators import Actuators
 from diskguard.flow.ballast import Ballast
 from diskguard.flow.state import ALERT_DEGRADED, FlowLimits, FlowState, Transition, step
@@ -62,83 +49,6 @@ log = get_logger("diskguard.daemon")
 STATE_FILE = "state.json"
 #: state.json is rewritten at least this often (seconds) while the daemon runs.
 STATE_EVERY_S = 5.0
-
-
-class _ReclaimEvents(FileSystemEventHandler):
-    """inotify renames/unlinks of segments we asked the broker for: the reclaim latency."""
-
-    def __init__(self, daemon: Daemon) -> None:
-        self._daemon = daemon
-
-    def on_moved(self, event: FileSystemEvent) -> None:
-        self._daemon.runtime.reclaim.on_event(
-            "moved", str(event.src_path), str(event.dest_path), time.monotonic()
-        )
-
-    def on_deleted(self, event: FileSystemEvent) -> None:
-        self._daemon.runtime.reclaim.on_event("deleted", str(event.src_path), "", time.monotonic())
-
-
-#: Only changes: opens, reads and closes without a write are left out of the inotify mask.
-#: Our own reads of checkpoints and ``.lock`` produced those, and each woke the loop for
-#: another cycle that read them again: a busy loop while stuck over a limit (issue 11 item 7).
-_EVENT_FILTER = [
-    FileCreatedEvent,
-    DirCreatedEvent,
-    FileDeletedEvent,
-    DirDeletedEvent,
-    FileMovedEvent,
-    DirMovedEvent,
-    FileModifiedEvent,
-    FileClosedEvent,
-]
-
-
-@dataclass(frozen=True)
-class HintSummary:
-    """What the hints since the last iteration said, in the categories a plan cares about.
-
-    ``structural``: a name appeared, went or moved, or a file written to was closed (a roll,
-    a deletion, a checkpoint rewritten): the plan's inputs changed. Appends (``modified``, the
-    active segment growing) still wake the loop but change only sizes, which usage shows.
-    ``lock_dirs``: dirs whose ``.lock`` had an event; whether that matters is for a probe to
-    say, because diskguard's own offline sweep opens ``.lock`` for writing too.
-    """
-
-    structural: bool = False
-    lock_dirs: frozenset[str] = frozenset()
-
-
-class _Hint(FileSystemEventHandler):
-    """A change under a log dir wakes the loop; what changed is found by rescanning."""
-
-    def __init__(self, wake: threading.Event) -> None:
-        self._wake = wake
-        self._mutex = threading.Lock()
-        self._structural = False
-        self._locks: set[str] = set()
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        kind = event.event_type
-        if kind in ("opened", "closed_no_write"):
-            return  # reads (ours among them) change nothing
-        with self._mutex:
-            for raw in (event.src_path, getattr(event, "dest_path", "")):
-                path = os.fsdecode(raw)
-                if not path:
-                    continue
-                if os.path.basename(path) == lockfile.LOCK_FILE:
-                    self._locks.add(os.path.dirname(path))
-                elif kind != "modified":
-                    self._structural = True
-        self._wake.set()
-
-    def take(self) -> HintSummary:
-        with self._mutex:
-            summary = HintSummary(self._structural, frozenset(self._locks))
-            self._structural = False
-            self._locks.clear()
-        return summary
 
 
 @dataclass
@@ -166,8 +76,7 @@ class Daemon:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._reload = False
-        self._observer: Any = None
-        self._hint: _Hint | None = None
+        self._watch = Watcher(self._wake)
         #: Stuck over a limit: what the last cycle saw, and the rescan back-off.
         self.stuck = StuckTracker()
         self._locks_seen: dict[str, bool] = {}
@@ -241,52 +150,6 @@ class Daemon:
         self._stop.set()
         self._wake.set()
 
-    # -- watching -------------------------------------------------------------
-    def _start_watching(self) -> None:
-        """inotify hints; without them (watch limit, a vanished dir) the poll still guards."""
-        try:
-            observer = Observer()  # watchdog opens its inotify instance here
-        except OSError as exc:
-            log.warning(
-                "watch_failed",
-                error=exc.strerror or str(exc),
-                fallback="usage poll and periodic rescan only",
-            )
-            return
-        handler = _Hint(self._wake)
-        reclaim_events = _ReclaimEvents(self)
-        for log_dir in self.config.broker.log_dirs:
-            try:
-                try:
-                    watch = observer.schedule(
-                        handler, str(log_dir), recursive=True, event_filter=_EVENT_FILTER
-                    )
-                except TypeError:  # a watchdog without event_filter: _Hint drops reads itself
-                    watch = observer.schedule(handler, str(log_dir), recursive=True)
-                # Same watch (renames and unlinks pass its filter): our segments' reclaim times.
-                observer.add_handler_for_watch(reclaim_events, watch)
-            except OSError as exc:
-                log.warning("watch_failed", log_dir=str(log_dir), error=str(exc))
-        observer.daemon = True
-        try:
-            observer.start()
-        except OSError as exc:
-            log.warning(
-                "watch_failed",
-                error=exc.strerror or str(exc),
-                fallback="usage poll and periodic rescan only",
-            )
-            return
-        self._observer = observer
-        self._hint = handler
-
-    def _stop_watching(self) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=2)
-            self._observer = None
-            self._hint = None
-
     # -- reload ---------------------------------------------------------------
     def _do_reload(self) -> None:
         self._reload = False
@@ -299,7 +162,7 @@ class Daemon:
                 log.error("config_reload_rejected", problem=problem, config=str(source))
             sdnotify.ready("config reload rejected; previous config stays in force")
             return
-        self._stop_watching()
+        self._watch.stop()
         self._teardown()
         old_mounts = dict(self.devices)
         self.config = new
@@ -309,7 +172,7 @@ class Daemon:
             if mount not in self.devices:
                 self.metrics.forget_filesystem(mount, device)
                 self.memory.flow.pop(mount, None)
-        self._start_watching()
+        self._watch.start(self.config.broker.log_dirs, self)
         log.info("config_reloaded", config=str(source))
         sdnotify.ready(self._status_line())
 
@@ -734,7 +597,7 @@ class Daemon:
             reclaim_delete_delay_s=self.runtime.reclaim.settings.delete_delay_s,
             reclaim_settings_source=self.runtime.reclaim.settings.source,
         )
-        self._start_watching()
+        self._watch.start(self.config.broker.log_dirs, self)
         sdnotify.ready(self._status_line())
         watchdog_every = sdnotify.watchdog_interval()
         timers = _Timers()
@@ -746,7 +609,7 @@ class Daemon:
                 self._iteration(timers, watchdog_every)
         finally:
             sdnotify.stopping()
-            self._stop_watching()
+            self._watch.stop()
             self._teardown()
             log.info("daemon_stopped")
         return 0
@@ -760,7 +623,7 @@ class Daemon:
         timeout = max(0.0, min(timers.next_full - now, timers.next_snapshot - now, poll))
         hinted = self._wake.wait(timeout)
         self._wake.clear()
-        hint = self._hint.take() if self._hint is not None else HintSummary()
+        hint = self._watch.take()
         if self._stop.is_set():
             return
         if self._reload:

@@ -1,0 +1,174 @@
+"""inotify hints for the daemon loop (watchdog): what changed under the log dirs, roughly.
+
+Events are *hints*: the kernel queue can overflow and watchdog hides that, so the loop's
+usage poll and periodic rescan stay the truth; a hint only wakes the loop early and says
+whether a plan's inputs may have changed (``HintSummary``). The same watches time the
+broker's reclaim of the segments diskguard asked it to delete (``_ReclaimEvents``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+
+from diskguard.kafkalog import lockfile
+from diskguard.logs import get_logger
+
+if TYPE_CHECKING:
+    from diskguard.daemon.loop import Daemon
+
+log = get_logger("diskguard.daemon")
+
+
+class _ReclaimEvents(FileSystemEventHandler):
+    """inotify renames/unlinks of segments we asked the broker for: the reclaim latency."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+
+    def on_moved(self, event: FileSystemEvent) -> None:
+        self._daemon.runtime.reclaim.on_event(
+            "moved", str(event.src_path), str(event.dest_path), time.monotonic()
+        )
+
+    def on_deleted(self, event: FileSystemEvent) -> None:
+        self._daemon.runtime.reclaim.on_event("deleted", str(event.src_path), "", time.monotonic())
+
+
+#: Only changes: opens, reads and closes without a write are left out of the inotify mask.
+#: Our own reads of checkpoints and ``.lock`` produced those, and each woke the loop for
+#: another cycle that read them again: a busy loop while stuck over a limit (issue 11 item 7).
+_EVENT_FILTER = [
+    FileCreatedEvent,
+    DirCreatedEvent,
+    FileDeletedEvent,
+    DirDeletedEvent,
+    FileMovedEvent,
+    DirMovedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+]
+
+
+@dataclass(frozen=True)
+class HintSummary:
+    """What the hints since the last iteration said, in the categories a plan cares about.
+
+    ``structural``: a name appeared, went or moved, or a file written to was closed (a roll,
+    a deletion, a checkpoint rewritten): the plan's inputs changed. Appends (``modified``, the
+    active segment growing) still wake the loop but change only sizes, which usage shows.
+    ``lock_dirs``: dirs whose ``.lock`` had an event; whether that matters is for a probe to
+    say, because diskguard's own offline sweep opens ``.lock`` for writing too.
+    """
+
+    structural: bool = False
+    lock_dirs: frozenset[str] = frozenset()
+
+
+class _Hint(FileSystemEventHandler):
+    """A change under a log dir wakes the loop; what changed is found by rescanning."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        self._wake = wake
+        self._mutex = threading.Lock()
+        self._structural = False
+        self._locks: set[str] = set()
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        kind = event.event_type
+        if kind in ("opened", "closed_no_write"):
+            return  # reads (ours among them) change nothing
+        with self._mutex:
+            for raw in (event.src_path, getattr(event, "dest_path", "")):
+                path = os.fsdecode(raw)
+                if not path:
+                    continue
+                if os.path.basename(path) == lockfile.LOCK_FILE:
+                    self._locks.add(os.path.dirname(path))
+                elif kind != "modified":
+                    self._structural = True
+        self._wake.set()
+
+    def take(self) -> HintSummary:
+        with self._mutex:
+            summary = HintSummary(self._structural, frozenset(self._locks))
+            self._structural = False
+            self._locks.clear()
+        return summary
+
+
+class Watcher:
+    """The loop's inotify watches over the log dirs; ``take`` what they saw since last asked."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        self._wake = wake
+        self._observer: Any = None
+        self._hint: _Hint | None = None
+
+    def start(self, log_dirs: Iterable[Path], daemon: Daemon) -> None:
+        """inotify hints; without them (watch limit, a vanished dir) the poll still guards."""
+        try:
+            observer = Observer()  # watchdog opens its inotify instance here
+        except OSError as exc:
+            log.warning(
+                "watch_failed",
+                error=exc.strerror or str(exc),
+                fallback="usage poll and periodic rescan only",
+            )
+            return
+        handler = _Hint(self._wake)
+        reclaim_events = _ReclaimEvents(daemon)
+        for log_dir in log_dirs:
+            try:
+                try:
+                    watch = observer.schedule(
+                        handler, str(log_dir), recursive=True, event_filter=_EVENT_FILTER
+                    )
+                except TypeError:  # a watchdog without event_filter: _Hint drops reads itself
+                    watch = observer.schedule(handler, str(log_dir), recursive=True)
+                # Same watch (renames and unlinks pass its filter): our segments' reclaim times.
+                observer.add_handler_for_watch(reclaim_events, watch)
+            except OSError as exc:
+                log.warning("watch_failed", log_dir=str(log_dir), error=str(exc))
+        observer.daemon = True
+        try:
+            observer.start()
+        except OSError as exc:
+            log.warning(
+                "watch_failed",
+                error=exc.strerror or str(exc),
+                fallback="usage poll and periodic rescan only",
+            )
+            return
+        self._observer = observer
+        self._hint = handler
+
+    def stop(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=2)
+            self._observer = None
+            self._hint = None
+
+    def take(self) -> HintSummary:
+        """What the hints said since the last call (nothing when not watching)."""
+        return self._hint.take() if self._hint is not None else HintSummary()

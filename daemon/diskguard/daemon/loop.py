@@ -19,18 +19,18 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from diskguard.config import Config, ConfigError, load_config
+from diskguard.daemon.statefile import STATE_EVERY_S, Memory, status_line, write_state
 from diskguard.daemon.watch import HintSummary, Watcher
 from diskguard.flow.actuators import Actuators
 from diskguard.flow.ballast import Ballast
 from diskguard.flow.state import ALERT_DEGRADED, FlowLimits, FlowState, Transition, step
 from diskguard.host import fsusage, sdnotify
-from diskguard.host.atomicfile import write_json_atomic
 from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.model import FilesystemUsage
@@ -46,28 +46,11 @@ from diskguard.snapshots.spool import Spool, SpoolError
 
 log = get_logger("diskguard.daemon")
 
-STATE_FILE = "state.json"
-#: state.json is rewritten at least this often (seconds) while the daemon runs.
-STATE_EVERY_S = 5.0
-
 
 @dataclass
 class _Timers:
     next_full: float = 0.0
     next_snapshot: float = 0.0
-
-
-@dataclass
-class _Memory:
-    """What the loop remembers between cycles (also written to ``state.json`` for `status`)."""
-
-    flow: dict[str, FlowState] = field(default_factory=dict)
-    last_deletion: dict[str, dict[str, Any]] = field(default_factory=dict)
-    usage: dict[str, FilesystemUsage] = field(default_factory=dict)
-    pending: dict[str, int] = field(default_factory=dict)
-    deleted_open: dict[str, int] = field(default_factory=dict)
-    #: mount -> growth rate and broker reclaim latency view (status, metrics, snapshots).
-    reclaim: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Daemon:
@@ -81,7 +64,7 @@ class Daemon:
         self.stuck = StuckTracker()
         self._locks_seen: dict[str, bool] = {}
         self._backoff = config.retention.check_interval
-        self.memory = _Memory()
+        self.memory = Memory()
         self._last_outcome: CycleOutcome | None = None
         self._next_watchdog = 0.0
         self._next_budget_check = 0.0
@@ -174,7 +157,7 @@ class Daemon:
                 self.memory.flow.pop(mount, None)
         self._watch.start(self.config.broker.log_dirs, self)
         log.info("config_reloaded", config=str(source))
-        sdnotify.ready(self._status_line())
+        sdnotify.ready(status_line(self.memory))
 
     # -- one iteration ----------------------------------------------------------
     def _read_usage(self) -> dict[str, FilesystemUsage]:
@@ -530,34 +513,6 @@ class Daemon:
         self._last_poll_at = time.monotonic()
         self.metrics.cycle_done()
 
-    def _write_state(self) -> None:
-        data = {
-            "pid": os.getpid(),
-            "updated": time.time(),
-            "filesystems": {
-                mount: {
-                    "flow_state": "overfull" if st.overfull else "normal",
-                    "alert_level": st.alert_level or 0,
-                    "last_deletion": self.memory.last_deletion.get(mount),
-                    "pending_reclaim_bytes": self.memory.pending.get(mount, 0),
-                    "reclaim": self.memory.reclaim.get(mount),
-                }
-                for mount, st in self.memory.flow.items()
-            },
-        }
-        try:
-            write_json_atomic(Path(self.config.daemon.state_dir) / STATE_FILE, data)
-        except OSError as exc:
-            log.warning("state_write_failed", error=exc.strerror or str(exc))
-
-    def _status_line(self) -> str:
-        parts = []
-        for mount, usage in sorted(self.memory.usage.items()):
-            st = self.memory.flow.get(mount, FlowState())
-            flag = " OVERFULL" if st.overfull else ""
-            parts.append(f"{mount} {usage.usage_percent:.1f}%{flag}")
-        return "; ".join(parts) or "starting"
-
     # -- the loop -------------------------------------------------------------
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_stop)
@@ -580,7 +535,7 @@ class Daemon:
         )
         self._act_on_transitions(transitions)
         self._observe(usages)
-        self._write_state()
+        write_state(self.memory, self.config.daemon.state_dir)
         log.info(
             "daemon_started",
             config=str(self.config.source),
@@ -598,7 +553,7 @@ class Daemon:
             reclaim_settings_source=self.runtime.reclaim.settings.source,
         )
         self._watch.start(self.config.broker.log_dirs, self)
-        sdnotify.ready(self._status_line())
+        sdnotify.ready(status_line(self.memory))
         watchdog_every = sdnotify.watchdog_interval()
         timers = _Timers()
         now = time.monotonic()
@@ -684,8 +639,8 @@ class Daemon:
         # and reclaim latency from it while the daemon runs.
         if changed or transitions or time.monotonic() >= self._next_state_write:
             self._next_state_write = time.monotonic() + STATE_EVERY_S
-            self._write_state()
-            sdnotify.status(self._status_line())
+            write_state(self.memory, self.config.daemon.state_dir)
+            sdnotify.status(status_line(self.memory))
         if watchdog_every and time.monotonic() >= self._next_watchdog:
             # Pinged from the loop itself: a stuck loop stops pinging and systemd restarts it.
             sdnotify.watchdog()

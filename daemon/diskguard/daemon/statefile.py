@@ -1,0 +1,71 @@
+"""The daemon's memory between cycles and ``state.json``, the file other commands read it from.
+
+``status`` shows a running daemon's flow state and last deletion from it; ``plan`` and
+``enforce`` take its measured growth rate and reclaim latency. Rewritten atomically, so a
+reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diskguard.flow.state import FlowState
+from diskguard.host.atomicfile import write_json_atomic
+from diskguard.kafkalog.model import FilesystemUsage
+from diskguard.logs import get_logger
+
+log = get_logger("diskguard.daemon")
+
+STATE_FILE = "state.json"
+#: state.json is rewritten at least this often (seconds) while the daemon runs.
+STATE_EVERY_S = 5.0
+
+
+@dataclass
+class Memory:
+    """What the loop remembers between cycles (also written to ``state.json`` for `status`)."""
+
+    flow: dict[str, FlowState] = field(default_factory=dict)
+    last_deletion: dict[str, dict[str, Any]] = field(default_factory=dict)
+    usage: dict[str, FilesystemUsage] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)
+    deleted_open: dict[str, int] = field(default_factory=dict)
+    #: mount -> growth rate and broker reclaim latency view (status, metrics, snapshots).
+    reclaim: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def write_state(memory: Memory, state_dir: Path) -> None:
+    """``<state_dir>/state.json``: what `status`, `plan` and `enforce` read of the running
+    daemon (flow state, last deletion, pending reclaim, reclaim view per filesystem)."""
+    data = {
+        "pid": os.getpid(),
+        "updated": time.time(),
+        "filesystems": {
+            mount: {
+                "flow_state": "overfull" if st.overfull else "normal",
+                "alert_level": st.alert_level or 0,
+                "last_deletion": memory.last_deletion.get(mount),
+                "pending_reclaim_bytes": memory.pending.get(mount, 0),
+                "reclaim": memory.reclaim.get(mount),
+            }
+            for mount, st in memory.flow.items()
+        },
+    }
+    try:
+        write_json_atomic(Path(state_dir) / STATE_FILE, data)
+    except OSError as exc:
+        log.warning("state_write_failed", error=exc.strerror or str(exc))
+
+
+def status_line(memory: Memory) -> str:
+    """The one line systemd shows as the unit's status (``sd_notify STATUS=``)."""
+    parts = []
+    for mount, usage in sorted(memory.usage.items()):
+        st = memory.flow.get(mount, FlowState())
+        flag = " OVERFULL" if st.overfull else ""
+        parts.append(f"{mount} {usage.usage_percent:.1f}%{flag}")
+    return "; ".join(parts) or "starting"

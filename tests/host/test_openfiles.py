@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from diskguard.host.openfiles import bytes_by_device, deleted_open_files, scan_deleted_open_files
+from diskguard.host.openfiles import (
+    bytes_by_device,
+    deleted_open_files,
+    held_by_mount,
+    scan_deleted_open_files,
+)
 
 pytestmark = pytest.mark.root
 
@@ -76,6 +81,8 @@ def test_unlinked_file_held_open_is_found(tmpfs: Callable[[int], Path]) -> None:
         # Two descriptors, one inode: the space is held once.
         assert bytes_by_device(files)[os.stat(mnt).st_dev] == 5 * MiB
         assert scan_deleted_open_files([os.stat(mnt).st_dev]).total_bytes == 5 * MiB
+        # Per mount point, as the daemon reports it (diskguard_filesystem_deleted_open_bytes).
+        assert held_by_mount([str(mnt)]) == {str(mnt): 5 * MiB}
         # Narrowed to the holder's pid, by device id.
         only = scan_deleted_open_files([os.stat(mnt).st_dev], pids=[holder.pid])
         assert {f.pid for f in only.files} == {holder.pid}

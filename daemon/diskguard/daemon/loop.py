@@ -25,13 +25,14 @@ from types import FrameType
 from typing import Any
 
 from diskguard.config import Config, ConfigError, load_config
+from diskguard.daemon.snapshot import record_snapshots
 from diskguard.daemon.statefile import STATE_EVERY_S, Memory, status_line, write_state
 from diskguard.daemon.watch import HintSummary, Watcher
 from diskguard.flow.actuators import Actuators
 from diskguard.flow.ballast import Ballast
 from diskguard.flow.state import ALERT_DEGRADED, FlowLimits, FlowState, Transition, step
 from diskguard.host import fsusage, sdnotify
-from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
+from diskguard.host.openfiles import held_by_mount
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import configure_logging, get_logger
@@ -41,7 +42,7 @@ from diskguard.retention.enforcement import BROKER, CycleOutcome, limits_for, wi
 from diskguard.retention.planner import Limits, over_ceiling
 from diskguard.retention.stuck import MAX_BACKOFF_S, StuckTracker
 from diskguard.snapshots.kafkasink import KafkaSink
-from diskguard.snapshots.record import DeletedBytesCounter, build_snapshot
+from diskguard.snapshots.record import DeletedBytesCounter
 from diskguard.snapshots.spool import Spool, SpoolError
 
 log = get_logger("diskguard.daemon")
@@ -433,24 +434,9 @@ class Daemon:
         if outcome is None:
             return
         self._measure_deleted_open()
-        ts_ms = int(time.time() * 1000)
-        for fs in outcome.scan.filesystems:
-            mount = fs.usage.mount
-            topics = outcome.scan.topics_by_mount.get(mount, {})
-            state = self.memory.flow.get(mount, FlowState())
-            record = build_snapshot(
-                host=self.config.snapshots.host,
-                ts_ms=ts_ms,
-                fs=fs,
-                topic_bytes={t: (u.partitions, u.bytes) for t, u in topics.items()},
-                kafka_bytes=sum(d.kafka_bytes or 0 for d in fs.log_dirs),
-                deleted_bytes=self.deleted.take(mount),
-                flow_state="overfull" if state.overfull else "normal",
-                alert_level=state.alert_level or 0,
-                reclaim=_snapshot_reclaim(self.memory.reclaim.get(mount)),
-            )
-            if self.spool is not None:
-                self.spool.append(record)
+        record_snapshots(
+            outcome.scan, self.config.snapshots.host, self.memory, self.deleted, self.spool
+        )
 
     def _measure_deleted_open(self) -> None:
         """Space held by deleted-but-open files ("df says full, du says not"), per mount.
@@ -458,16 +444,11 @@ class Daemon:
         A walk of /proc/*/fd: done with the snapshot, not on every usage poll.
         """
         try:
-            found = scan_deleted_open_files(list(self.mounts))
+            held = held_by_mount(self.mounts)
         except OSError as exc:
             log.warning("open_files_scan_failed", error=exc.strerror or str(exc))
             return
-        held = bytes_by_device(found.files)
-        for mount in self.mounts:
-            try:
-                self.memory.deleted_open[mount] = held.get(os.stat(mount).st_dev, 0)
-            except OSError:
-                continue
+        self.memory.deleted_open.update(held)
 
     def _reclaim_view(self, mount: str, usage: FilesystemUsage) -> dict[str, Any]:
         """Rate, the broker's reclaim latency (settings and measured) and what they imply."""
@@ -658,23 +639,6 @@ class Daemon:
             return
         if done:
             log.info("offline_recovered", segments=len(done))
-
-
-#: The reclaim view's fields a snapshot record carries (docs/snapshots.md).
-_SNAPSHOT_RECLAIM_KEYS = (
-    "growth_bytes_per_s",
-    "check_interval_s",
-    "delete_delay_s",
-    "latency_p50_s",
-    "latency_max_s",
-    "latency_samples",
-)
-
-
-def _snapshot_reclaim(view: dict[str, Any] | None) -> dict[str, Any] | None:
-    if view is None:
-        return None
-    return {key: view.get(key) for key in _SNAPSHOT_RECLAIM_KEYS}
 
 
 def fsusage_contains(mount: str, path: Path | None) -> bool:

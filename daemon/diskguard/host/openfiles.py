@@ -27,6 +27,7 @@ __all__ = [
     "OpenFilesScan",
     "bytes_by_device",
     "deleted_open_files",
+    "held_by_mount",
     "scan_deleted_open_files",
 ]
 
@@ -154,4 +155,21 @@ def bytes_by_device(files: Iterable[OpenDeletedFile]) -> dict[int, int]:
             continue
         seen.add((f.device, f.inode))
         out[f.device] = out.get(f.device, 0) + f.bytes
+    return out
+
+
+def held_by_mount(mounts: Iterable[str]) -> dict[str, int]:
+    """Bytes deleted-but-open files hold on each mount point (each inode once).
+
+    A mount point that cannot be stat'ed after the walk is left out; raises OSError like
+    :func:`scan_deleted_open_files` when one cannot be stat'ed before it.
+    """
+    mounts = list(mounts)
+    held = bytes_by_device(scan_deleted_open_files(mounts).files)
+    out: dict[str, int] = {}
+    for mount in mounts:
+        try:
+            out[mount] = held.get(os.stat(mount).st_dev, 0)
+        except OSError:
+            continue
     return out

@@ -11,6 +11,12 @@ the kernel queue can overflow and watchdog hides that — so three clocks drive 
   (stat of every file) for the usage snapshot.
 
 All timers use the monotonic clock, so wall-clock jumps never stall or rush the loop.
+
+``Daemon`` is this module's loop plus three mixins, one file each: ``forecast`` (the
+broker-mode look-ahead and the metrics of it), ``flowcontrol`` (flow state steps and
+actuators), ``cycles`` (running retention cycles, skipping them while stuck). What the loop
+uses but does not own: ``watch`` (inotify hints), ``statefile`` (its memory and
+``state.json``), ``snapshot`` (usage records).
 """
 
 from __future__ import annotations
@@ -19,28 +25,27 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from diskguard.config import Config, ConfigError, load_config
+from diskguard.daemon.cycles import RetentionCycles
+from diskguard.daemon.flowcontrol import FlowControl
 from diskguard.daemon.snapshot import record_snapshots
 from diskguard.daemon.statefile import STATE_EVERY_S, Memory, status_line, write_state
-from diskguard.daemon.watch import HintSummary, Watcher
+from diskguard.daemon.watch import Watcher
 from diskguard.flow.actuators import Actuators
 from diskguard.flow.ballast import Ballast
-from diskguard.flow.state import ALERT_DEGRADED, FlowLimits, FlowState, Transition, step
+from diskguard.flow.state import FlowLimits, FlowState
 from diskguard.host import fsusage, sdnotify
 from diskguard.host.openfiles import held_by_mount
-from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import configure_logging, get_logger
 from diskguard.metrics import Metrics
 from diskguard.retention.cycle import Runtime
-from diskguard.retention.enforcement import BROKER, CycleOutcome, limits_for, with_forecast
-from diskguard.retention.planner import Limits, over_ceiling
-from diskguard.retention.stuck import MAX_BACKOFF_S, StuckTracker
+from diskguard.retention.enforcement import CycleOutcome
+from diskguard.retention.stuck import StuckTracker
 from diskguard.snapshots.kafkasink import KafkaSink
 from diskguard.snapshots.record import DeletedBytesCounter
 from diskguard.snapshots.spool import Spool, SpoolError
@@ -54,7 +59,9 @@ class _Timers:
     next_snapshot: float = 0.0
 
 
-class Daemon:
+class Daemon(RetentionCycles, FlowControl):
+    """The loop: wiring, signals, reload, the timers that schedule cycles and snapshots."""
+
     def __init__(self, config: Config) -> None:
         self.config = config
         self._stop = threading.Event()
@@ -173,262 +180,6 @@ class Daemon:
             self.runtime.observe_usage(mount, time.monotonic(), usage.used_bytes)
         return out
 
-    def _account_reclaim(self, usages: dict[str, FilesystemUsage], now: float) -> None:
-        """Between scans, a drop in usage is pending reclaim the broker has freed.
-
-        ``pending`` is measured only by a scan (plus what a cycle asked for); without this the
-        forecast would keep subtracting space the broker already gave back, predict too low,
-        and ask only once the disk is over its ceiling. What was written meanwhile (rate x
-        elapsed) is added back, so a drop during steady writes counts in full.
-        """
-        for mount, usage in usages.items():
-            before = self.memory.usage.get(mount)
-            pending = self.memory.pending.get(mount, 0)
-            if before is None or not pending or usage.used_bytes >= before.used_bytes:
-                continue
-            elapsed = max(0.0, now - self._last_poll_at)
-            written = (self.runtime.growth_rate(mount) or 0.0) * elapsed
-            freed = before.used_bytes - usage.used_bytes + int(written)
-            self.memory.pending[mount] = max(0, pending - freed)
-
-    def _broker_mode(self) -> bool:
-        last = self._last_outcome
-        return last is not None and last.mode.mode == BROKER
-
-    def _forecast_limits(self, mount: str) -> Limits:
-        """The retention limits with this filesystem's forecast (broker mode only)."""
-        limits = limits_for(self.config, BROKER)
-        if not self._broker_mode():
-            return limits
-        return with_forecast(limits, self.runtime.forecast(mount))
-
-    def _predicted(self, mount: str, usage: FilesystemUsage) -> FilesystemUsage | None:
-        """Broker mode: the usage expected when space asked for now is freed, if higher."""
-        if not self._broker_mode():
-            return None
-        grown = self._forecast_limits(mount).growth_bytes - self.memory.pending.get(mount, 0)
-        if grown <= 0:
-            return None
-        return replace(
-            usage,
-            used_bytes=usage.used_bytes + grown,
-            available_bytes=max(0, usage.available_bytes - grown),
-        )
-
-    def _flow(self, usages: dict[str, FilesystemUsage]) -> list[Transition]:
-        transitions: list[Transition] = []
-        for mount, usage in usages.items():
-            limits = FlowLimits.from_config(self.config, usage.total_bytes)
-            predicted = self._predicted(mount, usage)
-            # Flow control engages on the predicted usage too: when even what the broker will
-            # free cannot keep the disk under the overfull limit, producers must slow now.
-            seen = predicted if predicted is not None else usage
-            state, changes = step(self.memory.flow.get(mount, FlowState()), seen, limits)
-            self.memory.flow[mount] = state
-            for raw in changes:
-                change = replace(
-                    raw, usage_percent=usage.usage_percent, free_bytes=usage.available_bytes
-                )
-                if change.event == "overfull":
-                    by_usage = limits.is_overfull(usage)
-                    change = replace(
-                        change,
-                        reason="usage" if by_usage else "predicted",
-                        predicted_usage_percent=None
-                        if by_usage or predicted is None
-                        else (predicted.usage_percent),
-                    )
-                fields = change.fields()
-                if change.event == "overfull":
-                    log.warning("overfull", **fields)
-                elif change.event == "overfull_cleared":
-                    log.info("overfull_cleared", **fields)
-                elif change.level == ALERT_DEGRADED:
-                    # Level 2 means overfull: an operator must see it (flow_control_applied
-                    # then says whether anything holds producers back).
-                    log.warning("disk_alert", **fields)
-                else:
-                    log.info("disk_alert", **fields)
-                transitions.append(change)
-        return transitions
-
-    def _act_on_transitions(self, transitions: list[Transition]) -> None:
-        if not transitions:
-            return
-        topics = self._topics_by_mount()
-        for change in transitions:
-            engaged = self.actuators.apply(change, topics=topics.get(change.mount, []))
-            if change.event in ("overfull", "overfull_cleared"):
-                self._log_flow_control_applied(change, engaged)
-            if self.ballast is not None:
-                self.ballast.on_transition(change)
-
-    @staticmethod
-    def _log_flow_control_applied(change: Transition, engaged: tuple[str, ...]) -> None:
-        """Say what really holds producers back: the ``overfull`` text is Qpid's fixed
-        contract ("flow control will be enforced") whether or not anything can enforce it,
-        so this line names the actuators engaged, or says plainly that none is."""
-        overfull = change.event == "overfull"
-        if engaged:
-            verb = "producers are being blocked by" if overfull else "producers released by"
-            message = f"{verb}: {', '.join(engaged)}"
-        else:
-            message = "no actuator configured: producers are NOT held back"
-        fields = {
-            "mount": change.mount,
-            "transition": change.event,
-            "actuators": list(engaged),
-            "message": message,
-        }
-        if overfull and not engaged:
-            log.warning("flow_control_applied", **fields)
-        else:
-            log.info("flow_control_applied", **fields)
-
-    def _topics_by_mount(self) -> dict[str, list[str]]:
-        last = self._last_outcome
-        out: dict[str, list[str]] = {}
-        if last is None:
-            return out
-        for fs in last.scan.filesystems:
-            out[fs.usage.mount] = sorted({p.topic for d in fs.log_dirs for p in d.partitions})
-        return out
-
-    def _over_retention_limit(self, usages: dict[str, FilesystemUsage]) -> bool:
-        """Does any filesystem need a retention cycle now (today's usage or the forecast)?"""
-        for mount, usage in usages.items():
-            pending = self.memory.pending.get(mount, 0)
-            if over_ceiling(usage, self._forecast_limits(mount), pending)[0]:
-                return True
-        return len(usages) < len(self.mounts)
-
-    def _check_reclaim_headroom(self, usages: dict[str, FilesystemUsage]) -> None:
-        """``broker_reclaim_slow``: the space between the ceiling and a full disk cannot absorb
-        the growth over the broker's worst-case reclaim latency at the current write rate.
-        Logged when it begins and every 10 minutes while it lasts."""
-        if not self._broker_mode():
-            return
-        settings = self.runtime.reclaim.settings
-        now = time.monotonic()
-        for mount, usage in usages.items():
-            rate = self.runtime.growth_rate(mount) or 0.0
-            needed = int(rate * settings.worst_latency_s)
-            capacity = usage.used_bytes + usage.available_bytes
-            room = capacity - usage.used_bytes_at(self.config.retention.disk_usage_percent)
-            last = self._reclaim_slow.get(mount)
-            if needed <= room:
-                self._reclaim_slow.pop(mount, None)
-                continue
-            if last is not None and now - last < 600.0:
-                continue
-            self._reclaim_slow[mount] = now
-            log.warning(
-                "broker_reclaim_slow",
-                mount=mount,
-                growth_bytes_per_s=round(rate, 1),
-                reclaim_latency_s=settings.worst_latency_s,
-                headroom_needed_bytes=needed,
-                headroom_bytes=room,
-                settings_source=settings.source,
-                change=settings.settings_to_change(),
-                message="the broker frees space too late for this write rate: lower "
-                "log.retention.check.interval.ms / log.segment.delete.delay.ms, or lower "
-                "retention.disk_usage_percent",
-            )
-
-    def _stuck_and_unchanged(self, usages: dict[str, FilesystemUsage], hint: HintSummary) -> bool:
-        """True while every filesystem over its limit is stuck (see ``stuck``) and nothing a
-        plan reads changed since the cycle that found it so: skip the cycle.
-
-        A plan reads usage, file names, checkpoints, ``.lock`` and the config. Appends
-        (``modified`` hints) change only sizes, which the usage check sees; a ``.lock`` event
-        counts only if a probe answers differently (our own offline sweep opens it for
-        writing); a reload resets the full-rescan timer, which runs a cycle regardless.
-        """
-        if not self.stuck.states or len(usages) < len(self.mounts):
-            return False
-        limit = self.config.retention.disk_usage_percent
-        over = {m for m, u in usages.items() if u.usage_percent > limit}
-        if over != {m for m, s in self.stuck.states.items() if s.over_percent}:
-            return False  # a filesystem crossed its limit either way since the last cycle
-        if hint.structural or self.stuck.usage_moved(usages):
-            return False
-        return not any(
-            d in self._locks_seen and lockfile.held_by_other(d) != self._locks_seen[d]
-            for d in hint.lock_dirs
-        )
-
-    def _rescan_interval(self, usages: dict[str, FilesystemUsage], unchanged: bool) -> float:
-        """``check_interval``, doubled after each periodic rescan that found the same stuck
-        state (up to ``MAX_BACKOFF_S``); back to ``check_interval`` on any change."""
-        base = self.config.retention.check_interval
-        limit = self.config.retention.disk_usage_percent
-        over = [m for m, u in usages.items() if u.usage_percent > limit]
-        if unchanged and self.stuck.all_stuck(over):
-            self._backoff = min(max(base, MAX_BACKOFF_S), self._backoff * 2)
-        else:
-            self._backoff = base
-        return self._backoff
-
-    def _retention(self, full: bool = False) -> CycleOutcome | None:
-        try:
-            outcome = self.runtime.cycle(act=True, full=full)
-        except Exception as exc:
-            log.exception("cycle_failed", error=f"{type(exc).__name__}: {exc}")
-            return None
-        self._last_outcome = outcome
-        self.metrics.observe_scan(outcome.duration_s)
-        for fsp in outcome.plan.filesystems:
-            self.metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
-            capacity = fsp.used_bytes + fsp.available_bytes
-            limits = FlowLimits.from_config(self.config, fsp.total_bytes)
-            self.metrics.observe_flow_limits(fsp.mount, fsp.device, limits, capacity)
-        for warning in outcome.warnings:
-            # Each distinct problem once (a damaged index would otherwise repeat every cycle).
-            if warning not in self._warned:
-                if len(self._warned) > 10_000:
-                    self._warned.clear()
-                self._warned.add(warning)
-                log.warning("scan_warning", message=warning)
-        by_mode: dict[str, tuple[int, int]] = {}
-        for res in outcome.results:
-            if not res.ok:
-                continue
-            d = res.deletion
-            self.deleted.add(d.mount, res.freed_bytes)
-            count, size = by_mode.get(res.mode, (0, 0))
-            by_mode[res.mode] = (count + 1, size + res.freed_bytes)
-            self.memory.last_deletion[d.mount] = {
-                "ts": time.time(),
-                "topic": d.topic,
-                "partition": d.partition,
-                "base_offset": d.base_offset,
-                "bytes": d.bytes,
-                "mode": res.mode,
-            }
-        for mode, (count, size) in by_mode.items():
-            self.metrics.count_deleted(mode, count, size)
-        asked: dict[str, int] = {}
-        for res in outcome.results:
-            if res.ok and res.mode == BROKER:
-                asked[res.deletion.mount] = asked.get(res.deletion.mount, 0) + res.freed_bytes
-        for fs in outcome.scan.filesystems:
-            # What this cycle asked the broker for is pending from now on, not from the next
-            # scan: the forecast and flow control must not count it as still to be freed.
-            mount = fs.usage.mount
-            self.memory.pending[mount] = fs.pending_reclaim_bytes + asked.get(mount, 0)
-            # The scan's usage is the baseline for the drops ``_account_reclaim`` counts next:
-            # what was freed before the scan is already out of its pending.
-            self.memory.usage[mount] = fs.usage
-        self._last_poll_at = time.monotonic()
-        if self.stuck.states:
-            # What the .lock looked like to this cycle: a later .lock event is a change only
-            # if a probe answers differently.
-            self._locks_seen = {
-                str(d): lockfile.held_by_other(d) for d in self.config.broker.log_dirs
-            }
-        return outcome
-
     def _snapshot(self) -> None:
         outcome = self._retention(full=True)
         if outcome is None:
@@ -449,50 +200,6 @@ class Daemon:
             log.warning("open_files_scan_failed", error=exc.strerror or str(exc))
             return
         self.memory.deleted_open.update(held)
-
-    def _reclaim_view(self, mount: str, usage: FilesystemUsage) -> dict[str, Any]:
-        """Rate, the broker's reclaim latency (settings and measured) and what they imply."""
-        rt = self.runtime
-        forecast = rt.forecast(mount)
-        view: dict[str, Any] = dict(rt.reclaim.summary([mount])[mount])
-        predicted = self._predicted(mount, usage) or usage
-        rate = rt.growth_rate(mount)
-        view.update(
-            growth_bytes_per_s=None if rate is None else round(rate, 1),
-            expected_latency_s=round(forecast.latency_s, 3),
-            latency_source=forecast.latency_source,
-            headroom_needed_bytes=int((rate or 0.0) * rt.reclaim.settings.worst_latency_s),
-            predicted_usage_percent=round(predicted.usage_percent, 3),
-            broker_mode=self._broker_mode(),
-        )
-        return view
-
-    def _observe(self, usages: dict[str, FilesystemUsage]) -> None:
-        self._check_reclaim_headroom(usages)
-        for mount, usage in usages.items():
-            view = self._reclaim_view(mount, usage)
-            self.memory.reclaim[mount] = view
-            self.metrics.observe_forecast(
-                usage,
-                growth_bytes_per_s=view["growth_bytes_per_s"] or 0.0,
-                expected_latency_s=view["expected_latency_s"],
-                headroom_needed_bytes=view["headroom_needed_bytes"],
-                predicted_usage_percent=view["predicted_usage_percent"],
-                latency_p50_s=view["latency_p50_s"],
-                latency_max_s=view["latency_max_s"],
-            )
-            state = self.memory.flow.get(mount, FlowState())
-            self.metrics.observe_filesystem(
-                usage,
-                limit_percent=self.config.retention.disk_usage_percent,
-                pending_reclaim_bytes=self.memory.pending.get(mount, 0),
-                overfull=bool(state.overfull),
-                alert_level=state.alert_level or 0,
-                deleted_open_bytes=self.memory.deleted_open.get(mount),
-            )
-        self.memory.usage = usages
-        self._last_poll_at = time.monotonic()
-        self.metrics.cycle_done()
 
     # -- the loop -------------------------------------------------------------
     def run(self) -> int:
@@ -626,19 +333,6 @@ class Daemon:
             # Pinged from the loop itself: a stuck loop stops pinging and systemd restarts it.
             sdnotify.watchdog()
             self._next_watchdog = time.monotonic() + watchdog_every / 3
-
-    def _recover(self) -> None:
-        """Finish half-done offline deletions from a previous run before anything else.
-
-        ``recover`` skips (and records) entries of log dirs another process holds.
-        """
-        try:
-            done = self.runtime.offline.recover([str(d) for d in self.config.broker.log_dirs])
-        except Exception as exc:
-            log.exception("offline_recover_failed", error=str(exc))
-            return
-        if done:
-            log.info("offline_recovered", segments=len(done))
 
 
 def fsusage_contains(mount: str, path: Path | None) -> bool:

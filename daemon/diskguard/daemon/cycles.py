@@ -1,0 +1,145 @@
+"""Retention cycles from the loop: run one, keep what it did, or skip it while stuck.
+
+``_retention`` runs the cycle (``retention.cycle``) and records its outcome for the rest of
+the loop: deletions (``state.json``, snapshots, metrics), what is now pending reclaim, the
+scan warnings (each once). While a filesystem is stuck over its limit and nothing a plan
+reads has changed, ``_stuck_and_unchanged`` skips cycles and ``_rescan_interval`` backs
+off. A mixin of ``Daemon`` (``loop``), split out only to keep the loop readable.
+"""
+
+from __future__ import annotations
+
+import time
+
+from diskguard.daemon.forecast import ReclaimForecast
+from diskguard.daemon.watch import HintSummary
+from diskguard.flow.state import FlowLimits
+from diskguard.kafkalog import lockfile
+from diskguard.kafkalog.model import FilesystemUsage
+from diskguard.logs import get_logger
+from diskguard.retention.enforcement import BROKER, CycleOutcome
+from diskguard.retention.stuck import MAX_BACKOFF_S, StuckTracker
+from diskguard.snapshots.record import DeletedBytesCounter
+
+log = get_logger("diskguard.daemon")
+
+
+class RetentionCycles(ReclaimForecast):
+    """The retention side of the loop (the loop's state is declared on ``ReclaimForecast``)."""
+
+    #: Stuck over a limit: what the last cycle saw (``retention.stuck``).
+    stuck: StuckTracker
+    #: Bytes deleted per mount since the last snapshot.
+    deleted: DeletedBytesCounter
+    #: Scan warnings already logged.
+    _warned: set[str]
+    #: log dir -> whether another process held its ``.lock`` at the last cycle.
+    _locks_seen: dict[str, bool]
+    #: The current rescan interval while stuck (seconds).
+    _backoff: float
+
+    def _stuck_and_unchanged(self, usages: dict[str, FilesystemUsage], hint: HintSummary) -> bool:
+        """True while every filesystem over its limit is stuck (see ``stuck``) and nothing a
+        plan reads changed since the cycle that found it so: skip the cycle.
+
+        A plan reads usage, file names, checkpoints, ``.lock`` and the config. Appends
+        (``modified`` hints) change only sizes, which the usage check sees; a ``.lock`` event
+        counts only if a probe answers differently (our own offline sweep opens it for
+        writing); a reload resets the full-rescan timer, which runs a cycle regardless.
+        """
+        if not self.stuck.states or len(usages) < len(self.mounts):
+            return False
+        limit = self.config.retention.disk_usage_percent
+        over = {m for m, u in usages.items() if u.usage_percent > limit}
+        if over != {m for m, s in self.stuck.states.items() if s.over_percent}:
+            return False  # a filesystem crossed its limit either way since the last cycle
+        if hint.structural or self.stuck.usage_moved(usages):
+            return False
+        return not any(
+            d in self._locks_seen and lockfile.held_by_other(d) != self._locks_seen[d]
+            for d in hint.lock_dirs
+        )
+
+    def _rescan_interval(self, usages: dict[str, FilesystemUsage], unchanged: bool) -> float:
+        """``check_interval``, doubled after each periodic rescan that found the same stuck
+        state (up to ``MAX_BACKOFF_S``); back to ``check_interval`` on any change."""
+        base = self.config.retention.check_interval
+        limit = self.config.retention.disk_usage_percent
+        over = [m for m, u in usages.items() if u.usage_percent > limit]
+        if unchanged and self.stuck.all_stuck(over):
+            self._backoff = min(max(base, MAX_BACKOFF_S), self._backoff * 2)
+        else:
+            self._backoff = base
+        return self._backoff
+
+    def _retention(self, full: bool = False) -> CycleOutcome | None:
+        try:
+            outcome = self.runtime.cycle(act=True, full=full)
+        except Exception as exc:
+            log.exception("cycle_failed", error=f"{type(exc).__name__}: {exc}")
+            return None
+        self._last_outcome = outcome
+        self.metrics.observe_scan(outcome.duration_s)
+        for fsp in outcome.plan.filesystems:
+            self.metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
+            capacity = fsp.used_bytes + fsp.available_bytes
+            limits = FlowLimits.from_config(self.config, fsp.total_bytes)
+            self.metrics.observe_flow_limits(fsp.mount, fsp.device, limits, capacity)
+        for warning in outcome.warnings:
+            # Each distinct problem once (a damaged index would otherwise repeat every cycle).
+            if warning not in self._warned:
+                if len(self._warned) > 10_000:
+                    self._warned.clear()
+                self._warned.add(warning)
+                log.warning("scan_warning", message=warning)
+        by_mode: dict[str, tuple[int, int]] = {}
+        for res in outcome.results:
+            if not res.ok:
+                continue
+            d = res.deletion
+            self.deleted.add(d.mount, res.freed_bytes)
+            count, size = by_mode.get(res.mode, (0, 0))
+            by_mode[res.mode] = (count + 1, size + res.freed_bytes)
+            self.memory.last_deletion[d.mount] = {
+                "ts": time.time(),
+                "topic": d.topic,
+                "partition": d.partition,
+                "base_offset": d.base_offset,
+                "bytes": d.bytes,
+                "mode": res.mode,
+            }
+        for mode, (count, size) in by_mode.items():
+            self.metrics.count_deleted(mode, count, size)
+        asked: dict[str, int] = {}
+        for res in outcome.results:
+            if res.ok and res.mode == BROKER:
+                asked[res.deletion.mount] = asked.get(res.deletion.mount, 0) + res.freed_bytes
+        for fs in outcome.scan.filesystems:
+            # What this cycle asked the broker for is pending from now on, not from the next
+            # scan: the forecast and flow control must not count it as still to be freed.
+            mount = fs.usage.mount
+            self.memory.pending[mount] = fs.pending_reclaim_bytes + asked.get(mount, 0)
+            # The scan's usage is the baseline for the drops ``_account_reclaim`` counts next:
+            # what was freed before the scan is already out of its pending.
+            self.memory.usage[mount] = fs.usage
+        self._last_poll_at = time.monotonic()
+        if self.stuck.states:
+            # What the .lock looked like to this cycle: a later .lock event is a change only
+            # if a probe answers differently.
+            self._locks_seen = {
+                str(d): lockfile.held_by_other(d) for d in self.config.broker.log_dirs
+            }
+        return outcome
+
+    def _recover(self) -> None:
+        """Finish half-done offline deletions from a previous run before anything else.
+
+        ``recover`` skips (and records) entries of log dirs another process holds.
+        """
+        try:
+            done = self.runtime.offline.recover([str(d) for d in self.config.broker.log_dirs])
+        except Exception as exc:
+            log.exception("offline_recover_failed", error=str(exc))
+            return
+        if done:
+            log.info("offline_recovered", segments=len(done))

@@ -18,6 +18,11 @@ def _shown(text: str) -> str:
     return text if text.isprintable() else json.dumps(text)
 
 
+def _cannot_check(path: str, exc: OSError | ValueError) -> str:
+    """A stat that failed for another reason than absence (EACCES on a parent, ELOOP...)."""
+    return f"cannot check {_shown(path)}: {getattr(exc, 'strerror', None) or exc}"
+
+
 def executable_problem(path: str) -> str | None:
     """What stops ``execve(path)``, or None."""
     try:
@@ -25,7 +30,7 @@ def executable_problem(path: str) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         return f"{_shown(path)} does not exist"
     except (OSError, ValueError) as exc:
-        return f"cannot check {_shown(path)}: {getattr(exc, 'strerror', None) or exc}"
+        return _cannot_check(path, exc)
     if stat.S_ISDIR(st.st_mode):
         return f"{_shown(path)} is a directory, not a program"
     if not stat.S_ISREG(st.st_mode):
@@ -90,14 +95,14 @@ def state_dir_problem(state_dir: Path, writes: bool = True) -> str | None:
                 parent = os.path.dirname(parent)
                 continue
             except (OSError, ValueError) as exc:
-                return f"cannot check {_shown(parent)}: {getattr(exc, 'strerror', None) or exc}"
+                return _cannot_check(parent, exc)
             if not stat.S_ISDIR(parent_st.st_mode):
                 return f"cannot create {_shown(path)}: {_shown(parent)} is not a directory"
             if writes and not os.access(parent, os.W_OK | os.X_OK):
                 return f"cannot create {_shown(path)}: {_not_writable(parent)}"
             return None
     except (OSError, ValueError) as exc:
-        return f"cannot check {_shown(path)}: {getattr(exc, 'strerror', None) or exc}"
+        return _cannot_check(path, exc)
     if stat.S_ISREG(st.st_mode):
         return f"{_shown(path)} is a regular file, not a directory"
     if not stat.S_ISDIR(st.st_mode):

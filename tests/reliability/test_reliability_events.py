@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from diskguard.config import load_config
-from diskguard.daemon import watch as daemon_watch
+from diskguard.daemon import watch
 from diskguard.daemon.loop import Daemon
 from support.daemonproc import df_percent
 from support.fsfixtures import fill, loop_ext4
@@ -132,7 +132,7 @@ state_dir = "{tmp_path / "state"}"
     )
     config = load_config(cfg_path)
     deaf = _DeafObserver()
-    monkeypatch.setattr(daemon_watch, "Observer", lambda: deaf)
+    monkeypatch.setattr(watch, "Observer", lambda: deaf)
     d = Daemon(config)
     thread, result = _run_in_thread(d, monkeypatch)
     try:

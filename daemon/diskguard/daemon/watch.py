@@ -116,6 +116,15 @@ class _Hint(FileSystemEventHandler):
         return summary
 
 
+def _unwatched(exc: OSError) -> None:
+    """No inotify at all (the instance limit reached...): the poll and the rescan still guard."""
+    log.warning(
+        "watch_failed",
+        error=exc.strerror or str(exc),
+        fallback="usage poll and periodic rescan only",
+    )
+
+
 class Watcher:
     """The loop's inotify watches over the log dirs; ``take`` what they saw since last asked."""
 
@@ -129,11 +138,7 @@ class Watcher:
         try:
             observer = Observer()  # watchdog opens its inotify instance here
         except OSError as exc:
-            log.warning(
-                "watch_failed",
-                error=exc.strerror or str(exc),
-                fallback="usage poll and periodic rescan only",
-            )
+            _unwatched(exc)
             return
         handler = _Hint(self._wake)
         reclaim_events = _ReclaimEvents(daemon)
@@ -153,11 +158,7 @@ class Watcher:
         try:
             observer.start()
         except OSError as exc:
-            log.warning(
-                "watch_failed",
-                error=exc.strerror or str(exc),
-                fallback="usage poll and periodic rescan only",
-            )
+            _unwatched(exc)
             return
         self._observer = observer
         self._hint = handler

@@ -97,6 +97,6 @@ def test_watchdog_interval(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_child_process_reaches_the_socket(path_socket: socket.socket) -> None:
     """The daemon runs as its own process under systemd; the env var is all it gets."""
-    code = "from diskguard import sdnotify; raise SystemExit(0 if sdnotify.ready('up') else 1)"
+    code = "from diskguard.host import sdnotify; raise SystemExit(0 if sdnotify.ready('up') else 1)"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
     assert _recv(path_socket) == ["READY=1", "STATUS=up"]

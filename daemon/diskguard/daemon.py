@@ -41,7 +41,8 @@ from watchdog.observers import Observer
 from diskguard.config import Config, ConfigError, load_config
 from diskguard.flow.actuators import Actuators
 from diskguard.flow.ballast import Ballast
-from diskguard.flow.state import ALERT_DEGRADED, FlowLimits, FlowState, Transition, step
+from diskguard.flow.limits import flow_limits
+from diskguard.flow.state import ALERT_DEGRADED, FlowState, Transition, step
 from diskguard.host import fsusage, sdnotify
 from diskguard.host.atomicfile import write_json_atomic
 from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
@@ -371,7 +372,7 @@ class Daemon:
     def _flow(self, usages: dict[str, FilesystemUsage]) -> list[Transition]:
         transitions: list[Transition] = []
         for mount, usage in usages.items():
-            limits = FlowLimits.from_config(self.config, usage.total_bytes)
+            limits = flow_limits(self.config, usage.total_bytes)
             predicted = self._predicted(mount, usage)
             # Flow control engages on the predicted usage too: when even what the broker will
             # free cannot keep the disk under the overfull limit, producers must slow now.
@@ -534,7 +535,7 @@ class Daemon:
         for fsp in outcome.plan.filesystems:
             self.metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
             capacity = fsp.used_bytes + fsp.available_bytes
-            limits = FlowLimits.from_config(self.config, fsp.total_bytes)
+            limits = flow_limits(self.config, fsp.total_bytes)
             self.metrics.observe_flow_limits(fsp.mount, fsp.device, limits, capacity)
         for warning in outcome.warnings:
             # Each distinct problem once (a damaged index would otherwise repeat every cycle).
@@ -811,7 +812,7 @@ class Daemon:
             fresh = self._read_usage()
             for mount, usage in fresh.items():
                 if fsusage_contains(mount, self.ballast.path):
-                    self.ballast.ensure(usage, FlowLimits.from_config(cfg, usage.total_bytes))
+                    self.ballast.ensure(usage, flow_limits(cfg, usage.total_bytes))
         if self.sink is not None:
             self.sink.ship()
         elif self.spool is not None:

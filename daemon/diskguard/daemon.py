@@ -39,9 +39,9 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from diskguard.config import Config, ConfigError, load_config
-from diskguard.flow.actuators import Actuators
 from diskguard.flow.ballast import Ballast
 from diskguard.flow.limits import flow_limits
+from diskguard.flow.reconcile import Actuators
 from diskguard.flow.state import ALERT_DEGRADED, FlowState, Transition, step
 from diskguard.host import fsusage, sdnotify
 from diskguard.host.atomicfile import write_json_atomic

@@ -340,7 +340,7 @@ def hook_script(tmp_path: Path, name: str = "hook.sh", body: str = "") -> Path:
 def test_on_change_alone_enables_the_exec_actuator_and_the_hook_runs(tmp_path: Path) -> None:
     """``on_change`` without ``"exec"`` in ``actuators`` used to be ignored silently: the
     daemon said producers were blocked and ran nothing. A configured hook now runs."""
-    from diskguard.flow.actuators import Actuators
+    from diskguard.flow.reconcile import Actuators
     from diskguard.flow.state import FlowLimits, FlowState, step
     from diskguard.kafkalog.model import FilesystemUsage
 

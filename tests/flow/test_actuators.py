@@ -43,14 +43,10 @@ from kafka.protocol.admin import (
 )
 
 from diskguard.config import Config, parse_config
-from diskguard.flow.actuators import (
-    STATE_FILE,
-    Actuators,
-    ConfluentAclAdmin,
-    KafkaAdminConnection,
-    KafkaQuotaAdmin,
-    QuotaEntity,
-)
+from diskguard.flow.actuator import STATE_FILE, QuotaEntity
+from diskguard.flow.kafkaacl import ConfluentAclAdmin
+from diskguard.flow.kafkaquota import KafkaAdminConnection, KafkaQuotaAdmin
+from diskguard.flow.reconcile import Actuators
 from diskguard.flow.state import FlowLimits, FlowState, Transition, step
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import configure_logging

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diskguard.config import parse_config
 from diskguard.flow.state import (
     CLEARED_MESSAGE,
     OVERFULL_MESSAGE,
     FlowLimits,
     FlowState,
     Transition,
-    default_min_free_bytes,
     step,
 )
 from diskguard.kafkalog.model import FilesystemUsage
@@ -156,30 +153,6 @@ def test_alert_levels_follow_redpanda() -> None:
     bytes_only = FlowLimits(min_free_bytes=0, low_space_bytes=20 * GiB)
     state, transitions = step(FlowState(), usage(TOTAL - 19 * GiB), bytes_only)
     assert state.alert_level == 1 and transitions[0].fields()["alert_level"] == 1
-
-
-def test_from_config_and_default_floor(tmp_path: Path) -> None:
-    assert default_min_free_bytes(1000 * GiB) == 5 * GiB
-    assert default_min_free_bytes(20 * GiB) == GiB
-    cfg = parse_config(
-        {
-            "broker": {"log_dirs": [str(tmp_path)]},
-            "flow_control": {
-                "overfull_percent": 90,
-                "underfull_percent": 80,
-                "overfull_bytes": "9GiB",
-                "underfull_bytes": "8GiB",
-            },
-            "alerts": {"low_space_percent": 70, "low_space_bytes": "2GiB"},
-        },
-        tmp_path / "d.toml",
-    )
-    limits = FlowLimits.from_config(cfg, 20 * GiB)
-    assert limits == FlowLimits(90, 80, 9 * GiB, 8 * GiB, GiB, 70, 2 * GiB)
-    explicit = cfg.model_copy(
-        update={"flow_control": cfg.flow_control.model_copy(update={"min_free_bytes": 0})}
-    )
-    assert FlowLimits.from_config(explicit, 20 * GiB).min_free_bytes == 0
 
 
 def test_inverted_band_is_rejected() -> None:

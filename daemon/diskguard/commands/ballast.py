@@ -22,7 +22,7 @@ from diskguard.cli import (
 )
 from diskguard.config import Config
 from diskguard.flow.ballast import Ballast
-from diskguard.flow.state import FlowLimits
+from diskguard.flow.limits import flow_limits
 from diskguard.host import fsusage
 from diskguard.units import format_bytes
 
@@ -93,7 +93,7 @@ def create(config_path: Path) -> None:
     while not where.exists() and where != where.parent:
         where = where.parent
     usage = fsusage.filesystem_usage(where)
-    result = ballast.ensure(usage, FlowLimits.from_config(config, usage.total_bytes))
+    result = ballast.ensure(usage, flow_limits(config, usage.total_bytes))
     if result.state in ("present", "created"):
         click.echo(
             f"ballast {result.path}: {result.state}, "

@@ -24,7 +24,8 @@ from rich.text import Text
 
 from diskguard.cli import cli, config_option, load_or_exit, no_traceback
 from diskguard.config import Config
-from diskguard.flow.state import FlowLimits, FlowState, step
+from diskguard.flow.limits import flow_limits
+from diskguard.flow.state import FlowState, step
 from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
 from diskguard.kafkalog.scan import scan
 from diskguard.retention.cycle import daemon_state
@@ -42,7 +43,7 @@ def collect_status(config: Config) -> dict[str, Any]:
     settings = reclaim_settings(config)
     for fs in result.filesystems:
         usage = fs.usage
-        limits = FlowLimits.from_config(config, usage.total_bytes)
+        limits = flow_limits(config, usage.total_bytes)
         saved = (daemon or {}).get("filesystems", {}).get(usage.mount)
         if saved:
             flow_state, alert_level = saved["flow_state"], saved["alert_level"]

@@ -13,7 +13,7 @@ import time
 
 from diskguard.daemon.forecast import ReclaimForecast
 from diskguard.daemon.watch import HintSummary
-from diskguard.flow.state import FlowLimits
+from diskguard.flow.limits import flow_limits
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
@@ -83,7 +83,7 @@ class RetentionCycles(ReclaimForecast):
         for fsp in outcome.plan.filesystems:
             self.metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
             capacity = fsp.used_bytes + fsp.available_bytes
-            limits = FlowLimits.from_config(self.config, fsp.total_bytes)
+            limits = flow_limits(self.config, fsp.total_bytes)
             self.metrics.observe_flow_limits(fsp.mount, fsp.device, limits, capacity)
         for warning in outcome.warnings:
             # Each distinct problem once (a damaged index would otherwise repeat every cycle).

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from diskguard.daemon.forecast import ReclaimForecast
-from diskguard.flow.actuators import Actuators
 from diskguard.flow.ballast import Ballast
-from diskguard.flow.state import ALERT_DEGRADED, FlowLimits, FlowState, Transition, step
+from diskguard.flow.limits import flow_limits
+from diskguard.flow.reconcile import Actuators
+from diskguard.flow.state import ALERT_DEGRADED, FlowState, Transition, step
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
 
@@ -30,7 +31,7 @@ class FlowControl(ReclaimForecast):
     def _flow(self, usages: dict[str, FilesystemUsage]) -> list[Transition]:
         transitions: list[Transition] = []
         for mount, usage in usages.items():
-            limits = FlowLimits.from_config(self.config, usage.total_bytes)
+            limits = flow_limits(self.config, usage.total_bytes)
             predicted = self._predicted(mount, usage)
             # Flow control engages on the predicted usage too: when even what the broker will
             # free cannot keep the disk under the overfull limit, producers must slow now.

@@ -35,9 +35,10 @@ from diskguard.daemon.flowcontrol import FlowControl
 from diskguard.daemon.snapshot import record_snapshots
 from diskguard.daemon.statefile import STATE_EVERY_S, Memory, status_line, write_state
 from diskguard.daemon.watch import Watcher
-from diskguard.flow.actuators import Actuators
 from diskguard.flow.ballast import Ballast
-from diskguard.flow.state import FlowLimits, FlowState
+from diskguard.flow.limits import flow_limits
+from diskguard.flow.reconcile import Actuators
+from diskguard.flow.state import FlowState
 from diskguard.host import fsusage, sdnotify
 from diskguard.host.openfiles import held_by_mount
 from diskguard.kafkalog.model import FilesystemUsage
@@ -317,7 +318,7 @@ class Daemon(RetentionCycles, FlowControl):
             fresh = self._read_usage()
             for mount, usage in fresh.items():
                 if fsusage_contains(mount, self.ballast.path):
-                    self.ballast.ensure(usage, FlowLimits.from_config(cfg, usage.total_bytes))
+                    self.ballast.ensure(usage, flow_limits(cfg, usage.total_bytes))
         if self.sink is not None:
             self.sink.ship()
         elif self.spool is not None:

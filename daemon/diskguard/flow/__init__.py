@@ -1,2 +1,3 @@
-"""Qpid-style flow control: the pure overfull/underfull state machine, the actuators that
-hold producers back (hook, quota, ACL) and the ballast file. May import ``host``, ``config``."""
+"""Flow control: the pure overfull/underfull state machine (``state``), the actuators holding
+producers back (``actuator``: hook, kafkaquota, kafkaacl, run by ``reconcile``) and the ballast.
+``state`` imports only ``kafkalog.model``; the edges may import ``config``, ``host``, ``logs``."""

@@ -8,7 +8,7 @@ percent/byte limits, because a broker whose disk fills often cannot even restart
 
 Integration surface for the daemon loop (one call per filesystem per cycle)::
 
-    limits = FlowLimits.from_config(config, usage.total_bytes)
+    limits = flow_limits(config, usage.total_bytes)            # flow.limits: the edge
     state, transitions = step(states.get(mount, FlowState()), usage, limits)
     states[mount] = state
     for transition in transitions:
@@ -17,7 +17,8 @@ Integration surface for the daemon loop (one call per filesystem per cycle)::
         ballast.on_transition(transition)
     actuators.reconcile({m: s.overfull for m, s in states.items()}, topics_by_mount)
 
-Nothing here does I/O: a step takes plain data and returns plain data, so every rule is a
+Nothing here does I/O and nothing here imports the config (``flow.limits`` builds the
+limits at the edge): a step takes plain data and returns plain data, so every rule is a
 unit test.
 """
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from diskguard.config import Config
 from diskguard.kafkalog.model import FilesystemUsage
 
 __all__ = [
@@ -108,25 +108,6 @@ class FlowLimits:
                 )
         if self.min_free_bytes < 0:
             raise ValueError("min_free_bytes must not be negative")
-
-    @classmethod
-    def from_config(cls, cfg: Config, total_bytes: int) -> FlowLimits:
-        """Limits for a filesystem of ``total_bytes``; the min-free default depends on it."""
-        flow = cfg.flow_control
-        min_free = (
-            flow.min_free_bytes
-            if flow.min_free_bytes is not None
-            else default_min_free_bytes(total_bytes)
-        )
-        return cls(
-            overfull_percent=flow.overfull_percent,
-            underfull_percent=flow.underfull_percent,
-            overfull_bytes=flow.overfull_bytes,
-            underfull_bytes=flow.underfull_bytes,
-            min_free_bytes=min_free,
-            low_space_percent=cfg.alerts.low_space_percent,
-            low_space_bytes=cfg.alerts.low_space_bytes,
-        )
 
     def overfull_reasons(self, usage_percent: float, used_bytes: int, free_bytes: int) -> list[str]:
         """Which limits a usage crosses (empty = not overfull); any one is enough to block."""

@@ -1,0 +1,209 @@
+"""Actuators: what diskguard does about an overfull store — the protocol and what they share.
+
+The pure ``flow.state.step`` says *when* a filesystem becomes overfull or clears; the
+actuators act on it. Three are configurable (``flow_control.actuators``), one module each:
+
+``exec`` (``flow.hook``)
+    Runs ``flow_control.on_change`` (argv, no shell) on every ``overfull`` /
+    ``overfull_cleared`` with ``DISKGUARD_*`` variables, on a background thread, killed
+    (whole process group) at ``on_change_timeout``. A notification: never retried.
+``quota`` (``flow.kafkaquota``)
+    Throttles producers with a Kafka client quota (``producer_byte_rate``) through
+    AlterClientQuotas while any filesystem is overfull, and restores the values that were
+    there before (read with DescribeClientQuotas first) when all have cleared.
+``acl`` (``flow.kafkaacl``)
+    Adds DENY WRITE ACLs (principal ``flow_control.acl_principal``, host ``*``, TOPIC
+    LITERAL) for every topic with a partition on an overfull filesystem; removed on clear.
+
+Why level-triggered: ``quota`` and ``acl`` are driven by a *desired* state (which mounts are
+overfull, which topics live there) that the reconciler (``flow.reconcile``) converges the
+broker to, recording what it applied in ``<state_dir>/actuators.json`` (the ``Ledger``)
+*before* applying it. A daemon killed with -9 in the middle finds that record on restart,
+and the first ``reconcile`` removes what is no longer wanted — producers are never left
+blocked by a crashed guard. A failed call is logged as ``actuator_failed``, counted, and
+retried on the next pass; nothing ever raises into the daemon loop, and nothing blocks it:
+broker calls and hooks run on worker threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from diskguard.flow.state import Transition
+from diskguard.host.atomicfile import read_json, write_json_atomic
+from diskguard.logs import get_logger
+
+__all__ = [
+    "STATE_FILE",
+    "Actuator",
+    "ActuatorError",
+    "Applied",
+    "Ledger",
+    "QuotaEntity",
+    "actuator_log",
+    "entity_key",
+]
+
+STATE_FILE: Final = "actuators.json"
+_STATE_VERSION: Final = 1
+
+
+def actuator_log() -> Any:
+    """Looked up per call: a module-level logger would keep the import-time configuration."""
+    return get_logger("diskguard.actuators")
+
+
+class ActuatorError(Exception):
+    """A broker refused or could not do what an actuator asked; message is one line."""
+
+
+#: Who a quota applies to: sorted ``(entity_type, name)`` pairs, ``None`` = the default entity.
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+def entity_key(entity: QuotaEntity) -> str:
+    return ",".join(f"{kind}={'<default>' if name is None else name}" for kind, name in entity)
+
+
+class Actuator(Protocol):
+    """One way of holding producers back; the reconciler drives every configured one alike.
+
+    ``on_transition`` is the edge-triggered part (the hook fires, a new episode starts);
+    ``converge`` the level-triggered part (make the broker match ``Ledger.applied``).
+    Neither may block the daemon loop for long nor raise into it.
+    """
+
+    #: ``exec``, ``quota`` or ``acl``: the config's name and ``actuator_failed``'s field.
+    name: str
+
+    def on_transition(self, transition: Transition) -> bool:
+        """React to an ``overfull`` / ``overfull_cleared`` at once; True = this one acts on it."""
+        ...
+
+    def converge(self, confirmed: bool) -> bool:
+        """One pass towards the desired state; True when nothing is left to do.
+
+        ``confirmed`` = the last pass succeeded with the same desired state: what is
+        recorded is known to be on the broker, so it need not be re-sent.
+        """
+        ...
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """True once queued work (hooks) has finished (tests, shutdown)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Applied:
+    """What is applied on the broker right now, as persisted in ``actuators.json``."""
+
+    #: Mounts known to be overfull, with the topics that have partitions there (desired).
+    overfull: dict[str, list[str]] = field(default_factory=dict)
+    #: Quota entities we changed -> their value before (None = had none). Non-empty = throttled.
+    quota_previous: dict[str, tuple[QuotaEntity, float | None]] = field(default_factory=dict)
+    quota_applied: bool = False
+    #: (topic, principal) pairs with our DENY WRITE ACL.
+    acl: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def throttled(self) -> bool:
+        """A quota throttle is recorded: applied, or a restore value saved before applying."""
+        return self.quota_applied or bool(self.quota_previous)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": _STATE_VERSION,
+            "overfull": {m: sorted(t) for m, t in sorted(self.overfull.items())},
+            "quota": {
+                "applied": self.quota_applied,
+                "previous": [
+                    {"entity": [list(p) for p in entity], "value": value}
+                    for _key, (entity, value) in sorted(self.quota_previous.items())
+                ],
+            },
+            "acl": [{"topic": t, "principal": p} for t, p in sorted(self.acl)],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Applied:
+        if not isinstance(data, dict) or data.get("version") != _STATE_VERSION:
+            return cls()
+        previous: dict[str, tuple[QuotaEntity, float | None]] = {}
+        quota = data.get("quota") or {}
+        for item in quota.get("previous") or ():
+            entity: QuotaEntity = tuple(
+                (str(k), None if n is None else str(n)) for k, n in item["entity"]
+            )
+            value = item.get("value")
+            previous[entity_key(entity)] = (entity, None if value is None else float(value))
+        return cls(
+            overfull={
+                str(m): [str(t) for t in ts] for m, ts in (data.get("overfull") or {}).items()
+            },
+            quota_previous=previous,
+            quota_applied=bool(quota.get("applied")),
+            acl={(str(a["topic"]), str(a["principal"])) for a in data.get("acl") or ()},
+        )
+
+
+class Ledger:
+    """The crash-safe record every actuator writes to, and where failures are reported.
+
+    ``applied`` is guarded by ``lock``; ``save()`` persists it (call it *before* acting, so a
+    crash can only leave recorded actions behind) and must be called without ``lock``.
+    """
+
+    def __init__(self, path: Path, on_failure: Callable[[str], None] | None = None) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self._on_failure = on_failure
+        self._failures: dict[str, int] = {"exec": 0, "quota": 0, "acl": 0}
+        self._failures_lock = threading.Lock()
+        self._resets: list[Callable[[], None]] = []
+        self.applied = self._load()
+
+    def save(self) -> None:
+        with self.lock:
+            data = self.applied.to_json()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.path, data)
+
+    def failed(self, actuator: str, action: str, error: str) -> None:
+        """Log ``actuator_failed`` and count it; the ``on_failure`` callback feeds metrics."""
+        with self._failures_lock:
+            self._failures[actuator] = self._failures.get(actuator, 0) + 1
+            count = self._failures[actuator]
+        actuator_log().error(
+            "actuator_failed", actuator=actuator, action=action, error=error, failures=count
+        )
+        if self._on_failure is not None:
+            with contextlib.suppress(Exception):
+                self._on_failure(actuator)
+
+    def on_broker_failure(self, reset: Callable[[], None]) -> None:
+        """Register a client to drop after any broker failure, so the retry reconnects."""
+        self._resets.append(reset)
+
+    def broker_failed(self, actuator: str, action: str, exc: BaseException) -> None:
+        for reset in self._resets:
+            reset()
+        message = str(exc) if isinstance(exc, ActuatorError) else f"{type(exc).__name__}: {exc}"
+        self.failed(actuator, action, message)
+
+    def failure_counts(self) -> dict[str, int]:
+        with self._failures_lock:
+            return dict(self._failures)
+
+    def _load(self) -> Applied:
+        try:
+            return Applied.from_json(read_json(self.path, None))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            actuator_log().error("actuator_state_unreadable", path=str(self.path), error=repr(exc))
+            return Applied()

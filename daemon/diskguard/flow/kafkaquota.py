@@ -1,0 +1,370 @@
+"""The ``quota`` actuator: a Kafka client quota (``producer_byte_rate``) while overfull (edge).
+
+The ONLY module that imports kafka-python (``kafka``): confluent-kafka, which every other
+Kafka call goes through, has no client-quota API (DescribeClientQuotas /
+AlterClientQuotas, KIP-546). ``[broker.client]`` holds librdkafka settings for
+confluent-kafka; ``kafka_python_options`` is the one place they are translated for
+kafka-python. Brokers before Kafka 2.6 have no client-quota API either: ``quota`` then logs
+one ``actuator_failed`` per overfull episode naming the missing API and does not retry it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from diskguard.config import BrokerConfig, QuotaConfig
+from diskguard.flow.actuator import (
+    ActuatorError,
+    Ledger,
+    QuotaEntity,
+    actuator_log,
+    entity_key,
+)
+from diskguard.flow.state import Transition
+
+__all__ = [
+    "ClientOptions",
+    "KafkaAdminConnection",
+    "KafkaQuotaAdmin",
+    "QuotaActuator",
+    "QuotaAdmin",
+    "kafka_python_options",
+    "quota_entities",
+]
+
+PRODUCER_BYTE_RATE: Final = "producer_byte_rate"
+
+
+def quota_entities(cfg: QuotaConfig) -> list[QuotaEntity]:
+    """Configured entities, or the default user and the default client id when none are."""
+    if not cfg.entities:
+        return [(("user", None),), (("client-id", None),)]
+    return [tuple(sorted(entity.items())) for entity in cfg.entities]
+
+
+class QuotaAdmin(Protocol):
+    """The two quota calls the ``quota`` actuator needs (injectable for tests)."""
+
+    def describe_producer_byte_rate(self, entity: QuotaEntity) -> float | None:
+        """The entity's own ``producer_byte_rate`` (None = not set)."""
+        ...
+
+    def alter_producer_byte_rate(self, entity: QuotaEntity, value: float | None) -> None:
+        """Set the entity's ``producer_byte_rate``; None removes it."""
+        ...
+
+
+def _kafka_error(code: int, message: str | None, what: str) -> ActuatorError:
+    import kafka.errors as kafka_errors
+
+    name = kafka_errors.for_code(code).__name__
+    detail = f": {message}" if message else ""
+    return ActuatorError(f"{what} failed: {name} (error code {code}){detail}")
+
+
+class KafkaQuotaAdmin:
+    """DescribeClientQuotas / AlterClientQuotas built and parsed with kafka-python's messages.
+
+    ``send`` takes a kafka-python request object and returns its response object; the real
+    one goes over ``KafkaAdminConnection``, tests pass a fake broker.
+    """
+
+    def __init__(self, send: Callable[[Any], Any]) -> None:
+        self._send = send
+
+    def describe_producer_byte_rate(self, entity: QuotaEntity) -> float | None:
+        from kafka.protocol.admin import DescribeClientQuotasRequest as Describe
+
+        components = [
+            Describe.ComponentData(
+                entity_type=kind, match_type=1 if name is None else 0, match=name
+            )
+            for kind, name in entity
+        ]
+        response = self._send(Describe(components=components, strict=True))
+        if response.error_code:
+            raise _kafka_error(response.error_code, response.error_message, "DescribeClientQuotas")
+        for entry in response.entries or ():
+            found = tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity))
+            if found != entity:
+                continue
+            for value in entry.values:
+                if value.key == PRODUCER_BYTE_RATE:
+                    return float(value.value)
+        return None
+
+    def alter_producer_byte_rate(self, entity: QuotaEntity, value: float | None) -> None:
+        from kafka.protocol.admin import AlterClientQuotasRequest as Alter
+
+        op = Alter.EntryData.OpData(
+            key=PRODUCER_BYTE_RATE,
+            value=0.0 if value is None else float(value),
+            remove=value is None,
+        )
+        request = Alter(
+            entries=[
+                Alter.EntryData(
+                    entity=[
+                        Alter.EntryData.EntityData(entity_type=kind, entity_name=name)
+                        for kind, name in entity
+                    ],
+                    ops=[op],
+                )
+            ],
+            validate_only=False,
+        )
+        response = self._send(request)
+        entries = list(response.entries or ())
+        if not entries:
+            raise ActuatorError("AlterClientQuotas failed: the broker answered with no entries")
+        for entry in entries:
+            if entry.error_code:
+                raise _kafka_error(entry.error_code, entry.error_message, "AlterClientQuotas")
+
+
+# ------------------------------------------------------------------ librdkafka -> kafka-python
+
+#: ``[broker.client]`` keys (librdkafka's names) -> the ``KafkaAdminClient`` keyword that
+#: means the same. Every other key is left out (``ClientOptions.ignored`` says why).
+_TRANSLATED: Final = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "client.id": "client_id",
+}
+#: Left-out keys that may decide whether a secured broker lets the client in.
+_SECURITY_PREFIXES: Final = ("security.", "sasl.", "ssl.")
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """``KafkaAdminClient`` keywords, and the ``[broker.client]`` keys left out with why."""
+
+    kwargs: Mapping[str, Any]
+    ignored: Mapping[str, str]
+
+    def unsent_security_keys(self) -> list[str]:
+        return sorted(k for k in self.ignored if k.startswith(_SECURITY_PREFIXES))
+
+
+def kafka_python_options(broker: BrokerConfig, timeout_ms: int) -> ClientOptions:
+    """The one translation of the broker config for kafka-python (the quota client only)."""
+    kwargs: dict[str, Any] = {
+        "bootstrap_servers": broker.bootstrap_servers,
+        "client_id": "diskguard",
+        "request_timeout_ms": timeout_ms,
+        "bootstrap_timeout_ms": timeout_ms,
+    }
+    ignored: dict[str, str] = {}
+    for key, value in broker.client.items():
+        if key in _TRANSLATED:
+            kwargs[_TRANSLATED[key]] = value
+        elif key.startswith(_SECURITY_PREFIXES):
+            ignored[key] = (
+                "no kafka-python equivalent is translated: the quota client connects without "
+                "it (a secured broker may refuse it; the failure names the key)"
+            )
+        else:
+            ignored[key] = "librdkafka tuning with no part in the quota client's two calls"
+    return ClientOptions(kwargs, ignored)
+
+
+class KafkaAdminConnection:
+    """One lazily connected kafka-python admin client, dropped after any failure.
+
+    Connecting lazily keeps a daemon with no reachable broker starting (and its actuators
+    failing loudly, then retrying); dropping the client after a failure means the retry
+    reconnects rather than reusing a connection in an unknown state.
+    """
+
+    def __init__(self, broker: BrokerConfig, timeout_s: float = 10.0) -> None:
+        self._broker = broker
+        self._timeout_ms = int(timeout_s * 1000)
+        self._admin: Any = None
+        self._lock = threading.Lock()
+
+    def admin(self) -> Any:
+        with self._lock:
+            if self._admin is None:
+                if not self._broker.bootstrap_servers:
+                    raise ActuatorError("broker.bootstrap_servers is not set")
+                from kafka.admin import KafkaAdminClient
+
+                options = kafka_python_options(self._broker, self._timeout_ms)
+                try:
+                    self._admin = KafkaAdminClient(**options.kwargs)
+                except Exception as exc:
+                    unsent = options.unsent_security_keys()
+                    if not unsent:
+                        raise
+                    # Say what the other clients have that this one did not get.
+                    name, text = type(exc).__name__, str(exc)
+                    detail = text if text.startswith(name) else f"{name}: {text}"
+                    raise ActuatorError(
+                        f"{detail} ([broker.client] {', '.join(unsent)} "
+                        "not passed to kafka-python: no equivalent)"
+                    ) from exc
+            return self._admin
+
+    def send(self, request: Any) -> Any:
+        """Send one kafka-python request to the least loaded broker; its response."""
+        admin = self.admin()
+        # The same call kafka-python's own admin mixins make (kafka/admin/_acls.py).
+        return admin._manager.run(admin._manager.send, request)
+
+    def reset(self) -> None:
+        """Drop the client (after a failure): the next call reconnects."""
+        with self._lock:
+            admin, self._admin = self._admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
+
+    def quota_admin(self) -> QuotaAdmin:
+        return KafkaQuotaAdmin(self.send)
+
+
+def _missing_quota_api(exc: BaseException) -> str | None:
+    """The ``actuator_failed`` text when ``exc`` says the broker lacks the quota API, else None.
+
+    kafka-python raises ``IncompatibleBrokerVersion`` (an ``UnsupportedVersionError``) before
+    sending when the broker's ApiVersions answer does not list the request; a broker that
+    lists it but rejects our version answers UNSUPPORTED_VERSION (error code 35).
+    """
+    try:
+        from kafka.errors import UnsupportedVersionError
+    except ImportError:  # pragma: no cover - kafka-python is a dependency
+        return None
+    if not isinstance(exc, UnsupportedVersionError) and "UnsupportedVersion" not in str(exc):
+        return None
+    return (
+        "DescribeClientQuotas/AlterClientQuotas not supported by the broker (client quotas "
+        "API, Kafka 2.6+, KIP-546): producers are NOT throttled; use the acl or exec actuator "
+        f"({type(exc).__name__})"
+    )
+
+
+class QuotaActuator:
+    """``quota``: throttles producers while any filesystem is overfull, restores after.
+
+    ``configured`` False = present only to restore a throttle an earlier run recorded (the
+    actuator was since removed from the config).
+    """
+
+    name = "quota"
+
+    def __init__(
+        self,
+        cfg: QuotaConfig,
+        admin: QuotaAdmin,
+        ledger: Ledger,
+        *,
+        configured: bool,
+        connection: KafkaAdminConnection | None = None,
+    ) -> None:
+        self._cfg = cfg
+        self._admin = admin
+        self._ledger = ledger
+        self._configured = configured
+        self._connection = connection
+        if connection is not None:
+            ledger.on_broker_failure(connection.reset)
+        #: The broker has no client-quota API (Kafka < 2.6): said once per overfull episode.
+        self._unsupported = False
+
+    def on_transition(self, transition: Transition) -> bool:
+        if transition.event == "overfull":
+            self._unsupported = False  # a new episode: try (and say) again
+        return self._configured
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.reset()
+
+    def converge(self, confirmed: bool) -> bool:
+        """Throttle while anything is overfull, restore when nothing is.
+
+        Unconfirmed (after a restart or a failure) the throttle is re-sent: AlterClientQuotas
+        is idempotent, and a write-ahead record may stand for a call that never reached
+        the broker.
+        """
+        ledger, applied = self._ledger, self._ledger.applied
+        with ledger.lock:
+            want = self._configured and bool(applied.overfull)
+            have = applied.throttled
+        if not want and not have:
+            return True
+        if want and have and confirmed:
+            return True
+        if want and not have and self._unsupported:
+            return True  # already said this episode; retrying cannot help
+        admin = self._admin
+        rate = float(self._cfg.producer_byte_rate)
+        try:
+            if want:
+                for entity in quota_entities(self._cfg):
+                    key = entity_key(entity)
+                    with ledger.lock:
+                        known = applied.quota_previous.get(key)
+                    if known is None:
+                        previous = admin.describe_producer_byte_rate(entity)
+                        with ledger.lock:
+                            applied.quota_previous[key] = (entity, previous)
+                            applied.quota_applied = True
+                        # Saved before the alter: the restore value must survive a crash.
+                        ledger.save()
+                    else:
+                        previous = known[1]
+                    # Never loosen a quota that was already stricter than ours.
+                    value = rate if previous is None else min(rate, previous)
+                    admin.alter_producer_byte_rate(entity, value)
+                    actuator_log().info(
+                        "quota_applied",
+                        actuator="quota",
+                        entity=key,
+                        producer_byte_rate=value,
+                        previous=previous,
+                    )
+                with ledger.lock:
+                    applied.quota_applied = True
+                ledger.save()
+            else:
+                with ledger.lock:
+                    items = list(applied.quota_previous.items())
+                for key, (entity, previous) in items:
+                    admin.alter_producer_byte_rate(entity, previous)
+                    actuator_log().info(
+                        "quota_restored", actuator="quota", entity=key, producer_byte_rate=previous
+                    )
+                    with ledger.lock:
+                        applied.quota_previous.pop(key, None)
+                    ledger.save()
+                with ledger.lock:
+                    applied.quota_applied = False
+                ledger.save()
+            return True
+        except Exception as exc:  # logged, counted, retried next cycle
+            missing = _missing_quota_api(exc)
+            with ledger.lock:
+                recorded = applied.throttled
+            if missing is not None and want and not recorded:
+                # Nothing was applied, nothing to restore, and no retry will make the broker
+                # grow the API: one line, one count, and the daemon goes on.
+                self._unsupported = True
+                ledger.failed("quota", "throttle", missing)
+                return True
+            ledger.broker_failed("quota", "throttle" if want else "restore", exc)
+            return False

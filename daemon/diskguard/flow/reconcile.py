@@ -1,0 +1,285 @@
+"""The reconciler: drives the configured actuators to the daemon's view, crash-safely (edge).
+
+``apply`` acts on a transition at once (the hook fires, the wish changes); ``reconcile`` sets
+the wish to the daemon's whole view every cycle; a worker thread converges the broker to it
+through each actuator's ``converge``, retrying failed passes with a growing delay. What is
+applied is recorded in the ``Ledger`` (``actuators.json``) before it is applied, so a
+restarted daemon undoes what a killed one left behind. See ``flow.actuator`` for the three.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from diskguard.config import Config
+from diskguard.flow.actuator import STATE_FILE, Actuator, Ledger
+from diskguard.flow.hook import HookActuator
+from diskguard.flow.kafkaacl import AclActuator, AclAdmin, ProcessAclAdmin
+from diskguard.flow.kafkaquota import KafkaAdminConnection, QuotaActuator, QuotaAdmin
+from diskguard.flow.state import Transition
+
+__all__ = ["Actuators", "configured_actuators"]
+
+
+def configured_actuators(
+    cfg: Config,
+    ledger: Ledger,
+    *,
+    quota_admin: QuotaAdmin | None = None,
+    acl_admin: AclAdmin | None = None,
+    broker_timeout_s: float = 10.0,
+) -> list[Actuator]:
+    """The actuators ``flow_control.actuators`` names, plus any an earlier run left work for.
+
+    A throttle or ACL recorded by an earlier run must be undone even if its actuator has
+    since been removed from the config: it is built for that too, only to undo. Order
+    matters only for logs: quota before acl, as always. ``quota_admin`` / ``acl_admin``
+    replace the Kafka clients (tests).
+    """
+    flow = cfg.flow_control
+    kinds = set(flow.actuators)
+    applied = ledger.applied
+    out: list[Actuator] = []
+    if "exec" in kinds and flow.on_change:
+        out.append(HookActuator(flow.on_change, flow.on_change_timeout, ledger))
+    if quota_admin is not None:
+        out.append(QuotaActuator(flow.quota, quota_admin, ledger, configured="quota" in kinds))
+    elif "quota" in kinds or applied.throttled:
+        connection = KafkaAdminConnection(cfg.broker, broker_timeout_s)
+        out.append(
+            QuotaActuator(
+                flow.quota,
+                connection.quota_admin(),
+                ledger,
+                configured="quota" in kinds,
+                connection=connection,
+            )
+        )
+    if acl_admin is None and ("acl" in kinds or applied.acl):
+        acl_admin = ProcessAclAdmin(cfg.broker, broker_timeout_s)
+    if acl_admin is not None:
+        out.append(AclActuator(flow.acl_principal, acl_admin, ledger, configured="acl" in kinds))
+    return out
+
+
+class Actuators:
+    """Logs flow-control transitions and drives the configured actuators.
+
+    Call ``apply(transition, topics)`` for every transition ``flow.state.step`` returns and
+    ``reconcile(overfull_by_mount, topics_by_mount)`` once per cycle with every filesystem's
+    current state: ``apply`` fires the hook and updates the wish at once; ``reconcile`` is
+    what makes a restarted daemon (or a changed topic list) converge. Neither blocks nor
+    raises. A failed broker call is retried by the worker every ``retry_interval_s`` until
+    it succeeds (and on every ``apply``/``reconcile``). ``background=False`` runs broker calls
+    in the caller's thread (CLI, tests) and retries only on the next call.
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        state_dir: Path | None = None,
+        *,
+        on_failure: Callable[[str], None] | None = None,
+        quota_admin: QuotaAdmin | None = None,
+        acl_admin: AclAdmin | None = None,
+        background: bool = True,
+        broker_timeout_s: float = 10.0,
+        retry_interval_s: float = 10.0,
+    ) -> None:
+        self._ledger = Ledger((state_dir or cfg.daemon.state_dir) / STATE_FILE, on_failure)
+        self._actuators = configured_actuators(
+            cfg,
+            self._ledger,
+            quota_admin=quota_admin,
+            acl_admin=acl_admin,
+            broker_timeout_s=broker_timeout_s,
+        )
+        self._applied = self._ledger.applied
+        self._lock = self._ledger.lock  # guards the record and the desired state
+        self._sync_lock = threading.Lock()  # one converge pass at a time
+        #: Bumped on every change of the desired state; a pass only counts as converged if
+        #: nothing changed while it ran.
+        self._generation = 0
+        self._converged_generation = -1
+        self._background = background
+        self._retry_interval = retry_interval_s
+        self._failed_passes = 0
+        self._wake = threading.Condition()
+        self._pending = False
+        self._running = False
+        self._closed = False
+        self._worker: threading.Thread | None = None
+        if background:
+            self._worker = threading.Thread(
+                target=self._work, name="diskguard-actuators", daemon=True
+            )
+            self._worker.start()
+
+    # ----------------------------------------------------------------- public surface
+
+    def apply(self, transition: Transition, topics: Iterable[str] = ()) -> tuple[str, ...]:
+        """Act on one transition; ``topics`` = topics with partitions on its mount.
+
+        Returns the actuators engaged for it (sorted; empty for a ``disk_alert`` or when none
+        is configured), so the daemon names what holds producers back instead of claiming it
+        (their outcome follows: ``hook_finished``, ``quota_applied``, ``acl_applied`` or
+        ``actuator_failed``). The daemon logs the transition itself; this only acts.
+        """
+        engaged: list[str] = []
+        try:
+            if transition.event not in ("overfull", "overfull_cleared"):
+                return ()
+            for actuator in self._actuators:
+                if actuator.on_transition(transition):
+                    engaged.append(actuator.name)
+            with self._lock:
+                if transition.event == "overfull":
+                    wanted = sorted(set(topics))
+                    # No topic list (no scan yet) must not drop ACLs recorded before a restart.
+                    if wanted or transition.mount not in self._applied.overfull:
+                        self._applied.overfull[transition.mount] = wanted
+                else:
+                    self._applied.overfull.pop(transition.mount, None)
+                self._generation += 1
+            self._request_sync()
+        except Exception as exc:  # never into the loop
+            self._ledger.failed("actuators", transition.event, repr(exc))
+        return tuple(sorted(engaged))
+
+    def reconcile(
+        self,
+        overfull_by_mount: Mapping[str, bool | None],
+        topics_by_mount: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        """Make the desired state exactly the daemon's current view, then converge.
+
+        Mounts absent from ``overfull_by_mount`` are no longer watched and count as clear;
+        ``None`` (not observed yet) keeps what was recorded before. Cheap when nothing
+        changed and the last pass succeeded, so call it every cycle: that is the retry.
+        """
+        try:
+            topics_by_mount = topics_by_mount or {}
+            with self._lock:
+                desired: dict[str, list[str]] = {}
+                for mount, overfull in overfull_by_mount.items():
+                    if overfull is None:
+                        if mount in self._applied.overfull:
+                            desired[mount] = self._applied.overfull[mount]
+                    elif overfull:
+                        known = topics_by_mount.get(mount)
+                        desired[mount] = sorted(
+                            set(known)
+                            if known is not None
+                            else self._applied.overfull.get(mount, [])
+                        )
+                if desired != self._applied.overfull:
+                    self._applied.overfull = desired
+                    self._generation += 1
+                needed = self._converged_generation != self._generation
+            if needed:
+                self._request_sync()
+        except Exception as exc:  # never into the loop
+            self._ledger.failed("actuators", "reconcile", repr(exc))
+
+    def sync(self) -> bool:
+        """One converge pass in the caller's thread; True when the broker matches the wish."""
+        with self._sync_lock:
+            with self._lock:
+                generation = self._generation
+                confirmed = self._converged_generation == generation
+            ok = True
+            for actuator in self._actuators:
+                ok = actuator.converge(confirmed) and ok
+            with self._lock:
+                self._failed_passes = 0 if ok else self._failed_passes + 1
+                if ok:
+                    self._converged_generation = generation
+                return ok and generation == self._generation
+
+    def recorded_overfull_mounts(self) -> set[str]:
+        """Mounts the last run recorded as overfull (from ``actuators.json`` at start-up).
+
+        A daemon may seed ``FlowState(overfull=True)`` for these, so a restart while the
+        disk sits *between* the limits continues the episode instead of releasing producers.
+        """
+        with self._lock:
+            return set(self._applied.overfull)
+
+    def failure_counts(self) -> dict[str, int]:
+        """Failures per actuator since start (for the metrics endpoint)."""
+        return self._ledger.failure_counts()
+
+    def applied(self) -> dict[str, Any]:
+        """What is applied now, in the persisted JSON shape (for status output)."""
+        with self._lock:
+            return self._applied.to_json()
+
+    @property
+    def converged(self) -> bool:
+        """The broker matches the desired state as of the last successful pass."""
+        with self._lock:
+            return self._converged_generation == self._generation
+
+    def wait_idle(self, timeout_s: float = 30.0) -> bool:
+        """Wait for queued broker work and hooks to finish (tests, shutdown)."""
+        deadline = time.monotonic() + timeout_s
+        with self._wake:
+            while self._pending or self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.wait(left)
+        return all(a.wait_idle(max(0.0, deadline - time.monotonic())) for a in self._actuators)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the workers; an in-flight broker call gets ``timeout_s`` to finish."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+        if self._worker is not None and self._worker is not threading.current_thread():
+            self._worker.join(timeout_s)
+        for actuator in self._actuators:
+            actuator.close()
+
+    # ----------------------------------------------------------------- internals
+
+    def _request_sync(self) -> None:
+        if not self._background:
+            self.sync()
+            return
+        with self._wake:
+            self._pending = True
+            self._wake.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending and not self._closed:
+                    if not self.converged and not self._wake.wait(self._retry_delay()):
+                        self._pending = True  # retry the failed pass
+                        break
+                    if self.converged:
+                        self._wake.wait()
+                if self._closed:
+                    return
+                self._pending = False
+                self._running = True
+            try:
+                self.sync()
+            except Exception as exc:  # the worker must survive anything
+                self._ledger.failed("actuators", "sync", repr(exc))
+            finally:
+                with self._wake:
+                    self._running = False
+                    self._wake.notify_all()
+
+    def _retry_delay(self) -> float:
+        """Doubling after each failed pass, capped at 5 minutes: a broker that is down for
+        an hour gets a dozen ``actuator_failed`` lines, not hundreds."""
+        with self._lock:
+            streak = self._failed_passes
+        return min(300.0, self._retry_interval * float(2 ** max(0, min(streak - 1, 10))))

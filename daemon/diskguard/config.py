@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from diskguard.errors import ConfigError
 from diskguard.host import safeopen
 from diskguard.units import parse_duration, parse_size
 
@@ -233,14 +234,6 @@ class Config(_Section):
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     #: Where this config was read from; not a TOML key.
     source: Path = Field(default=Path("<memory>"), exclude=True)
-
-
-class ConfigError(Exception):
-    """All problems found in one config file, each already a one-line message."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 @dataclass(frozen=True)

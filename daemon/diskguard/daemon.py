@@ -38,7 +38,8 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from diskguard.config import Config, ConfigError, load_config
+from diskguard.config import Config, load_config
+from diskguard.errors import ConfigError
 from diskguard.flow.actuators import Actuators
 from diskguard.flow.ballast import Ballast
 from diskguard.flow.state import ALERT_DEGRADED, FlowLimits, FlowState, Transition, step

@@ -1,8 +1,11 @@
-"""The ``diskguard`` command line.
+"""The ``diskguard`` command line: the command list, and what every command shares.
 
 Every command validates the config the same way before doing anything (exit 2 with one line
-per problem), and no command ever shows a traceback: unexpected errors are reported as one
-line and exit 1.
+per problem), and no command ever shows a traceback: a :class:`~diskguard.errors.DiskguardError`
+becomes its one line and its exit code, anything unexpected one line and exit 1.
+
+The commands are listed once, in :data:`COMMANDS`, and imported only when run: ``diskguard
+plan`` does not pay for the Spark job, the daemon loop or the Kafka clients.
 """
 
 from __future__ import annotations
@@ -10,20 +13,22 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from functools import wraps
+from importlib import import_module
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 
 from diskguard import __version__
-from diskguard.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+from diskguard.config import DEFAULT_CONFIG_PATH, Config, load_config
+from diskguard.errors import ConfigError, DiskguardError, ExitCode
 from diskguard.logs import configure_logging
-from diskguard.units import plural
 
-EXIT_OK = 0
-EXIT_UNREACHABLE = 1
-EXIT_USAGE = 2
-EXIT_REFUSED = 3
+# The names commands use; the meanings live in diskguard.errors.ExitCode.
+EXIT_OK = ExitCode.OK
+EXIT_UNREACHABLE = ExitCode.FAILED
+EXIT_USAGE = ExitCode.USAGE
+EXIT_REFUSED = ExitCode.REFUSED
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,6 +75,8 @@ def no_traceback(func: F) -> F:
             return func(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
+        except DiskguardError as exc:
+            fail(str(exc), exc.exit_code)
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
             fail(f"{exc.strerror or exc}{where}", EXIT_UNREACHABLE)
@@ -79,45 +86,45 @@ def no_traceback(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: Every command: name -> "module:attribute" under diskguard.commands. The one list.
+COMMANDS: dict[str, str] = {
+    "aggregate": "aggregate:aggregate_command",
+    "audit": "audit:audit_command",
+    "ballast": "ballast:ballast_group",
+    "check-config": "check_config:check_config",
+    "enforce": "enforce:enforce_command",
+    "example-config": "examples:example_config",
+    "example-unit": "examples:example_unit",
+    "plan": "plan:plan_command",
+    "reserve": "reserve:reserve",
+    "run": "run:run_command",
+    "status": "status:status_command",
+}
+
+
+class _Commands(click.Group):
+    """A click group whose commands come from :data:`COMMANDS`, imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        command = getattr(import_module(f"diskguard.commands.{module}"), attr)
+        if not isinstance(command, click.Command):  # pragma: no cover - a wrong COMMANDS line
+            raise TypeError(f"COMMANDS[{cmd_name!r}] is not a click command: {target}")
+        return command
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="diskguard")
 def cli() -> None:
     """Keeps a Kafka broker's disks from filling (KIP-61 retention, flow control, snapshots)."""
 
 
-@cli.command("check-config")
-@config_option
-@click.option(
-    "--connect",
-    is_flag=True,
-    help="Also reach the broker and check what each configured feature needs.",
-)
-@no_traceback
-def check_config(config_path: Path, connect: bool) -> None:
-    """Validate the config: exit 0 when valid, 2 with one line per problem otherwise.
-
-    With --connect: reach the broker, learn its reclaim latency and the headroom the disks
-    need at the current write rate; exit 2 when a configured feature cannot work.
-    """
-    config = load_or_exit(config_path)
-    dirs = ", ".join(str(d) for d in config.broker.log_dirs)
-    count = plural(len(config.broker.log_dirs), "log dir")
-    click.echo(f"{config_path}: ok ({count}: {dirs})")
-    if not connect:
-        return
-    from diskguard.connectcheck import connect_checks
-
-    checks = connect_checks(config)
-    for check in checks:
-        click.echo(f"{'ok' if check.ok else 'FAIL'}: {check.line}")
-    if not all(check.ok for check in checks):
-        sys.exit(EXIT_USAGE)
-
-
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="diskguard")
-
-
-# Subcommands live beside the code they drive; importing registers them on ``cli``.
-from diskguard import commands as _commands  # noqa: E402,F401

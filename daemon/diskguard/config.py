@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from diskguard.configcheck import program_problem, state_dir_problem
+from diskguard.errors import ConfigError
 from diskguard.kafkalog.serverprops import read_server_properties
 from diskguard.units import parse_duration, parse_size
 
@@ -232,14 +233,6 @@ class Config(_Section):
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     #: Where this config was read from; not a TOML key.
     source: Path = Field(default=Path("<memory>"), exclude=True)
-
-
-class ConfigError(Exception):
-    """All problems found in one config file, each already a one-line message."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from diskguard.config import ConfigError, load_config, parse_config
+from diskguard.config import load_config, parse_config
+from diskguard.errors import ConfigError
 from diskguard.units import parse_duration, parse_size
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diskguard.config import ConfigError, load_config, parse_config
+from diskguard.config import load_config, parse_config
+from diskguard.errors import ConfigError
 from diskguard.kafkalog import offsetindex, recordbatch, timeindex
 from diskguard.kafkalog.model import (
     PartitionDirKind,

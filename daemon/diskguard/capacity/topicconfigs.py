@@ -23,6 +23,7 @@ from typing import Any
 
 from diskguard.capacity.reserve import TopicSettings, policy_kind
 from diskguard.config import BrokerConfig
+from diskguard.errors import UsageError
 from diskguard.kafkalog.model import PartitionDirKind, parse_partition_dir
 from diskguard.kafkalog.serverprops import read_properties
 from diskguard.kafkalog.topicpolicy import ALWAYS_COMPACTED
@@ -44,7 +45,7 @@ __all__ = [
 TOPIC_KEYS = ("retention.bytes", "segment.bytes", "segment.index.bytes", "cleanup.policy")
 
 
-class TopicConfigError(ValueError):
+class TopicConfigError(UsageError, ValueError):
     """A setting that cannot be used (bad server.properties value); the message names it."""
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import click
 
-from diskguard.cli import EXIT_UNREACHABLE, EXIT_USAGE, cli, fail, no_traceback
+from diskguard.cli import EXIT_UNREACHABLE, EXIT_USAGE, fail, no_traceback
 
 
-@cli.command("aggregate")
+@click.command("aggregate")
 @click.option(
     "--input",
     "source",

@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
+from diskguard.cli import EXIT_USAGE, config_option, fail, load_or_exit, no_traceback
 from diskguard.retention.audit import (
     AUDIT_FILE,
     DONE,
@@ -110,7 +110,7 @@ def render(actions: list[AuditAction]) -> None:
     console.print(table)
 
 
-@cli.command("audit")
+@click.command("audit")
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the raw audit lines (JSON).")
 @click.option("--since", default=None, help="Only actions at or after this ISO 8601 time.")

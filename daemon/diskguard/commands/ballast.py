@@ -14,7 +14,6 @@ import click
 from diskguard.cli import (
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
-    cli,
     config_option,
     fail,
     load_or_exit,
@@ -34,7 +33,7 @@ def _ballast(config_path: Path) -> tuple[Config, Ballast]:
     return config, Ballast(config.ballast, Path(config.daemon.state_dir))
 
 
-@cli.group("ballast")
+@click.group("ballast")
 def ballast_group() -> None:
     """The ballast file: space reserved for emergencies (``[ballast] path, size``)."""
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import click
 
-from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
+from diskguard.cli import EXIT_USAGE, config_option, fail, load_or_exit, no_traceback
 from diskguard.logs import configure_logging
 from diskguard.retention.cycle import Runtime, daemon_rates
 from diskguard.retention.enforcement import CycleOutcome
 from diskguard.units import format_bytes, plural
 
 
-@cli.command("enforce")
+@click.command("enforce")
 @config_option
 @click.option("--once", is_flag=True, help="Run one cycle and exit (required).")
 @click.option(

@@ -12,7 +12,7 @@ from importlib.resources import files
 
 import click
 
-from diskguard.cli import cli, no_traceback
+from diskguard.cli import no_traceback
 
 EXAMPLE_CONFIG = "diskguard.toml"
 EXAMPLE_UNIT = "diskguard.service"
@@ -23,14 +23,14 @@ def example_text(name: str) -> str:
     return (files("diskguard") / "data" / name).read_text(encoding="utf-8")
 
 
-@cli.command("example-config")
+@click.command("example-config")
 @no_traceback
 def example_config() -> None:
     """Print the example config, to redirect into /etc/diskguard/diskguard.toml."""
     click.echo(example_text(EXAMPLE_CONFIG), nl=False)
 
 
-@cli.command("example-unit")
+@click.command("example-unit")
 @no_traceback
 def example_unit() -> None:
     """Print the systemd unit, to redirect into /etc/systemd/system/diskguard.service."""

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from diskguard.cli import cli, config_option, load_or_exit, no_traceback
+from diskguard.cli import config_option, load_or_exit, no_traceback
 from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
 from diskguard.retention.cycle import Runtime, daemon_rates
@@ -239,7 +239,7 @@ def forecast_lines(chosen: Plan, mode: str) -> list[str]:
     return lines
 
 
-@cli.command("plan")
+@click.command("plan")
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @no_traceback

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from diskguard.capacity.reserve import ReserveReport, TopicReserve, reserve_report
-from diskguard.capacity.topicconfigs import TopicConfigError, TopicInventory, load_topics
-from diskguard.cli import EXIT_USAGE, cli, config_option, fail, load_or_exit, no_traceback
+from diskguard.capacity.topicconfigs import TopicInventory, load_topics
+from diskguard.cli import EXIT_USAGE, config_option, fail, load_or_exit, no_traceback
 from diskguard.host import fsusage
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import configure_logging
@@ -130,7 +130,7 @@ def render_table(
         console.print(f"note: {note}")
 
 
-@cli.command("reserve")
+@click.command("reserve")
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 @click.option(
@@ -149,10 +149,7 @@ def reserve(config_path: Path, as_json: bool, timeout: float) -> None:
     config = load_or_exit(config_path, writes=False)
     # Logs go to stderr: stdout is the report (and must stay pure JSON with --json).
     configure_logging(config.logging.format, config.logging.level, stream=sys.stderr)
-    try:
-        inventory = load_topics(config.broker, timeout=timeout)
-    except TopicConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
+    inventory = load_topics(config.broker, timeout=timeout)  # TopicConfigError: exit 2
     filesystems = _filesystems(list(config.broker.log_dirs))
     try:
         report = reserve_report(inventory.topics, sum(_capacity(fs) for fs in filesystems))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from diskguard.cli import cli, config_option, load_or_exit, no_traceback
+import click
+
+from diskguard.cli import config_option, load_or_exit, no_traceback
 
 
-@cli.command("run")
+@click.command("run")
 @config_option
 @no_traceback
 def run_command(config_path: Path) -> None:

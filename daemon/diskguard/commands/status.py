@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from diskguard.cli import cli, config_option, load_or_exit, no_traceback
+from diskguard.cli import config_option, load_or_exit, no_traceback
 from diskguard.config import Config
 from diskguard.flow.limits import flow_limits
 from diskguard.flow.state import FlowState, step
@@ -179,7 +179,7 @@ def reclaim_line(r: dict[str, Any]) -> str:
     return text
 
 
-@cli.command("status")
+@click.command("status")
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @no_traceback

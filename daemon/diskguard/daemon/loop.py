@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from diskguard.config import Config, ConfigError, load_config
+from diskguard.config import Config, load_config
 from diskguard.daemon.cycles import RetentionCycles
 from diskguard.daemon.flowcontrol import FlowControl
 from diskguard.daemon.snapshot import record_snapshots
 from diskguard.daemon.statefile import STATE_EVERY_S, Memory, status_line, write_state
 from diskguard.daemon.watch import Watcher
+from diskguard.errors import ConfigError
 from diskguard.flow.ballast import Ballast
 from diskguard.flow.limits import flow_limits
 from diskguard.flow.reconcile import Actuators

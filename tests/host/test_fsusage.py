@@ -123,9 +123,13 @@ def test_fill_allocates_real_blocks(tmpfs: Callable[[int], Path]) -> None:
 
 def test_mount_failure_fails_the_test_never_skips(loop_ext4: Callable[..., Path]) -> None:
     """A filesystem mkfs.ext4 refuses (4 KiB) must fail loudly, not skip."""
+    before = set(_loop_devices())
     with pytest.raises(pytest.fail.Exception, match="cannot set up a real filesystem"):
         loop_ext4(4096)
-    assert not [line for line in _loop_devices() if "diskguard-ext4-" in line]
+    # Nothing left attached by the failed attempt: its image is removed with its temp dir, so
+    # a leaked device would show as "(deleted)". (Other tests may attach devices meanwhile.)
+    leaked = set(_loop_devices()) - before
+    assert not [line for line in leaked if "diskguard-ext4-" in line and "(deleted)" in line]
 
 
 def _loop_devices() -> list[str]:

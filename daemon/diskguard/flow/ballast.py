@@ -32,6 +32,7 @@ from typing import Any, Final, Literal
 from diskguard.config import BallastConfig
 from diskguard.flow.state import FlowLimits, Transition
 from diskguard.host.atomicfile import fsync_dir, read_json, write_json_atomic
+from diskguard.host.fsusage import allocated_bytes
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
 
@@ -55,11 +56,6 @@ class BallastStatus:
     size: int
     allocated_bytes: int = 0
     reason: str = ""
-
-
-def allocated_bytes(st: os.stat_result) -> int:
-    """Bytes on disk, not the file's length: what a ballast actually reserves."""
-    return st.st_blocks * 512
 
 
 class Ballast:

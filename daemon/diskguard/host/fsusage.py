@@ -175,3 +175,9 @@ def df_percent(usage: FilesystemUsage) -> int:
     if denominator == 0:
         return 0
     return -(-usage.used_bytes * 100 // denominator)
+
+
+def allocated_bytes(st: os.stat_result) -> int:
+    """Bytes a file really occupies (``st_blocks``), not its length: a sparse preallocated index
+    counts only its written blocks, a ballast only what it truly reserves."""
+    return st.st_blocks * 512

@@ -13,6 +13,7 @@ import stat
 import time
 from dataclasses import dataclass
 
+from diskguard.host.fsusage import allocated_bytes
 from diskguard.kafkalog.model import (
     DELETED_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
@@ -22,11 +23,6 @@ from diskguard.kafkalog.model import (
 
 #: An entry a broker with tiered storage keeps in the partition dir (remote log metadata).
 REMOTE_LOG_SNAPSHOT = "remote_log_snapshot"
-
-
-def allocated_bytes(st: os.stat_result) -> int:
-    """Bytes a file really occupies: sparse preallocated indexes count only written blocks."""
-    return st.st_blocks * 512
 
 
 @dataclass(frozen=True)

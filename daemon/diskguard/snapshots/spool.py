@@ -21,6 +21,9 @@ Rules that keep it safe:
 - A torn last line (the process killed mid-write) is cut off when the spool is opened, and
   any line that is not a complete JSON object is skipped when reading. A record whose
   ``append`` returned is on disk and is never lost to a later crash.
+
+Size: one class over one directory; its rules (bound, cursor, torn tails, the memory queue)
+hold each other up, and split apart they would each need the others' invariants.
 """
 
 from __future__ import annotations

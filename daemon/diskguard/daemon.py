@@ -49,9 +49,11 @@ from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import configure_logging, get_logger
 from diskguard.metrics import Metrics
-from diskguard.retention.cycle import Runtime
-from diskguard.retention.enforcement import BROKER, CycleOutcome, limits_for, with_forecast
-from diskguard.retention.planner import Limits, over_ceiling
+from diskguard.retention.cycle import RetentionCycle
+from diskguard.retention.inputs import limits_for, with_forecast
+from diskguard.retention.mode import BROKER
+from diskguard.retention.outcome import CycleOutcome
+from diskguard.retention.planner import Limits, over_ceiling, room_above_ceiling
 from diskguard.retention.stuck import MAX_BACKOFF_S, StuckTracker
 from diskguard.snapshots.kafkasink import KafkaSink
 from diskguard.snapshots.record import DeletedBytesCounter, build_snapshot
@@ -189,7 +191,7 @@ class Daemon:
         """(Re)create everything that depends on the config."""
         state_dir = Path(config.daemon.state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.runtime = Runtime(config)
+        self.runtime = RetentionCycle(config)
         self.runtime.stuck = self.stuck
         # One entry per device (st_dev), whatever mount point leads to it: a bind mount of
         # the same disk is the same filesystem. The key is the label, the first mount point
@@ -466,8 +468,7 @@ class Daemon:
         for mount, usage in usages.items():
             rate = self.runtime.growth_rate(mount) or 0.0
             needed = int(rate * settings.worst_latency_s)
-            capacity = usage.used_bytes + usage.available_bytes
-            room = capacity - usage.used_bytes_at(self.config.retention.disk_usage_percent)
+            room = room_above_ceiling(usage, self.config.retention.disk_usage_percent)
             last = self._reclaim_slow.get(mount)
             if needed <= room:
                 self._reclaim_slow.pop(mount, None)
@@ -500,8 +501,8 @@ class Daemon:
         """
         if not self.stuck.states or len(usages) < len(self.mounts):
             return False
-        limit = self.config.retention.disk_usage_percent
-        over = {m for m, u in usages.items() if u.usage_percent > limit}
+        limits = limits_for(self.config, BROKER)
+        over = {m for m, u in usages.items() if over_ceiling(u, limits, 0)[0]}
         if over != {m for m, s in self.stuck.states.items() if s.over_percent}:
             return False  # a filesystem crossed its limit either way since the last cycle
         if hint.structural or self.stuck.usage_moved(usages):
@@ -515,8 +516,8 @@ class Daemon:
         """``check_interval``, doubled after each periodic rescan that found the same stuck
         state (up to ``MAX_BACKOFF_S``); back to ``check_interval`` on any change."""
         base = self.config.retention.check_interval
-        limit = self.config.retention.disk_usage_percent
-        over = [m for m, u in usages.items() if u.usage_percent > limit]
+        limits = limits_for(self.config, BROKER)
+        over = [m for m, u in usages.items() if over_ceiling(u, limits, 0)[0]]
         if unchanged and self.stuck.all_stuck(over):
             self._backoff = min(max(base, MAX_BACKOFF_S), self._backoff * 2)
         else:
@@ -525,7 +526,7 @@ class Daemon:
 
     def _retention(self, full: bool = False) -> CycleOutcome | None:
         try:
-            outcome = self.runtime.cycle(act=True, full=full)
+            outcome = self.runtime.run(act=True, full=full)
         except Exception as exc:
             log.exception("cycle_failed", error=f"{type(exc).__name__}: {exc}")
             return None
@@ -834,7 +835,7 @@ class Daemon:
         ``recover`` skips (and records) entries of log dirs another process holds.
         """
         try:
-            done = self.runtime.offline.recover([str(d) for d in self.config.broker.log_dirs])
+            done = self.runtime.files.recover([str(d) for d in self.config.broker.log_dirs])
         except Exception as exc:
             log.exception("offline_recover_failed", error=str(exc))
             return

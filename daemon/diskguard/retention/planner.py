@@ -118,6 +118,13 @@ class FilesystemPlan:
     latency_source: str = "none"
 
     @property
+    def usage(self) -> FilesystemUsage:
+        """The filesystem's usage at the scan, as ``df`` saw it."""
+        return FilesystemUsage(
+            self.mount, self.device, self.total_bytes, self.used_bytes, self.available_bytes
+        )
+
+    @property
     def predicted_usage_percent(self) -> float:
         denominator = self.used_bytes + self.available_bytes
         return 100.0 * self.predicted_used_bytes / denominator if denominator else 0.0
@@ -189,6 +196,12 @@ def over_ceiling(usage: FilesystemUsage, limits: Limits, pending_bytes: int) -> 
         return False, False
     predicted = usage.used_bytes + limits.growth_bytes - pending_bytes + limits.period_growth_bytes
     return predicted > usage.used_bytes_at(limits.limit_percent), True
+
+
+def room_above_ceiling(usage: FilesystemUsage, limit_percent: float) -> int:
+    """Bytes between the ceiling (``limit_percent``) and a full disk: what the growth must
+    fit in while the broker has not freed what was asked (``broker_reclaim_slow``)."""
+    return usage.used_bytes + usage.available_bytes - usage.used_bytes_at(limit_percent)
 
 
 def with_missing_offsets(

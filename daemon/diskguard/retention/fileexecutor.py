@@ -19,7 +19,8 @@ outcome line per segment but each set is made durable by one fsync, renames run 
 order, and each partition dir is fsync'd once after the renames and once after the unlinks.
 A segment costs a few renames and unlinks instead of six fsyncs. Recovery resolves a batch
 segment by segment: started ones (a prefix of the plan) are finished, untouched ones are
-cancelled exactly like an interrupted single entry.
+cancelled exactly like an interrupted single entry. Once a deletion of a partition is
+refused or fails, its later segments are refused (never a hole).
 
 The journal comes first so that every audit intent has a journal entry: recovery always gives
 it an outcome. Where the parts live: ``journal`` (records, owners, lock), ``removal`` (rename,

@@ -34,6 +34,8 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Checked:
+    """A deletion that passed the guard rails: the exact files to remove."""
+
     partition_dir: str
     #: Names (inside ``partition_dir``) to delete, ``.log`` first.
     names: tuple[str, ...]

@@ -149,19 +149,8 @@ class SegmentRemover:
         freed = self.remove(partition_dir, names)
         dfd = os.open(partition_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            changed = False
-            for name in names:
-                deleted = name + DELETED_SUFFIX
-                try:
-                    st = os.stat(deleted, dir_fd=dfd, follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if not stat.S_ISREG(st.st_mode):
-                    continue
-                os.unlink(deleted, dir_fd=dfd)
-                changed = True
-                if st.st_nlink == 1:
-                    freed += st.st_blocks * 512
+            gone, changed = unlink_regular(dfd, [name + DELETED_SUFFIX for name in names])
+            freed += gone
             if changed:
                 os.fsync(dfd)
         finally:
@@ -171,3 +160,21 @@ class SegmentRemover:
     def step(self, name: str) -> None:
         if self._on_step is not None:
             self._on_step(name)
+
+
+def unlink_regular(dfd: int, names: Sequence[str]) -> tuple[int, bool]:
+    """Unlink the regular files among ``names`` in the dir open as ``dfd`` (anything else, or
+    a file gone meanwhile, is left alone); the bytes freed, and whether anything went."""
+    freed, changed = 0, False
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dfd)
+            changed = True
+            freed += st.st_blocks * 512 if st.st_nlink == 1 else 0
+    return freed, changed

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from diskguard.kafkalog import lockfile
@@ -39,6 +40,7 @@ from diskguard.retention.journal import (
     Journal,
     process_identity,
 )
+from diskguard.retention.removal import unlink_regular
 
 log = get_logger("diskguard.offline")
 
@@ -54,24 +56,19 @@ class Sweeper:
         """Remove ``-delete`` dirs, then ``<segment file>.deleted`` leftovers (what Kafka
         deletes at start-up), each audited, while holding the log dir's ``.lock``."""
         real = os.path.realpath(log_dir)
-        try:
-            with lockfile.hold(real):
-                with os.scandir(real) as it:
-                    entries = sorted(it, key=lambda e: e.name)
-                session: list[dict[str, Any]] = []
-                # Only -delete dirs: a -future dir is a replica move between log dirs in
-                # progress (its data is the partition's future), and -stray dirs are KRaft's,
-                # left for the broker to decide about.
-                for part in _dirs(entries, PartitionDirKind.DELETE):
-                    self._sweep_delete_dir(real, part.name, session)
-                for part in _dirs(entries, PartitionDirKind.LIVE):
-                    self._sweep_partition(real, part.path, session)
-                for entry in session:
-                    self.journal.close(entry)
-        except lockfile.LockHeld:
-            return
-        except OSError as exc:
-            log.warning("offline_sweep_failed", log_dir=log_dir, error=str(exc))
+
+        def sweep_dirs(session: list[dict[str, Any]]) -> None:
+            with os.scandir(real) as it:
+                entries = sorted(it, key=lambda e: e.name)
+            # Only -delete dirs: a -future dir is a replica move between log dirs in progress
+            # (its data is the partition's future), and -stray dirs are KRaft's, left for the
+            # broker to decide about.
+            for part in _dirs(entries, PartitionDirKind.DELETE):
+                self._sweep_delete_dir(real, part.name, session)
+            for part in _dirs(entries, PartitionDirKind.LIVE):
+                self._sweep_partition(real, part.path, session)
+
+        self._locked(real, log_dir, sweep_dirs)
 
     def sweep_only(self, allowed: set[str], sweep_paths: Iterable[str | os.PathLike[str]]) -> None:
         """Sweep the given partition dirs, grouped per log dir so each lock is taken once."""
@@ -86,19 +83,31 @@ class Sweeper:
                 continue
             by_log_dir.setdefault(parent, []).append(os.path.join(parent, name))
         for log_dir, paths in sorted(by_log_dir.items()):
-            try:
-                with lockfile.hold(log_dir):
-                    session: list[dict[str, Any]] = []
-                    for path in sorted(set(paths)):
-                        if os.path.islink(path) or not os.path.isdir(path):
-                            continue
-                        self._sweep_partition(log_dir, path, session)
-                    for entry in session:
-                        self.journal.close(entry)
-            except lockfile.LockHeld:
+            self._locked(log_dir, log_dir, functools.partial(self._sweep_paths, log_dir, paths))
+
+    def _sweep_paths(
+        self, log_dir_real: str, paths: list[str], session: list[dict[str, Any]]
+    ) -> None:
+        for path in sorted(set(paths)):
+            if os.path.islink(path) or not os.path.isdir(path):
                 continue
-            except OSError as exc:
-                log.warning("offline_sweep_failed", log_dir=log_dir, error=str(exc))
+            self._sweep_partition(log_dir_real, path, session)
+
+    def _locked(
+        self, log_dir_real: str, label: str, body: Callable[[list[dict[str, Any]]], None]
+    ) -> None:
+        """``body(session)`` while holding the log dir's ``.lock`` (not at all if another
+        process holds it); then the journal entries of the sweep session close."""
+        try:
+            with lockfile.hold(log_dir_real):
+                session: list[dict[str, Any]] = []
+                body(session)
+                for entry in session:
+                    self.journal.close(entry)
+        except lockfile.LockHeld:
+            return
+        except OSError as exc:
+            log.warning("offline_sweep_failed", log_dir=label, error=str(exc))
 
     def _open_session(self, log_dir_real: str, session: list[dict[str, Any]]) -> None:
         """Journal the sweep of ``log_dir_real`` before its first removal (lazily: a sweep
@@ -376,17 +385,7 @@ def _remove_names(partition_dir: str, names: Sequence[str]) -> int:
     """Unlink ``*.deleted`` leftovers of one partition dir (regular files only), fsync it."""
     dfd = os.open(partition_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        freed = 0
-        for name in names:
-            try:
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=dfd)
-                freed += st.st_blocks * 512 if st.st_nlink == 1 else 0
+        freed, _ = unlink_regular(dfd, names)
         os.fsync(dfd)
         return freed
     finally:

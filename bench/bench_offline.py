@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 import loopfs
 from diskguard.retention.audit import AuditLog
-from diskguard.retention.offline import OfflineExecutor
+from diskguard.retention.fileexecutor import FileExecutor
 from diskguard.retention.planner import Deletion
 from machine import RESULTS, ROOT, machine_info
 from support.kafkagen import SegmentSpec, write_log_dir
@@ -120,7 +120,7 @@ def main() -> None:
     mnt = Path(tempfile.mkdtemp(prefix="offline-", dir=args.image_dir))
     image = args.image_dir / "offline.img"
     baseline = load_baseline(Path(tempfile.mkdtemp(prefix="offline-baseline-")))
-    impls = {"batched": OfflineExecutor, "baseline": baseline.OfflineExecutor}
+    impls = {"batched": FileExecutor, "baseline": baseline.OfflineExecutor}
     walls: dict[str, list[float]] = {name: [] for name in impls}
     build_s = 0.0
     with loopfs.loop_fs(image, mnt, 2 << 30, 400_000, reuse=False, keep=False):

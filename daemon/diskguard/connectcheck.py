@@ -15,6 +15,7 @@ from diskguard.capacity.topicconfigs import local_broker_id
 from diskguard.config import Config
 from diskguard.host import fsusage
 from diskguard.retention.cycle import daemon_rates
+from diskguard.retention.planner import room_above_ceiling
 from diskguard.retention.reclaimwatch import reclaim_settings
 from diskguard.units import format_bytes, plural
 
@@ -86,11 +87,7 @@ def _checks(config: Config, client: BrokerClient, servers: str) -> list[Check]:
     for group in fsusage.group_by_device(config.broker.log_dirs):
         mount = group.mount
         usage = fsusage.usage_of(group.paths[0], mount, group.device)
-        room = (
-            usage.used_bytes
-            + usage.available_bytes
-            - usage.used_bytes_at(config.retention.disk_usage_percent)
-        )
+        room = room_above_ceiling(usage, config.retention.disk_usage_percent)
         rate = rates.get(mount)
         if rate is None:
             out.append(

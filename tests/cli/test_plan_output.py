@@ -21,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from diskguard.commands.plan import render_plan
-from diskguard.retention.enforcement import plan_json
 from diskguard.retention.planner import Deletion, FilesystemPlan, Plan
+from diskguard.retention.report import plan_json
 from diskguard.units import MAX_DATETIME_MS, format_timestamp_ms
 from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, hold_lock, write_log_dir

@@ -1,6 +1,6 @@
 """What is never deleted, and why (issue 11, items 1, 2 and 6), on real log dirs on tmpfs.
 
-Every end-to-end test runs a real retention cycle (``Runtime.cycle``) over real-format
+Every end-to-end test runs a real retention cycle (``RetentionCycle.run``) over real-format
 segments (kafkagen) with ``retention.max_bytes = 1``, so that everything diskguard *may*
 delete is chosen: what survives is exactly what is protected. Broker mode runs against an
 admin client injected at the confluent-kafka boundary (DescribeConfigs, DeleteRecords); the
@@ -29,7 +29,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigEntry, DeletedRecords
 
 from diskguard.config import Config, load_config
-from diskguard.retention.cycle import Runtime
+from diskguard.retention.cycle import RetentionCycle
 from support.kafkagen import (
     SegmentSpec,
     encode_batch,
@@ -124,8 +124,8 @@ def test_compacted_topic_known_from_the_cache_is_never_deleted_offline(
     build(log_dir, ["orders", "events"])
     seed_cache(tmp_path, {"orders": ("delete", False), "events": ("compact", False)})
     before = segments(log_dir, "events")
-    with Runtime(write_config(tmp_path, [log_dir])) as runtime:
-        outcome = runtime.cycle(act=True)
+    with RetentionCycle(write_config(tmp_path, [log_dir])) as runtime:
+        outcome = runtime.run(act=True)
     assert deleted_topics(outcome) == {"orders"}
     assert segments(log_dir, "events") == before
     assert len(segments(log_dir, "orders")) == 1  # only the active segment is left
@@ -143,8 +143,8 @@ def test_a_partition_listed_only_in_another_log_dirs_checkpoint_is_protected(
     seed_cache(tmp_path, {"orders": ("delete", False)})
     config = write_config(tmp_path, [a, b])
     before = segments(a, "events")
-    with Runtime(config) as runtime:
-        outcome = runtime.cycle(act=True)
+    with RetentionCycle(config) as runtime:
+        outcome = runtime.run(act=True)
     assert segments(a, "events") == before
     assert deleted_topics(outcome) == {"orders"}
     assert protected(outcome)["events"] == "compacted: listed in a cleaner-offset-checkpoint"
@@ -158,8 +158,8 @@ def test_an_empty_cleaner_checkpoint_is_normal_and_an_unknown_policy_is_protecte
     build(log_dir, ["orders"])
     (log_dir / "cleaner-offset-checkpoint").write_bytes(b"")
     before = segments(log_dir, "orders")
-    with Runtime(write_config(tmp_path, [log_dir])) as runtime:
-        outcome = runtime.cycle(act=True)
+    with RetentionCycle(write_config(tmp_path, [log_dir])) as runtime:
+        outcome = runtime.run(act=True)
     assert not [w for w in outcome.warnings if "checkpoint" in w], outcome.warnings
     assert outcome.results == ()
     assert segments(log_dir, "orders") == before
@@ -173,8 +173,8 @@ def test_unknown_policy_is_protected_unless_assume_delete_policy_names_the_topic
     build(log_dir, ["orders", "clicks"])
     before = segments(log_dir, "clicks")
     config = write_config(tmp_path, [log_dir], assume_delete_policy=["^orders$"])
-    with Runtime(config) as runtime:
-        outcome = runtime.cycle(act=True)
+    with RetentionCycle(config) as runtime:
+        outcome = runtime.run(act=True)
     assert deleted_topics(outcome) == {"orders"}
     assert segments(log_dir, "clicks") == before
     assert "retention.assume_delete_policy" in protected(outcome)["clicks"]
@@ -197,8 +197,8 @@ def test_compact_delete_is_protected_unless_listed_and_compact_always(
     config = write_config(
         tmp_path, [log_dir], assume_delete_policy=["^both_listed$", "^compact_listed$"]
     )
-    with Runtime(config) as runtime:
-        outcome = runtime.cycle(act=True)
+    with RetentionCycle(config) as runtime:
+        outcome = runtime.run(act=True)
     assert deleted_topics(outcome) == {"both_listed"}
     reasons = protected(outcome)
     assert reasons["both"].startswith("cleanup.policy=compact,delete")
@@ -214,8 +214,8 @@ def test_a_user_protect_topics_list_only_adds_to_the_internal_topics(
     seed_cache(tmp_path, {"orders": ("delete", False), "clicks": ("delete", False)})
     before = {t: segments(log_dir, t) for t in internal}
     config = write_config(tmp_path, [log_dir], protect_topics=["^orders$"])
-    with Runtime(config) as runtime:
-        outcome = runtime.cycle(act=True)
+    with RetentionCycle(config) as runtime:
+        outcome = runtime.run(act=True)
     assert deleted_topics(outcome) == {"clicks"}
     assert {t: segments(log_dir, t) for t in internal} == before
     reasons = protected(outcome)
@@ -233,8 +233,8 @@ def test_a_tiered_partition_is_protected_offline(disk: Path, tmp_path: Path) -> 
         {"orders": ("delete", False), "tiered": ("delete", False), "remote": ("delete", True)},
     )
     before = {(t, p): segments(log_dir, t, p) for t in ("tiered", "remote") for p in (0, 1)}
-    with Runtime(write_config(tmp_path, [log_dir])) as runtime:
-        outcome = runtime.cycle(act=True)
+    with RetentionCycle(write_config(tmp_path, [log_dir])) as runtime:
+        outcome = runtime.run(act=True)
     chosen = {(r.deletion.topic, r.deletion.partition) for r in outcome.results if r.ok}
     assert chosen == {("orders", 0), ("orders", 1), ("tiered", 0)}
     assert segments(log_dir, "tiered", 1) == before[("tiered", 1)]
@@ -291,10 +291,10 @@ class PolicyAdmin:
         return out
 
 
-def broker_runtime(config: Config, admin: PolicyAdmin) -> Runtime:
+def broker_runtime(config: Config, admin: PolicyAdmin) -> RetentionCycle:
     from diskguard.broker.client import BrokerClient
 
-    runtime = Runtime(config)
+    runtime = RetentionCycle(config)
     runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)  # type: ignore[arg-type]
     return runtime
 
@@ -317,7 +317,7 @@ def test_broker_mode_learns_policies_by_describe_configs_and_a_failed_answer_pro
     )
     config = write_config(tmp_path, [log_dir], mode="broker", bootstrap="127.0.0.1:1")
     runtime = broker_runtime(config, admin)
-    outcome = runtime.cycle(act=True)
+    outcome = runtime.run(act=True)
     # Asked once, for the topics on the disk (internal ones never need asking).
     assert admin.described == [["events", "orders", "silent", "tiered"]]
     assert {t for t, _p, _o in admin.deleted} == {"orders"}
@@ -326,7 +326,7 @@ def test_broker_mode_learns_policies_by_describe_configs_and_a_failed_answer_pro
     assert reasons["tiered"].startswith("tiered storage: remote.storage.enable=true")
     assert reasons["silent"].startswith("cleanup.policy unknown")
     # The next cycle asks again only what is still unknown, and not before the retry delay.
-    runtime.cycle(act=True)
+    runtime.run(act=True)
     assert len(admin.described) == 1
 
 
@@ -341,7 +341,7 @@ def test_the_policy_cache_survives_a_restart_and_serves_offline_mode(
     broker_config = write_config(tmp_path, [log_dir], mode="broker", bootstrap="127.0.0.1:1")
     # A broker-mode cycle that learns but does not act; then the broker dies.
     runtime = broker_runtime(broker_config, admin)
-    first = runtime.cycle(act=False)
+    first = runtime.run(act=False)
     runtime.close()
     assert first.plan.deletions and all(d.topic == "orders" for d in first.plan.deletions)
     cache = json.loads((tmp_path / "state" / "topic-policies.json").read_text())
@@ -350,8 +350,8 @@ def test_the_policy_cache_survives_a_restart_and_serves_offline_mode(
     assert cache["topics"]["orders"]["remote_storage_enable"] is False
 
     before = segments(log_dir, "events")
-    with Runtime(write_config(tmp_path, [log_dir])) as restarted:
-        outcome = restarted.cycle(act=True)
+    with RetentionCycle(write_config(tmp_path, [log_dir])) as restarted:
+        outcome = restarted.run(act=True)
     assert outcome.mode.mode == "offline"
     assert deleted_topics(outcome) == {"orders"}
     assert segments(log_dir, "events") == before
@@ -364,8 +364,8 @@ def test_a_corrupt_cache_file_is_a_warning_and_every_topic_unknown(
     build(log_dir, ["orders"])
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "topic-policies.json").write_text('{"version": 1, "topics": [')
-    with Runtime(write_config(tmp_path, [log_dir])) as runtime:
-        outcome = runtime.cycle(act=True)
+    with RetentionCycle(write_config(tmp_path, [log_dir])) as runtime:
+        outcome = runtime.run(act=True)
     assert outcome.results == ()
     assert any("topic policy cache unreadable" in w for w in outcome.warnings)
 
@@ -477,8 +477,8 @@ def test_offline_policies_from_a_kraft_log_dir_and_server_properties(
     props = tmp_path / "server.properties"
     props.write_text(f"log.dirs={log_dir}\nlog.cleanup.policy=compact\n")
     config = write_config(tmp_path, [log_dir], broker={"server_properties": str(props)})
-    with Runtime(config) as runtime:
-        outcome = runtime.cycle(act=True)
+    with RetentionCycle(config) as runtime:
+        outcome = runtime.run(act=True)
     # Everything without an override uses the broker default: compact here.
     assert deleted_topics(outcome) == set()
     reasons = protected(outcome)
@@ -489,8 +489,10 @@ def test_offline_policies_from_a_kraft_log_dir_and_server_properties(
     assert reasons["tiered"].startswith("tiered storage: remote.storage.enable=true")
 
     props.write_text(f"log.dirs={log_dir}\nlog.cleanup.policy=delete\n")
-    with Runtime(write_config(tmp_path, [log_dir], broker={"server_properties": str(props)})) as rt:
-        second = rt.cycle(act=True)
+    with RetentionCycle(
+        write_config(tmp_path, [log_dir], broker={"server_properties": str(props)})
+    ) as rt:
+        second = rt.run(act=True)
     assert deleted_topics(second) == {"orders", "reset", "reborn"}
     assert set(protected(second)) >= {"events", "ghost", "tiered", "__cluster_metadata"}
 

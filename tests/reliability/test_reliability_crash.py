@@ -33,7 +33,7 @@ import pytest
 from test_reliability_input import plan_json, run_cli, write_config
 
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
-from diskguard.retention.offline import OfflineExecutor
+from diskguard.retention.fileexecutor import FileExecutor
 from support.daemonproc import DaemonProc, df_percent
 from support.fsfixtures import fill, loop_ext4
 from support.kafkagen import SegmentSpec, write_log_dir
@@ -167,12 +167,12 @@ def test_kill_9_during_offline_deletion_then_restart(disk: Path, tmp_path: Path)
         state = work / "state"
         if i % 2 == 0:
             # The daemon's start-up path: recover what the journal says, nothing more.
-            results = OfflineExecutor(state, AuditLog(state / "audit.jsonl")).recover([log_dir])
+            results = FileExecutor(state, AuditLog(state / "audit.jsonl")).recover([log_dir])
             # Finished, or cancelled (killed before its first rename: kept whole, re-planned).
             assert all(
                 r.ok or (r.refused and "interrupted before" in (r.error or "")) for r in results
             ), (i, results)
-            assert OfflineExecutor(state, AuditLog(state / "audit.jsonl")).pending() == 0
+            assert FileExecutor(state, AuditLog(state / "audit.jsonl")).pending() == 0
             for key, files in segment_state(log_dir).items():
                 assert seg(files) in (seg(before[key]), set()), (i, key, "half-deleted", files)
         proc = run_cli("enforce", "--once", "-c", str(cfg))

@@ -25,7 +25,7 @@ from test_retention_e2e import build, df_percent, disk_free, expected_order, wri
 
 from diskguard.broker.client import BrokerClient
 from diskguard.config import load_config
-from diskguard.retention.cycle import Runtime
+from diskguard.retention.cycle import RetentionCycle
 from support.fsfixtures import fill, loop_ext4
 from support.kafkagen import hold_lock
 from support.tansu import run_tansu
@@ -121,9 +121,9 @@ def test_accepted_delete_records_are_pending_reclaim_next_cycle(
     admin = AcceptingAdmin()
     before = inodes(log_dir)
     with hold_lock(log_dir):
-        runtime = Runtime(config)
+        runtime = RetentionCycle(config)
         runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
-        first = runtime.cycle(act=True)
+        first = runtime.run(act=True)
         chosen = [(d.topic, d.partition, d.base_offset) for d in first.plan.deletions]
         assert chosen and chosen == expected_order(truth)[: len(chosen)]
         assert first.exit_code() == 0 and all(r.ok and r.mode == "broker" for r in first.results)
@@ -136,7 +136,7 @@ def test_accepted_delete_records_are_pending_reclaim_next_cycle(
         assert sorted((t, p, o) for (t, p), o in wanted.items()) == sorted(admin.calls[0])
         # The broker has not removed anything yet (checkpoint not flushed, files still there):
         # the next cycle sees the excess covered by pending reclaim and deletes nothing more.
-        second = runtime.cycle(act=True)
+        second = runtime.run(act=True)
         assert second.plan.deletions == ()
         assert second.plan.filesystems[0].pending_reclaim_bytes >= sum(
             d.bytes for d in first.plan.deletions
@@ -144,9 +144,9 @@ def test_accepted_delete_records_are_pending_reclaim_next_cycle(
         assert second.exit_code() == 0
         assert len(admin.calls) == 1
         # A fresh process (enforce --once from cron) remembers the request too.
-        third = Runtime(config)
+        third = RetentionCycle(config)
         third.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
-        assert third.cycle(act=True).plan.deletions == ()
+        assert third.run(act=True).plan.deletions == ()
         runtime.close()
         third.close()
     assert inodes(log_dir) == before

@@ -29,7 +29,7 @@ from diskguard.host import fsusage
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
 from diskguard.kafkalog.scan import scan
 from diskguard.logs import configure_logging
-from diskguard.retention.cycle import Runtime
+from diskguard.retention.cycle import RetentionCycle
 from diskguard.retention.planner import Limits, plan_filesystem
 from support.fsfixtures import fill, loop_ext4
 from support.kafkagen import SegmentSpec, hold_lock, write_log_dir
@@ -373,9 +373,9 @@ def test_broker_mode_exit_code_and_event_use_measured_usage_net_of_pending(
     out = io.StringIO()
     configure_logging("json", "info", stream=out)
     try:
-        with hold_lock(log_dir), Runtime(load_config(cfg)) as runtime:
+        with hold_lock(log_dir), RetentionCycle(load_config(cfg)) as runtime:
             runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
-            outcome = runtime.cycle(act=True)
+            outcome = runtime.run(act=True)
     finally:
         configure_logging()
     assert outcome.results and all(r.ok for r in outcome.results)

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from diskguard.retention import offline
+from diskguard.retention import fileexecutor
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
-from diskguard.retention.offline import JOURNAL_FILE, OfflineExecutor
+from diskguard.retention.fileexecutor import FileExecutor
+from diskguard.retention.journal import JOURNAL_FILE
 from diskguard.retention.planner import Deletion
 from support.kafkagen import PartitionLayout, SegmentLayout, SegmentSpec, hold_lock, write_log_dir
 
@@ -72,8 +73,8 @@ def df_free(mount: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def executor(state: Path, **kwargs: object) -> OfflineExecutor:
-    return OfflineExecutor(state, AuditLog(state / "audit.jsonl"), **kwargs)  # type: ignore[arg-type]
+def executor(state: Path, **kwargs: object) -> FileExecutor:
+    return FileExecutor(state, AuditLog(state / "audit.jsonl"), **kwargs)  # type: ignore[arg-type]
 
 
 def segment_names(d: Deletion) -> set[str]:
@@ -97,7 +98,7 @@ def test_deletes_exactly_the_chosen_segments_and_df_sees_the_bytes(
     assert audit.ensure_reserve()  # its 1 MiB is taken once, before the first deletion
     free_before = df_free(mnt)
 
-    results = OfflineExecutor(state, audit).execute(chosen, {str(mnt): 91.5})
+    results = FileExecutor(state, audit).execute(chosen, {str(mnt): 91.5})
 
     assert [r.ok for r in results] == [True, True, True], results
     assert [r.deletion for r in results] == chosen
@@ -247,7 +248,7 @@ _CHILD = r"""
 import json, os, signal, sys
 from pathlib import Path
 from diskguard.retention.audit import AuditLog
-from diskguard.retention.offline import OfflineExecutor
+from diskguard.retention.fileexecutor import FileExecutor
 from diskguard.retention.planner import Deletion
 
 state, kill_at, spec = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
@@ -259,7 +260,7 @@ def on_step(name):
     if len(steps) == kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
 
-OfflineExecutor(state, AuditLog(state / "audit.jsonl"), on_step=on_step).execute(deletions, {})
+FileExecutor(state, AuditLog(state / "audit.jsonl"), on_step=on_step).execute(deletions, {})
 """
 
 
@@ -564,7 +565,7 @@ def test_a_100_percent_full_disk(loop_ext4: Callable[..., Path], reserve: bool) 
     fill_to_the_brim(mnt)
     assert df_free(mnt) < 64 * 1024
     before = tree(logs)
-    [result] = OfflineExecutor(state, audit).execute([d], {str(mnt): 100.0})
+    [result] = FileExecutor(state, audit).execute([d], {str(mnt): 100.0})
     if reserve:
         assert result.ok, result
         assert result.freed_bytes == d.bytes
@@ -716,8 +717,8 @@ def test_a_plan_longer_than_one_batch_is_split_in_plan_order(
     """``BATCH_MAX`` bounds a batch (audit reserve, journal record size): a longer plan is
     several batches, each one journal entry, run in plan order; a refusal in the first
     still stops that partition's segments in the later ones (never a hole)."""
-    monkeypatch.setattr(offline, "BATCH_MAX", 2)
-    monkeypatch.setattr(offline, "BATCH_FIRST", 2)
+    monkeypatch.setattr(fileexecutor, "BATCH_MAX", 2)
+    monkeypatch.setattr(fileexecutor, "BATCH_FIRST", 2)
     mnt = loop_ext4(64 * MiB)
     logs, state = mnt / "logs", mnt / "state"
     parts = make_log_dir(logs, partitions=2, segments=5)
@@ -794,8 +795,8 @@ def test_batches_start_small_and_double(
 ) -> None:
     """The first batch is small (space comes back after a few fsyncs), each next one twice
     the size up to ``BATCH_MAX`` (throughput)."""
-    monkeypatch.setattr(offline, "BATCH_FIRST", 1)
-    monkeypatch.setattr(offline, "BATCH_MAX", 4)
+    monkeypatch.setattr(fileexecutor, "BATCH_FIRST", 1)
+    monkeypatch.setattr(fileexecutor, "BATCH_MAX", 4)
     mnt = loop_ext4(64 * MiB)
     logs, state = mnt / "logs", mnt / "state"
     parts = make_log_dir(logs, partitions=1, segments=9)

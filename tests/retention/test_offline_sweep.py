@@ -17,7 +17,8 @@ from pathlib import Path
 from test_reliability_input import df_percent, files_under, run_cli, write_config
 
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
-from diskguard.retention.offline import JOURNAL_FILE, JOURNAL_LOCK_FILE, OfflineExecutor
+from diskguard.retention.fileexecutor import FileExecutor
+from diskguard.retention.journal import JOURNAL_FILE, JOURNAL_LOCK_FILE
 from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, write_log_dir
 
@@ -35,8 +36,8 @@ def seg_at(minute: int) -> SegmentSpec:
     )
 
 
-def executor(state: Path) -> OfflineExecutor:
-    return OfflineExecutor(state, AuditLog(state / "audit.jsonl"))
+def executor(state: Path) -> FileExecutor:
+    return FileExecutor(state, AuditLog(state / "audit.jsonl"))
 
 
 # ------------------------------------------------------------------- item 4: -delete dirs
@@ -168,7 +169,7 @@ _OWNER = r"""
 import json, os, sys
 from pathlib import Path
 from diskguard.retention.audit import AuditLog
-from diskguard.retention.offline import OfflineExecutor
+from diskguard.retention.fileexecutor import FileExecutor
 from diskguard.retention.planner import Deletion
 
 state, pause_at, spec = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
@@ -180,7 +181,7 @@ def on_step(name):
         sys.stdout.flush()
         sys.stdin.readline()  # the test says when to go on (or kills us)
 
-results = OfflineExecutor(state, AuditLog(state / "audit.jsonl"), on_step=on_step).execute(
+results = FileExecutor(state, AuditLog(state / "audit.jsonl"), on_step=on_step).execute(
     deletions, {}
 )
 sys.stdout.write(json.dumps([r.ok for r in results]) + "\n")
@@ -326,7 +327,7 @@ def test_journal_compaction_waits_for_another_process_appending(tmp_path: Path) 
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
-        compactor = threading.Thread(target=executor(state)._compact_journal)
+        compactor = threading.Thread(target=executor(state).journal.compact)
         compactor.start()
         compactor.join(timeout=0.5)
         assert compactor.is_alive(), "compaction did not wait for the journal lock"

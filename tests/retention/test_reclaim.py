@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
-from diskguard.retention.enforcement import with_forecast
+from diskguard.retention.inputs import with_forecast
 from diskguard.retention.planner import Deletion, Limits, over_ceiling, plan_filesystem
 from diskguard.retention.reclaim import GrowthEstimator, ReclaimModel, ReclaimSettings
 from diskguard.retention.reclaimwatch import ReclaimWatch, reclaim_settings, settings_from_values

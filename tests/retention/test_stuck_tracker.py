@@ -8,7 +8,7 @@ import dataclasses
 from structlog.testing import capture_logs
 
 from diskguard.kafkalog.model import FilesystemUsage
-from diskguard.retention.enforcement import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision
+from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision
 from diskguard.retention.planner import FilesystemPlan, Plan
 from diskguard.retention.stuck import (
     HEARTBEAT_S,

@@ -47,7 +47,7 @@ from typing import Any
 
 from diskguard.cli import cli  # imported once here: every forked child starts warm
 from diskguard.retention.audit import AuditLog, read_audit
-from diskguard.retention.offline import OfflineExecutor
+from diskguard.retention.fileexecutor import FileExecutor
 from support import fsfixtures
 from support.kafkagen import SegmentSpec, write_log_dir
 
@@ -519,7 +519,7 @@ def check_converged(ws: Workspace, ref: Reference, copied: dict[str, FileState])
     if (
         journal.exists()
         and journal.stat().st_size
-        and OfflineExecutor(ws.state, AuditLog(ws.state / "audit.jsonl")).pending()
+        and FileExecutor(ws.state, AuditLog(ws.state / "audit.jsonl")).pending()
     ):
         problems.append("journal entries left open")
     return problems

@@ -9,8 +9,8 @@ import click
 
 from diskguard.cli import EXIT_USAGE, config_option, fail, load_or_exit, no_traceback
 from diskguard.logs import configure_logging
-from diskguard.retention.cycle import Runtime, daemon_rates
-from diskguard.retention.enforcement import CycleOutcome
+from diskguard.retention.cycle import RetentionCycle, daemon_rates
+from diskguard.retention.outcome import CycleOutcome
 from diskguard.units import format_bytes, plural
 
 
@@ -42,9 +42,9 @@ def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
     else:
         # Cron, scripts, CI: the JSON event stream on stdout, as the daemon writes it.
         configure_logging(config.logging.format, config.logging.level)
-    with Runtime(config) as runtime:
-        runtime.daemon_rates = daemon_rates(config)
-        outcome = runtime.cycle(act=True)
+    with RetentionCycle(config) as retention:
+        retention.daemon_rates = daemon_rates(config)
+        outcome = retention.run(act=True)
     for warning in outcome.warnings:
         click.echo(f"warning: {warning}", err=True)
     code = outcome.exit_code()

@@ -14,9 +14,10 @@ from rich.text import Text
 from diskguard.cli import config_option, load_or_exit, no_traceback
 from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
-from diskguard.retention.cycle import Runtime, daemon_rates
-from diskguard.retention.enforcement import DRY_RUN, REFUSED, dumps, plan_json
+from diskguard.retention.cycle import RetentionCycle, daemon_rates
+from diskguard.retention.mode import DRY_RUN, REFUSED
 from diskguard.retention.planner import Deletion, Plan
+from diskguard.retention.report import dumps, plan_json
 from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms, plural
 
 
@@ -246,10 +247,10 @@ def forecast_lines(chosen: Plan, mode: str) -> list[str]:
 def plan_command(config_path: Path, as_json: bool) -> None:
     """Show which segments a retention cycle would delete now, and why. Deletes nothing."""
     config = load_or_exit(config_path, writes=False)
-    with Runtime(config, read_only=True) as runtime, progress(None, "scanning") as advance:
-        runtime.daemon_rates = daemon_rates(config)
-        runtime.planner.on_partition = advance
-        outcome = runtime.cycle(act=False)
+    with RetentionCycle(config, read_only=True) as retention, progress(None, "scanning") as advance:
+        retention.daemon_rates = daemon_rates(config)
+        retention.inputs.on_partition = advance
+        outcome = retention.run(act=False)
     if as_json:
         data = plan_json(outcome.plan)
         data["mode"] = outcome.mode.mode

@@ -27,10 +27,11 @@ from diskguard.config import Config
 from diskguard.flow.limits import flow_limits
 from diskguard.flow.state import FlowState, step
 from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
+from diskguard.kafkalog.model import usage_fields
 from diskguard.kafkalog.scan import scan
 from diskguard.retention.cycle import daemon_state
-from diskguard.retention.enforcement import dumps
 from diskguard.retention.reclaimwatch import reclaim_settings
+from diskguard.retention.report import dumps
 from diskguard.units import format_bytes, plural
 
 
@@ -73,12 +74,7 @@ def collect_status(config: Config) -> dict[str, Any]:
         ]
         filesystems.append(
             {
-                "mount": usage.mount,
-                "device": usage.device,
-                "log_dirs": [d.path for d in fs.log_dirs],
-                "total_bytes": usage.total_bytes,
-                "used_bytes": usage.used_bytes,
-                "available_bytes": usage.available_bytes,
+                **usage_fields(usage, [d.path for d in fs.log_dirs]),
                 "usage_percent": round(usage.usage_percent, 3),
                 "limit_percent": config.retention.disk_usage_percent,
                 "target_percent": config.retention.effective_target_percent,

@@ -17,7 +17,10 @@ from diskguard.flow.limits import flow_limits
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
-from diskguard.retention.enforcement import BROKER, CycleOutcome
+from diskguard.retention.inputs import limits_for
+from diskguard.retention.mode import BROKER
+from diskguard.retention.outcome import CycleOutcome
+from diskguard.retention.planner import over_ceiling
 from diskguard.retention.stuck import MAX_BACKOFF_S, StuckTracker
 from diskguard.snapshots.record import DeletedBytesCounter
 
@@ -49,8 +52,8 @@ class RetentionCycles(ReclaimForecast):
         """
         if not self.stuck.states or len(usages) < len(self.mounts):
             return False
-        limit = self.config.retention.disk_usage_percent
-        over = {m for m, u in usages.items() if u.usage_percent > limit}
+        limits = limits_for(self.config, BROKER)
+        over = {m for m, u in usages.items() if over_ceiling(u, limits, 0)[0]}
         if over != {m for m, s in self.stuck.states.items() if s.over_percent}:
             return False  # a filesystem crossed its limit either way since the last cycle
         if hint.structural or self.stuck.usage_moved(usages):
@@ -64,8 +67,8 @@ class RetentionCycles(ReclaimForecast):
         """``check_interval``, doubled after each periodic rescan that found the same stuck
         state (up to ``MAX_BACKOFF_S``); back to ``check_interval`` on any change."""
         base = self.config.retention.check_interval
-        limit = self.config.retention.disk_usage_percent
-        over = [m for m, u in usages.items() if u.usage_percent > limit]
+        limits = limits_for(self.config, BROKER)
+        over = [m for m, u in usages.items() if over_ceiling(u, limits, 0)[0]]
         if unchanged and self.stuck.all_stuck(over):
             self._backoff = min(max(base, MAX_BACKOFF_S), self._backoff * 2)
         else:
@@ -74,7 +77,7 @@ class RetentionCycles(ReclaimForecast):
 
     def _retention(self, full: bool = False) -> CycleOutcome | None:
         try:
-            outcome = self.runtime.cycle(act=True, full=full)
+            outcome = self.runtime.run(act=True, full=full)
         except Exception as exc:
             log.exception("cycle_failed", error=f"{type(exc).__name__}: {exc}")
             return None
@@ -137,7 +140,7 @@ class RetentionCycles(ReclaimForecast):
         ``recover`` skips (and records) entries of log dirs another process holds.
         """
         try:
-            done = self.runtime.offline.recover([str(d) for d in self.config.broker.log_dirs])
+            done = self.runtime.files.recover([str(d) for d in self.config.broker.log_dirs])
         except Exception as exc:
             log.exception("offline_recover_failed", error=str(exc))
             return

@@ -20,9 +20,11 @@ from diskguard.flow.state import FlowState
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
 from diskguard.metrics import Metrics
-from diskguard.retention.cycle import Runtime
-from diskguard.retention.enforcement import BROKER, CycleOutcome, limits_for, with_forecast
-from diskguard.retention.planner import Limits, over_ceiling
+from diskguard.retention.cycle import RetentionCycle
+from diskguard.retention.inputs import limits_for, with_forecast
+from diskguard.retention.mode import BROKER
+from diskguard.retention.outcome import CycleOutcome
+from diskguard.retention.planner import Limits, over_ceiling, room_above_ceiling
 
 log = get_logger("diskguard.daemon")
 
@@ -31,7 +33,7 @@ class ReclaimForecast:
     """Usage as it will be once the broker has freed what it was asked for."""
 
     config: Config
-    runtime: Runtime
+    runtime: RetentionCycle
     memory: Memory
     metrics: Metrics
     #: mount label -> its log dirs (``Daemon._build``).
@@ -102,8 +104,7 @@ class ReclaimForecast:
         for mount, usage in usages.items():
             rate = self.runtime.growth_rate(mount) or 0.0
             needed = int(rate * settings.worst_latency_s)
-            capacity = usage.used_bytes + usage.available_bytes
-            room = capacity - usage.used_bytes_at(self.config.retention.disk_usage_percent)
+            room = room_above_ceiling(usage, self.config.retention.disk_usage_percent)
             last = self._reclaim_slow.get(mount)
             if needed <= room:
                 self._reclaim_slow.pop(mount, None)

@@ -45,8 +45,8 @@ from diskguard.host.openfiles import held_by_mount
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import configure_logging, get_logger
 from diskguard.metrics import Metrics
-from diskguard.retention.cycle import Runtime
-from diskguard.retention.enforcement import CycleOutcome
+from diskguard.retention.cycle import RetentionCycle
+from diskguard.retention.outcome import CycleOutcome
 from diskguard.retention.stuck import StuckTracker
 from diskguard.snapshots.kafkasink import KafkaSink
 from diskguard.snapshots.record import DeletedBytesCounter
@@ -91,7 +91,7 @@ class Daemon(RetentionCycles, FlowControl):
         """(Re)create everything that depends on the config."""
         state_dir = Path(config.daemon.state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.runtime = Runtime(config)
+        self.runtime = RetentionCycle(config)
         self.runtime.stuck = self.stuck
         # One entry per device (st_dev), whatever mount point leads to it: a bind mount of
         # the same disk is the same filesystem. The key is the label, the first mount point

@@ -2,7 +2,7 @@
 
 Kept out of ``flow.state`` so the state machine stays pure: it takes plain numbers and
 never sees the pydantic config, just as ``retention.planner.Limits`` is built by
-``retention.enforcement.limits_for``.
+``retention.inputs.limits_for``.
 """
 
 from __future__ import annotations

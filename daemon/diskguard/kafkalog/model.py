@@ -9,8 +9,10 @@ its 20-digit base offset; dirs ending in ``-delete``/``-future``/``-stray`` are 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 #: Files that make up one segment and go when the segment goes (Kafka's LogSegment.deleteIfExists).
 SEGMENT_FILE_SUFFIXES: tuple[str, ...] = (".log", ".index", ".timeindex", ".txnindex")
@@ -102,6 +104,19 @@ class FilesystemUsage:
     def used_bytes_at(self, percent: float) -> int:
         """The ``used`` value at which df would show ``percent`` usage."""
         return int((self.used_bytes + self.available_bytes) * percent / 100.0)
+
+
+def usage_fields(usage: FilesystemUsage, log_dirs: Sequence[str]) -> dict[str, Any]:
+    """The JSON shape of a filesystem's usage, shared by ``plan --json``, ``status --json``
+    and the snapshot records (each adds its own fields after these, in this order)."""
+    return {
+        "mount": usage.mount,
+        "device": usage.device,
+        "log_dirs": list(log_dirs),
+        "total_bytes": usage.total_bytes,
+        "used_bytes": usage.used_bytes,
+        "available_bytes": usage.available_bytes,
+    }
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
 """The append-only audit log: every deletion is written down *before* it happens.
+(Over 400 lines: the writer, its full-disk reserve and the readers share one line format.)
 
 One JSON object per line in ``<state_dir>/audit.jsonl``, flushed and fsync'd per line, so that
 after a crash the log says what diskguard set out to delete (phase ``intent``) and what came
@@ -238,13 +239,7 @@ class AuditLog:
     # -- writing -------------------------------------------------------------
     def append(self, record: Mapping[str, Any]) -> None:
         """Write one line durably or raise ``AuditWriteFailed``."""
-        data = (json.dumps(dict(record), sort_keys=False, default=str) + "\n").encode()
-        with self._lock:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                append_line(self.path, data, self.make_room)
-            except OSError as exc:
-                raise AuditWriteFailed(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+        self.append_many([record])
 
     def append_many(self, records: Sequence[Mapping[str, Any]]) -> None:
         """Write several lines with ONE write and ONE fsync, or none of them (the append is

@@ -1,7 +1,10 @@
-"""The long-lived edge objects a retention cycle needs, wired once from the config.
+"""One KIP-61 retention cycle: decide the mode, scan, plan, act, account.
 
-``plan``, ``enforce --once`` and the daemon all run ``Runtime.cycle`` so they share one set of
-safety rules; ``plan`` just never acts.
+``plan`` (never acts), ``enforce --once`` and the daemon all run ``RetentionCycle.run``, so
+they share one set of safety rules. The flow, once per cycle: decide the mode (asking the
+broker only when a cheap usage check says this cycle may delete), let the mode's executor
+finish what an earlier run left half done, scan, plan with the pure planner, act through the
+mode's ``Executor`` (broker: DeleteRecords; offline: files), measure again, log.
 """
 
 from __future__ import annotations
@@ -19,26 +22,22 @@ from diskguard.config import Config
 from diskguard.host import fsusage
 from diskguard.host.atomicfile import read_json
 from diskguard.kafkalog import lockfile
+from diskguard.kafkalog.dating import SegmentFileReader
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult
 from diskguard.logs import get_logger
-from diskguard.retention.audit import AuditLog, AuditWriteFailed
-from diskguard.retention.enforcement import (
-    BROKER,
-    DRY_RUN,
-    OFFLINE,
-    REFUSED,
-    CycleOutcome,
-    ModeDecision,
-    Planner,
-    RequestedLogStart,
-    decide_mode,
-)
-from diskguard.retention.offline import OfflineExecutor
-from diskguard.retention.planner import Deletion, Plan
+from diskguard.retention.audit import AuditLog
+from diskguard.retention.brokerexecutor import BrokerExecutor
+from diskguard.retention.executor import Executor
+from diskguard.retention.fileexecutor import FileExecutor
+from diskguard.retention.inputs import PlanInputs
+from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision, decide_mode
+from diskguard.retention.outcome import CycleOutcome, log_cycle
+from diskguard.retention.planner import CommittedOffsets, Plan, over_ceiling, plan
 from diskguard.retention.policystore import CACHE_FILE, PolicyStore
 from diskguard.retention.reclaim import Forecast, GrowthEstimator
 from diskguard.retention.reclaimwatch import ReclaimWatch, reclaim_settings
+from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.stuck import StuckTracker
 
 log = get_logger("diskguard.retention")
@@ -85,8 +84,9 @@ def daemon_rates(config: Config, max_age: float = 60.0) -> dict[str, float]:
     return out
 
 
-class Runtime:
-    """Executors, audit log and broker client for one config."""
+class RetentionCycle:
+    """One config's retention cycle, with the long-lived edge objects it needs (executors,
+    audit log, broker client, caches), wired once from the config."""
 
     def __init__(self, config: Config, read_only: bool = False) -> None:
         self.config = config
@@ -101,11 +101,11 @@ class Runtime:
                 config.broker.bootstrap_servers, dict(config.broker.client), timeout=5.0
             )
         self.audit = AuditLog(state_dir / "audit.jsonl")
-        self.offline = OfflineExecutor(state_dir, self.audit)
-        self.planner = Planner(
+        self.files = FileExecutor(state_dir, self.audit)
+        self.inputs = PlanInputs(
             config, self.requested, policies=PolicyStore(state_dir / CACHE_FILE, not read_only)
         )
-        self.planner.forecast_for = self.forecast
+        self.inputs.forecast_for = self.forecast
         self._reachable_cache: tuple[float, bool] | None = None
         # Broker reclaim latency: settings now from server.properties/defaults, from the broker
         # itself at the first broker-mode cycle; growth rates from the daemon's usage samples.
@@ -120,7 +120,7 @@ class Runtime:
         self.stuck: StuckTracker | None = None
         self._quiet: frozenset[str] = frozenset()
 
-    def __enter__(self) -> Runtime:
+    def __enter__(self) -> RetentionCycle:
         return self
 
     def __exit__(
@@ -207,34 +207,61 @@ class Runtime:
             reachable = (bool(locked) or None) if self.broker is not None else None
         return decide_mode(configured, reachable, locked)
 
-    # -- cycle ----------------------------------------------------------------
-    def cycle(self, act: bool = True, full: bool = False) -> CycleOutcome:
-        started = time.monotonic()
-        # The daemon skips the broker probe while nothing needs deleting; `plan` always asks.
+    def _decide_mode(self) -> ModeDecision:
+        """The cycle's one mode decision, before the scan.
+
+        ``plan`` always asks the broker. The daemon and ``enforce`` first take what the
+        ``.lock`` says (no network round trip: probing a dead broker costs its timeout) and
+        ask the broker only if a plan in that mode may choose deletions (``_may_delete``).
+        """
         mode = self.decide(need_broker=self.read_only)
+        if self.read_only or self.broker is None or mode.mode == DRY_RUN:
+            return mode
+        return self.decide(need_broker=True) if self._may_delete(mode.mode) else mode
+
+    def _may_delete(self, mode: str) -> bool:
+        """Cheap pre-check (one statvfs per filesystem, no listing): may a plan in ``mode``
+        choose deletions? It errs towards yes: pending reclaim, which only the scan
+        measures, counts as none; a filesystem that cannot be measured does not count."""
+        if self.config.retention.max_bytes is not None:
+            return True
+        try:
+            groups = fsusage.group_by_device([str(d) for d in self.config.broker.log_dirs])
+        except OSError:
+            return True
+        for group in groups:
+            try:
+                usage = fsusage.usage_of(group.paths[0], group.mount, group.device)
+            except OSError:
+                continue
+            if over_ceiling(usage, self.inputs.limits_of(mode, group.mount), 0)[0]:
+                return True
+        return False
+
+    def _executor(self, mode: str) -> Executor | None:
+        """The executor of ``mode`` (built per cycle for the broker: its client may change)."""
+        if mode == OFFLINE:
+            return self.files
+        if mode == BROKER and self.broker is not None:
+            return BrokerExecutor(self.broker, self.audit, self.requested, self.reclaim)
+        return None
+
+    # -- cycle ----------------------------------------------------------------
+    def run(self, act: bool = True, full: bool = False) -> CycleOutcome:
+        started = time.monotonic()
+        mode = self._decide_mode()
         self.reclaim.check(time.monotonic())
         if mode.mode == BROKER:
             self.refresh_reclaim_settings()
-        if act and mode.mode == OFFLINE and self._may_need_space():
-            self._sweep_offline()
+        executor = self._executor(mode.mode) if act else None
+        if executor is not None:
+            self._finish_interrupted(executor)
         result = self._scan_with_policies(full, mode)
         if not self.read_only:
             self.requested.prune(result)
-        chosen, warnings = self.planner.plan(result, mode.mode)
-        if chosen.deletions and mode.mode != DRY_RUN:
-            decided = self.decide(need_broker=True)
-            if decided.mode == BROKER and self.broker:
-                topics = sorted({d.topic for d in chosen.deletions})
-                if self.config.retention.consumer_aware:
-                    self.planner.committed = self.broker.committed_offsets(topics)
-                self.planner.led_here = self._led_here(topics)
-            if decided != mode or self.planner.committed or self.planner.led_here is not None:
-                if (decided.mode == OFFLINE) != (mode.mode == OFFLINE):
-                    if act and decided.mode == OFFLINE and self._may_need_space():
-                        self._sweep_offline()
-                    result = self._scan_with_policies(full, decided)
-                mode = decided
-                chosen, warnings = self.planner.plan(result, mode.mode)
+        chosen, warnings = self._plan(result, mode.mode)
+        if chosen.deletions and mode.mode == BROKER:
+            chosen, warnings = self._plan_with_broker_facts(result, chosen, warnings)
         all_warnings = [*result.warnings, *warnings]
         self._quiet = frozenset()
         if act and self.stuck is not None:
@@ -247,7 +274,7 @@ class Runtime:
                     all_warnings.append(problem)
         results: tuple[Any, ...] = ()
         if act and chosen.deletions:
-            results = self._act(mode, chosen, result)
+            results = self._act(mode, chosen, executor)
         measured = self._measure(result) if act else None
         outcome = CycleOutcome(
             mode=mode,
@@ -259,8 +286,45 @@ class Runtime:
             measured=measured,
         )
         if act:
-            self._log_cycle(outcome)
+            log_cycle(outcome, self._quiet)
         return outcome
+
+    def _plan(
+        self,
+        result: ScanResult,
+        mode: str,
+        committed: CommittedOffsets | None = None,
+        led_here: frozenset[tuple[str, int]] | None = None,
+    ) -> tuple[Plan, list[str]]:
+        """The pure planner over the scan, reading segment ages through the age cache."""
+        reader = SegmentFileReader(self.inputs.ages)
+        chosen = plan(
+            result.filesystems, self.inputs.limits(mode), reader, committed or {}, led_here
+        )
+        self.inputs.ages.prune()
+        return chosen, reader.warnings
+
+    def _plan_with_broker_facts(
+        self, result: ScanResult, chosen: Plan, warnings: list[str]
+    ) -> tuple[Plan, list[str]]:
+        """Broker mode, deletions chosen: plan the same scan once more, knowing for the
+        chosen topics the consumer groups' committed offsets (``consumer_aware``) and which
+        partitions this broker leads; both reorder equally old candidates.
+
+        Why a second plan rather than these facts before the first: they are asked per
+        topic, and only a plan says which topics matter. Asking for every topic on the disks
+        would cost an OffsetFetch and a Metadata request sized by all of them on every cycle,
+        most of which delete nothing. The mode and the scan stay as they are.
+        """
+        assert self.broker is not None
+        topics = sorted({d.topic for d in chosen.deletions})
+        committed: CommittedOffsets = {}
+        if self.config.retention.consumer_aware:
+            committed = self.broker.committed_offsets(topics)
+        led_here = self._led_here(topics)
+        if not committed and led_here is None:
+            return chosen, warnings
+        return self._plan(result, BROKER, committed, led_here)
 
     def _measure(self, result: ScanResult) -> dict[str, FilesystemUsage | None]:
         """statvfs of every filesystem again, after acting: exit codes and events report
@@ -286,48 +350,30 @@ class Runtime:
         does not answer leaves them unknown, hence protected.
         """
         kraft = mode.mode in (OFFLINE, DRY_RUN)
-        result = self.planner.scan(full=full, offline=mode.mode == OFFLINE, kraft=kraft)
-        store = self.planner.policies
+        result = self.inputs.scan(full=full, offline=mode.mode == OFFLINE, kraft=kraft)
+        store = self.inputs.policies
         if mode.mode != BROKER or self.broker is None or store is None:
             return result
         topics = {p.topic for fs in result.filesystems for d in fs.log_dirs for p in d.partitions}
         if not store.due(topics)[0] or not self.broker_reachable():
             return result
-        default, _node = self.planner.broker_facts()
+        default, _node = self.inputs.broker_facts()
         if store.refresh(self.broker, topics, default):
-            result = self.planner.scan(full=full, offline=False, kraft=False)
+            result = self.inputs.scan(full=full, offline=False, kraft=False)
         return result
 
-    def _may_need_space(self) -> bool:
-        """Cheap pre-check (one statvfs per log dir) before the offline sweep lists dirs.
-
-        An open journal entry (a crash mid-deletion or mid-sweep) also says yes, whatever the
-        usage now: recovery must give every audit intent its outcome and finish the sweep.
-        """
-        if self.config.retention.max_bytes is not None:
-            return True
-        if self.offline.has_open_entries():
-            return True
-        limit = self.config.retention.disk_usage_percent
-        for log_dir in self.config.broker.log_dirs:
-            try:
-                if fsusage.filesystem_usage(str(log_dir)).usage_percent > limit:
-                    return True
-            except OSError:
-                continue
-        return False
-
-    def _sweep_offline(self) -> None:
-        """Offline, nobody else will reclaim what is "on its way out": finish it now.
-
-        Half-done deletions from the journal, ``-delete`` dirs and leftover ``*.deleted``
-        segment files are exactly what Kafka removes itself at start-up, so removing them
-        first (audited, ``kind: swept``) frees space without choosing a single live segment;
-        the scan that follows sees what is left.
-        """
+    def _finish_interrupted(self, executor: Executor) -> None:
+        """Before the scan, the executor finishes what is on its way out. Offline, nobody
+        else will: half-done deletions from the journal, ``-delete`` dirs and leftover
+        ``*.deleted`` segment files are exactly what Kafka removes itself at start-up, so
+        removing them first (audited, ``kind: swept``) frees space without choosing a single
+        live segment; the scan that follows sees what is left. Only when space may be needed
+        (``_may_delete``) or the journal has open entries (recovery must give every audit
+        intent its outcome and finish the sweep)."""
         try:
-            done = self.offline.recover(
-                [str(d) for d in self.config.broker.log_dirs], sweep_deleted=True
+            done = executor.finish_interrupted(
+                [str(d) for d in self.config.broker.log_dirs],
+                lambda: self._may_delete(executor.mode),
             )
         except OSError as exc:
             log.error("offline_recover_failed", error=exc.strerror or str(exc))
@@ -335,7 +381,7 @@ class Runtime:
         if done:
             log.info("offline_recovered", segments=len(done))
 
-    def _act(self, mode: ModeDecision, chosen: Plan, result: ScanResult) -> tuple[Any, ...]:
+    def _act(self, mode: ModeDecision, chosen: Plan, executor: Executor | None) -> tuple[Any, ...]:
         usage_before = {fs.mount: fs.usage_percent for fs in chosen.filesystems}
         if mode.mode == REFUSED:
             if {d.mount for d in chosen.deletions} <= self._quiet:
@@ -347,7 +393,7 @@ class Runtime:
                 bytes=sum(d.bytes for d in chosen.deletions),
             )
             return ()
-        if mode.mode == DRY_RUN:
+        if executor is None:  # dry-run
             return ()
         for d in chosen.deletions:
             if d.unconsumed_records:
@@ -358,84 +404,4 @@ class Runtime:
                     base_offset=d.base_offset,
                     unconsumed_records=dict(d.unconsumed_records),
                 )
-        if mode.mode == OFFLINE:
-            return tuple(self.offline.execute(list(chosen.deletions), usage_before))
-        return self._act_broker(chosen.deletions, usage_before)
-
-    def _act_broker(
-        self, deletions: Sequence[Deletion], usage_before: dict[str, float]
-    ) -> tuple[Any, ...]:
-        assert self.broker is not None
-        ids = []
-        try:
-            for d in deletions:
-                ids.append(self.audit.before(d, _why(d), usage_before.get(d.mount, 0.0), BROKER))
-        except AuditWriteFailed as exc:
-            log.error("retention_refused", reason=f"audit log not writable: {exc}")
-            return ()
-        results = self.broker.delete_records(list(deletions))
-        self.reclaim.requested([r.deletion for r in results if r.ok], time.monotonic())
-        for action_id, res in zip(ids, results, strict=True):
-            try:
-                self.audit.after(action_id, res.ok, res.freed_bytes, res.error)
-            except AuditWriteFailed as exc:
-                log.error("audit_write_failed", error=str(exc))
-        self.requested.record([r.deletion for r in results if r.ok])
-        return tuple(results)
-
-    def _log_cycle(self, outcome: CycleOutcome) -> None:
-        for res in outcome.results:
-            d = res.deletion
-            if res.ok:
-                log.info(
-                    "segment_deleted",
-                    topic=d.topic,
-                    partition=d.partition,
-                    base_offset=d.base_offset,
-                    next_offset=d.next_offset,
-                    bytes=d.bytes,
-                    mode=res.mode,
-                    log_dir=d.log_dir,
-                    mount=d.mount,
-                )
-            else:
-                log.error(
-                    "segment_delete_failed",
-                    topic=d.topic,
-                    partition=d.partition,
-                    base_offset=d.base_offset,
-                    mode=res.mode,
-                    error=res.error,
-                )
-        for fs in outcome.plan.filesystems:
-            if (not fs.over_limit and not fs.chosen_count) or fs.mount in self._quiet:
-                continue
-            measured = outcome.usage_after(fs)
-            after = round(measured.usage_percent, 3) if measured is not None else None
-            log.info(
-                "retention_cycle",
-                mount=fs.mount,
-                mode=outcome.mode.mode,
-                usage_before=fs.usage_percent,
-                usage_after=after,
-                limit_percent=fs.limit_percent,
-                target_percent=fs.target_percent,
-                pending_reclaim_bytes=fs.pending_reclaim_bytes,
-                excess_bytes=fs.excess_bytes,
-                chosen_count=fs.chosen_count,
-                chosen_bytes=fs.chosen_bytes,
-                duration_ms=round(outcome.duration_s * 1000, 1),
-            )
-            if not fs.reachable:
-                log.error(
-                    "retention_target_unreachable",
-                    mount=fs.mount,
-                    unreachable_bytes=fs.unreachable_bytes,
-                    reason="only active, protected or hard-linked segments are left",
-                )
-
-
-def _why(d: Deletion) -> str:
-    if d.reason == "max_bytes":
-        return "log dir over retention.max_bytes; globally oldest closed segment"
-    return "filesystem over retention.disk_usage_percent; globally oldest closed segment"
+        return tuple(executor.execute(list(chosen.deletions), usage_before))

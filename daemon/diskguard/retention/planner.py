@@ -1,4 +1,6 @@
 """The KIP-61 planner: which segments go, in which order, and why. Pure.
+(Over 400 lines on purpose: the data, the trigger, the excess and the heap walk are one
+algorithm read top to bottom; split, each half would need the other to be understood.)
 
 Given each filesystem's usage and the partitions on it, pick the *globally oldest* closed
 segments across all topics until their bytes cover the excess over the target. Rules that
@@ -118,6 +120,13 @@ class FilesystemPlan:
     latency_source: str = "none"
 
     @property
+    def usage(self) -> FilesystemUsage:
+        """The filesystem's usage at the scan, as ``df`` saw it."""
+        return FilesystemUsage(
+            self.mount, self.device, self.total_bytes, self.used_bytes, self.available_bytes
+        )
+
+    @property
     def predicted_usage_percent(self) -> float:
         denominator = self.used_bytes + self.available_bytes
         return 100.0 * self.predicted_used_bytes / denominator if denominator else 0.0
@@ -189,6 +198,12 @@ def over_ceiling(usage: FilesystemUsage, limits: Limits, pending_bytes: int) -> 
         return False, False
     predicted = usage.used_bytes + limits.growth_bytes - pending_bytes + limits.period_growth_bytes
     return predicted > usage.used_bytes_at(limits.limit_percent), True
+
+
+def room_above_ceiling(usage: FilesystemUsage, limit_percent: float) -> int:
+    """Bytes between the ceiling (``limit_percent``) and a full disk: what the growth must
+    fit in while the broker has not freed what was asked (``broker_reclaim_slow``)."""
+    return usage.used_bytes + usage.available_bytes - usage.used_bytes_at(limit_percent)
 
 
 def with_missing_offsets(

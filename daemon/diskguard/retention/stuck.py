@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
-from diskguard.retention.enforcement import DRY_RUN, REFUSED, ModeDecision
+from diskguard.retention.mode import DRY_RUN, REFUSED, ModeDecision
 from diskguard.retention.planner import FilesystemPlan, Plan
 
 log = get_logger("diskguard.retention")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from diskguard.kafkalog.model import Filesystem
+from diskguard.kafkalog.model import Filesystem, usage_fields
 
 SCHEMA_VERSION = 1
 
@@ -60,17 +60,11 @@ def build_snapshot(
         {"topic": topic, "partitions": int(partitions), "bytes": int(size)}
         for topic, (partitions, size) in ordered
     ]
-    usage = fs.usage
     return {
         "schema": SCHEMA_VERSION,
         "host": host,
         "ts_ms": int(ts_ms),
-        "mount": usage.mount,
-        "device": usage.device,
-        "log_dirs": [d.path for d in fs.log_dirs],
-        "total_bytes": usage.total_bytes,
-        "used_bytes": usage.used_bytes,
-        "available_bytes": usage.available_bytes,
+        **usage_fields(fs.usage, [d.path for d in fs.log_dirs]),
         "kafka_bytes": int(kafka_bytes),
         "pending_reclaim_bytes": fs.pending_reclaim_bytes,
         "deleted_bytes": int(deleted_bytes),

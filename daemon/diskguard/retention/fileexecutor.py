@@ -1,0 +1,313 @@
+"""The offline executor: deletes segment files directly, only while no broker holds the log dir.
+
+This is the rescue path for a broker that cannot start because its disk is full. It is only
+ever safe while no other process holds ``<log_dir>/.lock`` (a running broker keeps segments
+open: unlinking them frees nothing and corrupts its view), so the lock is *held* for the whole
+deletion — a broker started mid-way fails fast instead of loading a half-deleted dir.
+
+Crash safety (borg-style: say what you will do, durably, then do it):
+
+1. a journal entry naming the exact files (``<state_dir>/offline-journal.jsonl``), then the
+   audit ``intent`` lines, both fsync'd;
+2. rename the segments' own files — ``.log`` first, then ``.index``, ``.timeindex``,
+   ``.txnindex``, nothing else — to ``<name>.deleted``, fsync the partition dirs;
+3. unlink the ``.deleted`` files, fsync the dirs, audit ``done`` lines, journal ``done``.
+
+Deletions are *batched* (up to ``BATCH_MAX`` per log dir and lock hold): one journal entry
+(kind ``batch``) names every segment's files, the audit log still gets one intent and one
+outcome line per segment but each set is made durable by one fsync, renames run in plan
+order, and each partition dir is fsync'd once after the renames and once after the unlinks.
+A segment costs a few renames and unlinks instead of six fsyncs. Recovery resolves a batch
+segment by segment: started ones (a prefix of the plan) are finished, untouched ones are
+cancelled exactly like an interrupted single entry. Once a deletion of a partition is
+refused or fails, its later segments are refused (never a hole).
+
+The journal comes first so that every audit intent has a journal entry: recovery always gives
+it an outcome. Where the parts live: ``journal`` (records, owners, lock), ``removal`` (rename,
+fsync, unlink), ``guards`` (the checks before each deletion), ``recovery`` (open entries after
+a crash), ``sweep`` (what Kafka removes at start-up). Audit lines go through ``executor``'s
+``audit_intents``/``audit_outcomes``, as the broker executor's do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from diskguard.kafkalog import lockfile
+from diskguard.logs import get_logger
+from diskguard.retention.audit import (
+    AuditLog,
+    AuditWriteFailed,
+    DeletionResult,
+    deletion_fields,
+    reason_text,
+)
+from diskguard.retention.executor import audit_intents, audit_outcomes
+from diskguard.retention.guards import Checked, Refused, check_deletion
+from diskguard.retention.journal import BATCH, Journal, process_identity
+from diskguard.retention.mode import OFFLINE as MODE
+from diskguard.retention.planner import Deletion
+from diskguard.retention.recovery import Recovery
+from diskguard.retention.removal import SegmentRemover, StepHook
+from diskguard.retention.sweep import Sweeper
+
+log = get_logger("diskguard.offline")
+
+#: Segments per batch: one journal record and one audit fsync each. Bounded so that a batch's
+#: audit lines (~700 bytes each) fit in the audit reserve on a 100%-full disk, and a journal
+#: record stays small enough to re-read on every journal mutation.
+BATCH_MAX = 256
+#: The first batch of an ``execute`` is small and each next one twice the size: space comes
+#: back after the first few fsyncs (a disk over its ceiling needs only the plan's head to get
+#: under it), and the large later batches keep the throughput.
+BATCH_FIRST = 16
+
+_HOLE = "an older segment of this partition was not deleted (deleting this one would leave a hole)"
+
+
+class FileExecutor:
+    """``Executor`` that deletes planned segments directly from log dirs nobody else has
+    locked (mode ``offline``)."""
+
+    mode = MODE
+
+    def __init__(self, state_dir: Path, audit: AuditLog, on_step: StepHook | None = None) -> None:
+        self.state_dir = Path(state_dir)
+        self.audit = audit
+        self.journal = Journal(self.state_dir, audit)
+        #: Test hook (crash points): called with a step name before each step that changes
+        #: the disk; read at each step, so a test may set it on a built executor.
+        self._on_step = on_step
+        self.remover = SegmentRemover(self._step)
+        self.recovery = Recovery(self.journal, audit, self.remover, Sweeper(self.journal, audit))
+
+    def execute(
+        self, deletions: Sequence[Deletion], usage_before: Mapping[str, float]
+    ) -> list[DeletionResult]:
+        """Delete ``deletions`` in order, in batches (``_delete_batch``); one result per
+        deletion, in input order.
+
+        Never raises for a per-deletion problem: guard rails, a held ``.lock``, an unwritable
+        audit log or an I/O error become a failed (or refused) result.
+        """
+        results: list[DeletionResult | None] = [None] * len(deletions)
+        by_dir: dict[str, list[int]] = {}
+        for i, d in enumerate(deletions):
+            by_dir.setdefault(d.log_dir, []).append(i)
+        for log_dir, indexes in by_dir.items():
+            try:
+                claimed = self.journal.claim_orphans(os.path.realpath(log_dir))
+                with lockfile.hold(log_dir):
+                    for entry in claimed:
+                        self.recovery.recover_entry(entry)
+                    failed_partitions: set[tuple[str, int]] = set()
+                    listings: dict[str, dict[str, int]] = {}
+                    at, size = 0, min(BATCH_FIRST, BATCH_MAX)
+                    while at < len(indexes):
+                        self._delete_batch(
+                            deletions,
+                            indexes[at : at + size],
+                            usage_before,
+                            results,
+                            failed_partitions,
+                            listings,
+                        )
+                        at, size = at + size, min(2 * size, BATCH_MAX)
+            except lockfile.LockHeld as exc:
+                why = f"{exc} (is the broker running?); nothing touched"
+                for i in indexes:
+                    if results[i] is None:
+                        d = deletions[i]
+                        results[i] = self._refuse(d, usage_before.get(d.mount, 0.0), why)
+            except OSError as exc:
+                why = f"cannot lock {log_dir}: {exc.strerror or exc}"
+                for i in indexes:
+                    if results[i] is None:
+                        d = deletions[i]
+                        results[i] = self._refuse(d, usage_before.get(d.mount, 0.0), why)
+        self.journal.compact()
+        return [r for r in results if r is not None]
+
+    def pending(self) -> int:
+        """Journal entries not finished yet: a crash's (``recover`` resolves them) or another
+        live process's, in flight."""
+        return len(self.journal.open_entries())
+
+    def has_open_entries(self) -> bool:
+        """Cheap (one ``stat`` when the journal is empty, as it is between deletions)."""
+        return self.journal.has_open_entries()
+
+    def recover(
+        self,
+        log_dirs: Iterable[str | os.PathLike[str]],
+        sweep_deleted: bool = False,
+        sweep_paths: Iterable[str | os.PathLike[str]] | None = None,
+    ) -> list[DeletionResult]:
+        """Finish deletions a crash interrupted, and sweep if asked: ``Recovery.recover``."""
+        return self.recovery.recover(log_dirs, sweep_deleted, sweep_paths)
+
+    def finish_interrupted(
+        self, log_dirs: Sequence[str], space_needed: Callable[[], bool]
+    ) -> list[DeletionResult]:
+        """``Executor`` hook, before an offline scan: recover and sweep when the journal has
+        open entries (every audit intent must get its outcome, a crashed sweep must finish)
+        or ``space_needed()``."""
+        if not (self.journal.has_open_entries() or space_needed()):
+            return []
+        return self.recover(log_dirs, sweep_deleted=True)
+
+    def _delete_batch(
+        self,
+        deletions: Sequence[Deletion],
+        indexes: Sequence[int],
+        usage_before: Mapping[str, float],
+        results: list[DeletionResult | None],
+        failed_partitions: set[tuple[str, int]],
+        listings: dict[str, dict[str, int]],
+    ) -> None:
+        """Delete ``deletions[i]`` for ``i`` in ``indexes`` (plan order, one log dir, its
+        ``.lock`` held) as ONE crash-safe batch; fills ``results[i]``.
+
+        Guard rails first, per segment (a refusal stops that partition's later segments);
+        then one journal intent naming every file of the batch, one audit intent line per
+        segment made durable with one fsync, the renames in plan order, one fsync per
+        partition dir, the unlinks, one fsync per partition dir, the audit outcomes (one
+        fsync), and the journal's ``done``. Renames run in plan order, so whatever a crash
+        interrupts, the segments already started form a prefix of the plan and recovery
+        finishes exactly those (the others are untouched: cancelled, planned again).
+        """
+        checked: list[tuple[int, Deletion, Checked, float]] = []
+        for i in indexes:
+            d = deletions[i]
+            usage = usage_before.get(d.mount, 0.0)
+            if (d.topic, d.partition) in failed_partitions:
+                results[i] = self._refuse(d, usage, _HOLE)
+                continue
+            try:
+                checked.append((i, d, check_deletion(d, listings), usage))
+            except Refused as exc:
+                results[i] = self._refuse(d, usage, str(exc))
+                failed_partitions.add((d.topic, d.partition))
+            except OSError as exc:
+                why = f"cannot inspect {d.log_dir}: {exc.strerror or exc}"
+                results[i] = self._refuse(d, usage, why)
+                failed_partitions.add((d.topic, d.partition))
+        if not checked:
+            return
+        subs: list[dict[str, Any]] = []
+        for _, d, c, usage in checked:
+            fields = {
+                **deletion_fields(d),
+                "mode": MODE,
+                "reason": reason_text(d),
+                "usage_before_percent": round(usage, 3),
+                "unconsumed_records": dict(d.unconsumed_records),
+            }
+            subs.append(
+                {
+                    "action_id": uuid.uuid4().hex[:16],
+                    "partition_dir": c.partition_dir,
+                    "names": list(c.names),
+                    "fields": fields,
+                }
+            )
+        entry = {
+            "op": "intent",
+            "kind": BATCH,
+            "action_id": uuid.uuid4().hex[:16],
+            "audit_offset": self.audit.size(),
+            "log_dir_real": os.path.realpath(checked[0][1].log_dir),
+            "segments": subs,
+            "owner": process_identity(),
+        }
+        try:
+            self._step("journal")
+            self.journal.append(entry)
+        except OSError as exc:
+            error = f"journal not writable ({self.journal.path}): {exc.strerror or exc}"
+            for i, d, _, _ in checked:
+                log.error("offline_refused", reason=error, topic=d.topic, partition=d.partition)
+                results[i] = DeletionResult(d, False, 0, MODE, error, True)
+                failed_partitions.add((d.topic, d.partition))
+            return
+        try:
+            self._step("audit")
+            audit_intents(
+                self.audit,
+                MODE,
+                [
+                    (d, usage, sub["action_id"])
+                    for (_, d, _, usage), sub in zip(checked, subs, strict=True)
+                ],
+            )
+        except AuditWriteFailed as exc:
+            error = f"audit log not writable: {exc}"
+            for i, d, _, _ in checked:
+                log.error("offline_refused", reason=str(exc), topic=d.topic, partition=d.partition)
+                results[i] = DeletionResult(d, False, 0, MODE, error, True)
+                failed_partitions.add((d.topic, d.partition))
+            self.journal.close(entry, cancelled=error)
+            return
+        outcomes = self.remover.remove_batch(subs)
+        for (_, _, c, _), (_, err, _) in zip(checked, outcomes, strict=True):
+            if err is not None:
+                listings.pop(c.partition_dir, None)
+            elif c.partition_dir in listings:
+                # Keep the one listing in step with what was just removed.
+                for name in c.names:
+                    listings[c.partition_dir].pop(name, None)
+        # Outcomes first, then the journal's done: a crash in between leaves the entry open
+        # and recovery finds the outcomes already written (``outcome_of``).
+        self._step("audit-done")
+        audit_outcomes(
+            self.audit,
+            [
+                (sub["action_id"], err is None, freed, err)
+                for sub, (freed, err, _) in zip(subs, outcomes, strict=True)
+            ],
+            log,
+            action_id=entry["action_id"],
+        )
+        unfinished = {
+            sub["action_id"]
+            for sub, (_, err, untouched) in zip(subs, outcomes, strict=True)
+            if err is not None and not untouched
+        }
+        if not unfinished:
+            self._step("journal-done")
+            self.journal.close(entry)
+        else:
+            # The entry stays open for the segments an I/O error interrupted (``recover``
+            # finishes them); the others are settled, so recovery does not report them again.
+            settled = [sub["action_id"] for sub in subs if sub["action_id"] not in unfinished]
+            with contextlib.suppress(OSError):
+                self.journal.append(
+                    {"op": "settled", "action_id": entry["action_id"], "segments": settled}
+                )
+        for (i, d, _, _), (freed, err, _) in zip(checked, outcomes, strict=True):
+            if err is not None:
+                failed_partitions.add((d.topic, d.partition))
+            results[i] = DeletionResult(d, err is None, freed if err is None else 0, MODE, err)
+
+    def _step(self, name: str) -> None:
+        if self._on_step is not None:
+            self._on_step(name)
+
+    def _refuse(self, d: Deletion, usage: float, why: str) -> DeletionResult:
+        log.warning(
+            "offline_refused",
+            topic=d.topic,
+            partition=d.partition,
+            base_offset=d.base_offset,
+            reason=why,
+        )
+        try:
+            self.audit.refused(d, reason_text(d), usage, MODE, why)
+        except AuditWriteFailed as exc:
+            log.error("audit_write_failed", error=str(exc))
+        return DeletionResult(d, False, 0, MODE, why, True)

@@ -1,0 +1,178 @@
+"""The offline guard rails, checked on disk right before each deletion (the plan may be
+stale) and on every journal entry before recovery acts on it (the journal is data, and data
+can be damaged).
+
+Files must be the segment's own files inside ``<log_dir>/<topic>-<partition>`` (realpath
+checks, no symlinks anywhere below the log dir); the segment must not be the active one (a
+``.log`` must exist at ``next_offset``, and no other segment may lie between). A failed check
+raises ``Refused`` naming the rule, and nothing is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from diskguard.kafkalog.model import (
+    DELETED_SUFFIX,
+    SEGMENT_FILE_SUFFIXES,
+    SNAPSHOT_SUFFIX,
+    PartitionDirKind,
+    parse_partition_dir,
+    parse_segment_file,
+    segment_file_name,
+)
+from diskguard.retention.planner import Deletion
+
+
+class Refused(Exception):
+    """A guard rail said no; the message says which, and nothing was touched."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A deletion that passed the guard rails: the exact files to remove."""
+
+    partition_dir: str
+    #: Names (inside ``partition_dir``) to delete, ``.log`` first.
+    names: tuple[str, ...]
+
+
+def started(partition_dir: str, names: Sequence[str]) -> bool:
+    """Has a removal (``removal``) visibly begun on ``names``: one of them renamed or gone?"""
+    for name in names:
+        path = os.path.join(partition_dir, name)
+        if not os.path.lexists(path) or os.path.lexists(path + DELETED_SUFFIX):
+            return True
+    return False
+
+
+def is_deleted_leftover(name: str) -> bool:
+    """``<20 digits><segment or snapshot suffix>.deleted``: what Kafka deletes at start-up."""
+    if not name.endswith(DELETED_SUFFIX):
+        return False
+    parsed = parse_segment_file(name.removesuffix(DELETED_SUFFIX))
+    return parsed is not None and parsed[1] in (*SEGMENT_FILE_SUFFIXES, SNAPSHOT_SUFFIX)
+
+
+def _segment_modes(part_dir: str) -> dict[str, int]:
+    """Segment-named entries of a partition dir and their ``st_mode`` (not following links)."""
+    modes: dict[str, int] = {}
+    with os.scandir(part_dir) as entries:
+        for entry in entries:
+            if parse_segment_file(entry.name) is None:
+                continue
+            try:
+                modes[entry.name] = entry.stat(follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue
+    return modes
+
+
+def check_deletion(d: Deletion, listings: dict[str, dict[str, int]] | None = None) -> Checked:
+    """The guard rails, on disk, right now; raises ``Refused`` naming the rule.
+
+    ``listings`` lets one ``execute`` list each partition dir once for all its deletions
+    (it holds the ``.lock``, so only the broker could change the dir, and it cannot run):
+    without it, deleting n segments of one partition listed the dir n times.
+    """
+    log_dir_real = os.path.realpath(d.log_dir)
+    if not os.path.isdir(log_dir_real):
+        raise Refused(f"log dir {d.log_dir} does not exist")
+    part_name = f"{d.topic}-{d.partition}"
+    parsed = parse_partition_dir(part_name)
+    if (
+        parsed is None
+        or parsed.kind is not PartitionDirKind.LIVE
+        or (parsed.topic, parsed.partition) != (d.topic, d.partition)
+    ):
+        raise Refused(f"{part_name!r} is not a live Kafka partition dir name")
+    part_dir = os.path.join(log_dir_real, part_name)
+    try:
+        st = os.lstat(part_dir)
+    except FileNotFoundError:
+        raise Refused(f"partition dir {part_dir} does not exist any more") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise Refused(f"partition dir {part_dir} is a symlink; never followed out of a log dir")
+    if not stat.S_ISDIR(st.st_mode):
+        raise Refused(f"{part_dir} is not a directory")
+    if d.next_offset <= d.base_offset:
+        raise Refused(f"next offset {d.next_offset} is not after base offset {d.base_offset}")
+    wanted = {segment_file_name(d.base_offset, s) for s in SEGMENT_FILE_SUFFIXES}
+    for f in d.files:
+        name = os.path.basename(f)
+        if name not in wanted:
+            raise Refused(f"{f} is not one of segment {d.base_offset}'s own files")
+        if os.path.realpath(os.path.dirname(os.path.abspath(f))) != part_dir:
+            raise Refused(f"{f} is not inside {part_dir}")
+    if listings is not None and part_dir in listings:
+        modes = listings[part_dir]
+    else:
+        modes = _segment_modes(part_dir)
+        if listings is not None:
+            listings[part_dir] = modes
+    logs = {
+        seg[0]
+        for name, mode in modes.items()
+        if (seg := parse_segment_file(name)) is not None and seg[1] == ".log" and stat.S_ISREG(mode)
+    }
+    kinds = {name: mode for name, mode in modes.items() if name in wanted}
+    if d.next_offset not in logs:
+        raise Refused(
+            f"{part_name}: no segment starts at next offset {d.next_offset}: segment "
+            f"{d.base_offset} may be the active one (stale plan?)"
+        )
+    between = sorted(b for b in logs if d.base_offset < b < d.next_offset)
+    if between:
+        raise Refused(
+            f"{part_name}: segment {between[0]} lies between {d.base_offset} and "
+            f"{d.next_offset} (stale plan?)"
+        )
+    for name, mode in kinds.items():
+        if not stat.S_ISREG(mode):
+            raise Refused(f"{os.path.join(part_dir, name)} is not a regular file (symlink?)")
+    names = tuple(
+        segment_file_name(d.base_offset, s)
+        for s in SEGMENT_FILE_SUFFIXES
+        if segment_file_name(d.base_offset, s) in kinds
+    )
+    return Checked(part_dir, names)
+
+
+def check_journal_entry(log_dir_real: str, partition_dir: str, names: Sequence[str]) -> None:
+    """A journal entry is only acted on if it still names segment files in a live partition
+    dir directly under its log dir (the journal is data, and data can be damaged)."""
+    if os.path.dirname(partition_dir) != log_dir_real:
+        raise Refused(f"{partition_dir} is not directly inside {log_dir_real}")
+    parsed = parse_partition_dir(os.path.basename(partition_dir))
+    if parsed is None or parsed.kind is not PartitionDirKind.LIVE:
+        raise Refused(f"{partition_dir} is not a live partition dir")
+    if os.path.lexists(partition_dir) and (
+        os.path.islink(partition_dir) or os.path.realpath(partition_dir) != partition_dir
+    ):
+        raise Refused(f"{partition_dir} is a symlink")
+    for name in names:
+        seg = parse_segment_file(name)
+        if seg is None or seg[1] not in SEGMENT_FILE_SUFFIXES or "/" in name:
+            raise Refused(f"{name!r} is not a segment file name")
+
+
+def deletion_from_entry(entry: Mapping[str, Any]) -> Deletion:
+    f = entry.get("fields", {})
+    partition_dir = str(entry.get("partition_dir", ""))
+    return Deletion(
+        log_dir=str(f.get("log_dir", entry.get("log_dir_real", ""))),
+        topic=str(f.get("topic", "")),
+        partition=int(f.get("partition", -1)),
+        base_offset=int(f.get("base_offset", -1)),
+        next_offset=int(f.get("next_offset", -1)),
+        max_timestamp_ms=int(f.get("max_timestamp_ms", 0)),
+        bytes=int(f.get("bytes", 0)),
+        files=tuple(os.path.join(partition_dir, str(n)) for n in entry.get("names", [])),
+        mount=str(f.get("mount", "")),
+        reason="disk_usage_percent",
+        unconsumed_records=dict(f.get("unconsumed_records", {})),
+    )

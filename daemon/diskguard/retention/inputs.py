@@ -1,0 +1,147 @@
+"""What the pure planner is fed, from the config and the disk: the scan (with the topic
+protection rules) and the ``Limits`` of each filesystem in a given mode.
+
+The I/O half of planning; ``planner`` itself never sees the config or the disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from diskguard.capacity import topicconfigs
+from diskguard.config import Config
+from diskguard.kafkalog.dating import AgeCache
+from diskguard.kafkalog.listing import ListingCache
+from diskguard.kafkalog.model import Filesystem
+from diskguard.kafkalog.scan import ScanResult, scan
+from diskguard.kafkalog.topicpolicy import ProtectionRule
+from diskguard.retention.mode import BROKER, OFFLINE
+from diskguard.retention.planner import Limits
+from diskguard.retention.policystore import PolicyStore
+from diskguard.retention.reclaim import Forecast
+from diskguard.retention.requested import RequestedLogStart
+
+
+def limits_for(config: Config, mode: str) -> Limits:
+    """The plain limits of ``mode`` (no forecast): built here, at the edge, from the config."""
+    retention = config.retention
+    return Limits(
+        limit_percent=retention.disk_usage_percent,
+        target_percent=retention.effective_target_percent,
+        max_bytes=retention.max_bytes,
+        headroom_bytes=retention.offline_headroom if mode == OFFLINE else 0,
+    )
+
+
+def with_forecast(limits: Limits, forecast: Forecast | None) -> Limits:
+    """``limits`` plus a broker-mode forecast (rate, reclaim latency, check period)."""
+    if forecast is None:
+        return limits
+    return replace(
+        limits,
+        growth_bytes_per_s=forecast.growth_bytes_per_s,
+        reclaim_latency_s=forecast.latency_s,
+        reclaim_period_s=forecast.period_s,
+        latency_source=forecast.latency_source,
+        defer_forecast=forecast.near_check,
+    )
+
+
+@dataclass
+class PlanInputs:
+    """Scans the log dirs with the config's protection rules and builds each filesystem's
+    ``Limits``; keeps the caches that make the daemon's next scan cheap."""
+
+    config: Config
+    requested: RequestedLogStart | None = None
+    #: Called once per partition dir scanned: drives a progress bar on a terminal.
+    on_partition: Callable[[float], None] | None = None
+    #: Listings of unchanged partition dirs, reused across the daemon's cycles.
+    cache: ListingCache = field(default_factory=ListingCache)
+    #: Ages of segments already dated, reused while their files are unchanged.
+    ages: AgeCache = field(default_factory=AgeCache)
+    #: Broker mode: the write rate and reclaim latency per filesystem (mount -> forecast).
+    forecast_for: Callable[[str], Forecast | None] | None = None
+    #: Known topic policies (cache, broker answers, KRaft metadata); None: none known, so
+    #: every topic not internal, not compacted by evidence, is "policy unknown".
+    policies: PolicyStore | None = None
+    _broker_facts: tuple[str | None, int | None, list[str]] | None = field(
+        default=None, init=False, repr=False
+    )
+
+    def broker_facts(self) -> tuple[str | None, int | None]:
+        """``log.cleanup.policy`` from server.properties (None unless the config names the
+        file) and this broker's node id (meta.properties): read once per config."""
+        if self._broker_facts is None:
+            broker = self.config.broker
+            default: str | None = None
+            problems: list[str] = []
+            if broker.server_properties is not None:
+                try:
+                    default = topicconfigs.broker_defaults(broker).cleanup_policy
+                except (OSError, ValueError) as exc:
+                    problems.append(f"broker default cleanup.policy unknown: {exc}")
+            node_id = topicconfigs.local_broker_id(broker.log_dirs)
+            self._broker_facts = (default, node_id, problems)
+        return self._broker_facts[0], self._broker_facts[1]
+
+    def rule(self, offline: bool, kraft: bool | None = None) -> tuple[ProtectionRule, list[str]]:
+        """The protection rule for a scan now, and warnings not reported yet.
+
+        ``kraft``: read the KRaft metadata log too (default: when ``offline``).
+        """
+        retention = self.config.retention
+        if self.policies is None:
+            return ProtectionRule(
+                tuple(retention.protect_topics), tuple(retention.assume_delete_policy)
+            ), []
+        default, node_id = self.broker_facts()
+        assert self._broker_facts is not None
+        warnings = list(self._broker_facts[2])
+        self._broker_facts[2].clear()
+        rule = self.policies.rule(
+            retention.protect_topics,
+            retention.assume_delete_policy,
+            [str(d) for d in self.config.broker.log_dirs],
+            offline=offline,
+            static_default=default,
+            node_id=node_id,
+            read_kraft=offline if kraft is None else kraft,
+        )
+        return rule, warnings + self.policies.take_warnings()
+
+    def scan(
+        self, full: bool = False, offline: bool = False, kraft: bool | None = None
+    ) -> ScanResult:
+        """``offline``: no broker will remove segments below the log start offset, so they are
+        candidates (the oldest of all) instead of pending reclaim. ``kraft``: also read the
+        KRaft metadata log for topic policies (default: when ``offline``)."""
+        cfg = self.config
+        rule, rule_warnings = self.rule(offline, kraft)
+        result = scan(
+            [str(d) for d in cfg.broker.log_dirs],
+            rule,
+            full=full or cfg.retention.max_bytes is not None,
+            requested_log_start=(
+                self.requested.as_mapping() if self.requested and not offline else None
+            ),
+            use_log_start=not offline,
+            on_partition=self.on_partition,
+            cache=self.cache,
+        )
+        if rule_warnings:
+            result = replace(result, warnings=(*rule_warnings, *result.warnings))
+        return result
+
+    def limits_of(self, mode: str, mount: str) -> Limits:
+        """The limits of the filesystem labelled ``mount`` in ``mode``: with its forecast in
+        broker mode."""
+        limits = limits_for(self.config, mode)
+        if mode != BROKER or self.forecast_for is None:
+            return limits
+        return with_forecast(limits, self.forecast_for(mount))
+
+    def limits(self, mode: str) -> Callable[[Filesystem], Limits]:
+        """``limits_of`` for the planner, which asks per scanned filesystem."""
+        return lambda fs: self.limits_of(mode, fs.usage.mount)

@@ -1,0 +1,145 @@
+"""What one retention cycle did: the ``enforce --once`` exit code that follows from it and
+the events it logs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from diskguard.kafkalog.model import FilesystemUsage
+from diskguard.kafkalog.scan import ScanResult
+from diskguard.logs import get_logger
+from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED, ModeDecision
+from diskguard.retention.planner import FilesystemPlan, Limits, Plan, over_ceiling
+
+log = get_logger("diskguard.retention")
+
+
+@dataclass(frozen=True)
+class CycleOutcome:
+    mode: ModeDecision
+    scan: ScanResult
+    plan: Plan
+    results: tuple[Any, ...] = ()
+    warnings: tuple[str, ...] = ()
+    duration_s: float = 0.0
+    #: mount -> df's view measured (statvfs) after the cycle acted; a None value means the
+    #: measurement failed. None when the cycle did not act (``plan``): then the scan's usage
+    #: is the latest there is.
+    measured: Mapping[str, FilesystemUsage | None] | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.mode.mode == REFUSED and bool(self.plan.deletions)
+
+    @property
+    def failed(self) -> tuple[Any, ...]:
+        return tuple(r for r in self.results if not r.ok)
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(r.freed_bytes for r in self.results if r.ok)
+
+    def usage_after(self, fs: FilesystemPlan) -> FilesystemUsage | None:
+        """``fs`` as measured after the cycle (None: the measurement failed)."""
+        if self.measured is None:
+            return fs.usage
+        return self.measured.get(fs.mount)
+
+    def pending_after(self, fs: FilesystemPlan) -> int:
+        """Bytes of ``fs`` someone else will still remove after this cycle.
+
+        Broker mode: what was pending at the scan plus what the broker accepted to delete now
+        (it removes the files at its next retention check). Offline nobody else removes
+        anything: what counts is what is gone.
+        """
+        if self.mode.mode == OFFLINE:
+            return 0
+        accepted: int = sum(
+            r.freed_bytes for r in self.results if r.ok and r.deletion.mount == fs.mount
+        )
+        return fs.pending_reclaim_bytes + accepted
+
+    def at_or_under_limit(self, fs: FilesystemPlan) -> bool:
+        """Measured usage, net of ``pending_after``, at or under the usage limit.
+
+        The measurement, not the plan, decides: a deletion can free less than planned (a file
+        still open elsewhere, a hard link made since the scan) and the disk keeps filling
+        while the cycle runs. A failed measurement is not "under".
+        """
+        usage = self.usage_after(fs)
+        if usage is None:
+            return False
+        capacity = usage.used_bytes + usage.available_bytes
+        used = max(0, usage.used_bytes - self.pending_after(fs))
+        net = replace(usage, used_bytes=used, available_bytes=capacity - used)
+        return not over_ceiling(net, Limits(fs.limit_percent, fs.target_percent), 0)[0]
+
+    def exit_code(self) -> int:
+        """``enforce --once``: 0 at/under limit measured after the cycle (net of what the
+        broker will remove), 1 limit unreachable / a deletion failed / still over, 3 refused.
+        """
+        if self.refused:
+            return 3
+        if not self.plan.reachable or self.failed:
+            return 1
+        if self.mode.mode == DRY_RUN and self.plan.deletions:
+            return 1
+        if not all(self.at_or_under_limit(fs) for fs in self.plan.filesystems):
+            return 1
+        return 0
+
+
+def log_cycle(outcome: CycleOutcome, quiet: frozenset[str] = frozenset()) -> None:
+    """The events of a cycle that acted: one per deletion, one ``retention_cycle`` per
+    filesystem that needed space (unless ``quiet``: stuck, said already)."""
+    for res in outcome.results:
+        d = res.deletion
+        if res.ok:
+            log.info(
+                "segment_deleted",
+                topic=d.topic,
+                partition=d.partition,
+                base_offset=d.base_offset,
+                next_offset=d.next_offset,
+                bytes=d.bytes,
+                mode=res.mode,
+                log_dir=d.log_dir,
+                mount=d.mount,
+            )
+        else:
+            log.error(
+                "segment_delete_failed",
+                topic=d.topic,
+                partition=d.partition,
+                base_offset=d.base_offset,
+                mode=res.mode,
+                error=res.error,
+            )
+    for fs in outcome.plan.filesystems:
+        if (not fs.over_limit and not fs.chosen_count) or fs.mount in quiet:
+            continue
+        measured = outcome.usage_after(fs)
+        after = round(measured.usage_percent, 3) if measured is not None else None
+        log.info(
+            "retention_cycle",
+            mount=fs.mount,
+            mode=outcome.mode.mode,
+            usage_before=fs.usage_percent,
+            usage_after=after,
+            limit_percent=fs.limit_percent,
+            target_percent=fs.target_percent,
+            pending_reclaim_bytes=fs.pending_reclaim_bytes,
+            excess_bytes=fs.excess_bytes,
+            chosen_count=fs.chosen_count,
+            chosen_bytes=fs.chosen_bytes,
+            duration_ms=round(outcome.duration_s * 1000, 1),
+        )
+        if not fs.reachable:
+            log.error(
+                "retention_target_unreachable",
+                mount=fs.mount,
+                unreachable_bytes=fs.unreachable_bytes,
+                reason="only active, protected or hard-linked segments are left",
+            )

@@ -1,0 +1,180 @@
+"""Removing a segment's files crash-safely: rename each to ``<name>.deleted`` (``.log``
+first), fsync the partition dir, unlink, fsync again.
+
+``.log`` goes first because from that moment Kafka no longer sees the segment: if the broker
+starts before recovery has run, its log loading deletes ``*.deleted`` files and orphaned index
+files by itself instead of rebuilding indexes of a half-deleted segment. A batch renames in
+plan order, so whatever a crash interrupts, the segments already started form a prefix of the
+plan. Freed bytes are allocated blocks (``st_blocks * 512``) of files with a single link; a
+file that vanished meanwhile is fine and counts 0 bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from diskguard.kafkalog.model import DELETED_SUFFIX
+
+#: Test hook: called with a step name before each step that changes the disk.
+StepHook = Callable[[str], None]
+
+_HOLE_IO = "not deleted: an older segment of this partition failed first (no hole)"
+
+
+class SegmentRemover:
+    """The rename/fsync/unlink steps, each announced to ``on_step`` (crash-point tests)."""
+
+    def __init__(self, on_step: StepHook | None = None) -> None:
+        self._on_step = on_step
+
+    def remove_batch(self, subs: Sequence[Mapping[str, Any]]) -> list[tuple[int, str | None, bool]]:
+        """``remove`` for a whole batch: every rename (plan order), one fsync per partition
+        dir, every unlink, one fsync per partition dir; ``(freed, error, untouched)`` per
+        segment.
+
+        An I/O error renaming one segment stops that partition's later segments (never a
+        hole): they are left untouched. A segment that failed once started is left to
+        ``recover``, which finishes it."""
+        freed = [0] * len(subs)
+        errors: list[str | None] = [None] * len(subs)
+        untouched = [False] * len(subs)
+        fds: dict[str, int] = {}
+        stopped: dict[str, str] = {}  # partition dir -> the rename error that stopped it
+        unsynced: dict[str, str] = {}  # partition dir -> its failed fsync after the renames
+        renamed: list[list[tuple[str, bool]]] = [[] for _ in subs]  # (name, unlinked already)
+        try:
+            for k, sub in enumerate(subs):
+                pd = str(sub["partition_dir"])
+                if pd in stopped:
+                    errors[k], untouched[k] = f"{_HOLE_IO}: {stopped[pd]}", True
+                    continue
+                try:
+                    if pd not in fds:
+                        fds[pd] = os.open(
+                            pd, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                        )
+                    freed[k] = self.rename_all(fds[pd], sub["names"], renamed[k])
+                except OSError as exc:
+                    errors[k] = stopped[pd] = f"{exc.strerror or exc} ({exc.filename or pd})"
+            for pd, dfd in fds.items():
+                self.step("fsync-renamed")
+                try:
+                    os.fsync(dfd)
+                except OSError as exc:
+                    unsynced[pd] = f"{exc.strerror or exc} ({pd})"
+            for k, sub in enumerate(subs):
+                pd = str(sub["partition_dir"])
+                if errors[k] is not None:
+                    continue
+                if pd in unsynced:
+                    errors[k] = unsynced[pd]
+                    continue
+                try:
+                    for name, unlinked in renamed[k]:
+                        if unlinked:
+                            continue
+                        self.step(f"unlink:{name}")
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(name + DELETED_SUFFIX, dir_fd=fds[pd])
+                except OSError as exc:
+                    # Its .log is renamed already: to Kafka it is gone, like the later ones.
+                    errors[k] = f"{exc.strerror or exc} ({exc.filename or pd})"
+            for pd, dfd in fds.items():
+                self.step("fsync-unlinked")
+                try:
+                    os.fsync(dfd)
+                except OSError as exc:
+                    for k, sub in enumerate(subs):
+                        if sub["partition_dir"] == pd and errors[k] is None:
+                            errors[k] = f"{exc.strerror or exc} ({pd})"
+        finally:
+            for dfd in fds.values():
+                os.close(dfd)
+        return list(zip(freed, errors, untouched, strict=True))
+
+    def rename_all(self, dfd: int, names: Sequence[str], renamed: list[tuple[str, bool]]) -> int:
+        """Rename a segment's files (``.log`` first) to ``.deleted``; the bytes they hold."""
+        freed = 0
+        for name in names:
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue  # never ours (checked before; a race must not make it ours)
+            self.step(f"rename:{name}")
+            try:
+                os.rename(name, name + DELETED_SUFFIX, src_dir_fd=dfd, dst_dir_fd=dfd)
+                renamed.append((name, False))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                # A longer name may need a new directory block on a full disk: the journal
+                # already names the file, so unlinking it directly is just as recoverable.
+                os.unlink(name, dir_fd=dfd)
+                renamed.append((name, True))
+            if st.st_nlink == 1:
+                freed += st.st_blocks * 512
+        return freed
+
+    def remove(self, partition_dir: str, names: Sequence[str]) -> int:
+        """Rename every name to ``.deleted``, fsync, unlink, fsync; the bytes freed."""
+        dfd = os.open(partition_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            renamed: list[tuple[str, bool]] = []
+            freed = self.rename_all(dfd, names, renamed)
+            self.step("fsync-renamed")
+            os.fsync(dfd)
+            for name, unlinked in renamed:
+                if unlinked:
+                    continue
+                self.step(f"unlink:{name}")
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name + DELETED_SUFFIX, dir_fd=dfd)
+            self.step("fsync-unlinked")
+            os.fsync(dfd)
+            return freed
+        finally:
+            os.close(dfd)
+
+    def remove_recovering(self, partition_dir: str, names: Sequence[str]) -> int:
+        """Finish an interrupted ``remove``: rename what is left, unlink every ``.deleted``."""
+        freed = self.remove(partition_dir, names)
+        dfd = os.open(partition_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            gone, changed = unlink_regular(dfd, [name + DELETED_SUFFIX for name in names])
+            freed += gone
+            if changed:
+                os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return freed
+
+    def step(self, name: str) -> None:
+        if self._on_step is not None:
+            self._on_step(name)
+
+
+def unlink_regular(dfd: int, names: Sequence[str]) -> tuple[int, bool]:
+    """Unlink the regular files among ``names`` in the dir open as ``dfd`` (anything else, or
+    a file gone meanwhile, is left alone); the bytes freed, and whether anything went."""
+    freed, changed = 0, False
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dfd)
+            changed = True
+            freed += st.st_blocks * 512 if st.st_nlink == 1 else 0
+    return freed, changed

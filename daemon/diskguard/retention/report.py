@@ -1,0 +1,76 @@
+"""The JSON the commands print about a plan: the ``plan --json`` contract and its encoder."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from diskguard.kafkalog.model import usage_fields
+from diskguard.retention.planner import FilesystemPlan, Plan
+
+
+def plan_json(outcome_plan: Plan) -> dict[str, Any]:
+    """The ``plan --json`` contract."""
+    return {
+        "filesystems": [
+            {
+                **usage_fields(fs.usage, fs.log_dirs),
+                "usage_percent": fs.usage_percent,
+                "limit_percent": fs.limit_percent,
+                "target_percent": fs.target_percent,
+                "pending_reclaim_bytes": fs.pending_reclaim_bytes,
+                "excess_bytes": fs.excess_bytes,
+                "chosen_bytes": fs.chosen_bytes,
+                "unreachable_bytes": fs.unreachable_bytes,
+                "trigger": _trigger(fs),
+                "predicted_used_bytes": fs.predicted_used_bytes,
+                "predicted_usage_percent": round(fs.predicted_usage_percent, 3),
+                "growth_bytes_per_s": round(fs.growth_bytes_per_s, 1),
+                "reclaim_latency_s": round(fs.reclaim_latency_s, 3),
+                "reclaim_period_s": fs.reclaim_period_s,
+                "latency_source": fs.latency_source,
+            }
+            for fs in outcome_plan.filesystems
+        ],
+        "deletions": [
+            {
+                "log_dir": d.log_dir,
+                "topic": d.topic,
+                "partition": d.partition,
+                "base_offset": d.base_offset,
+                "next_offset": d.next_offset,
+                "max_timestamp_ms": d.max_timestamp_ms,
+                "bytes": d.bytes,
+                "files": list(d.files),
+                "mount": d.mount,
+                "reason": d.reason,
+                "timestamp_source": d.timestamp_source,
+                "unconsumed_records": dict(d.unconsumed_records),
+                "groups_without_offset": list(d.groups_without_offset),
+            }
+            for d in outcome_plan.deletions
+        ],
+        "protected": [{"topic": t.topic, "reason": t.reason} for t in outcome_plan.protected],
+    }
+
+
+def _trigger(fs: FilesystemPlan) -> str | None:
+    """Why this filesystem needs space: today's usage, the broker-mode forecast, or nothing."""
+    if not fs.over_limit and not fs.chosen_count:
+        return None
+    return "predicted" if fs.predicted_trigger else "usage"
+
+
+def dumps(value: Any, pretty: bool | None = None) -> str:
+    """JSON for ``--json`` output: indented for a person at a terminal, compact otherwise.
+
+    The contract is the JSON shape, not its whitespace. Indenting forces the json module's
+    pure-Python encoder (0.5 s for a 10,000-deletion plan); compact output uses the C one.
+    ``pretty=None`` decides from whether stdout is a terminal.
+    """
+    if pretty is None:
+        pretty = sys.stdout.isatty()
+    if pretty:
+        return json.dumps(value, indent=2)
+    return json.dumps(value, separators=(",", ":"))

@@ -23,6 +23,8 @@ PURE = frozenset(
         "diskguard.retention.mode",
         "diskguard.flow",
         "diskguard.flow.state",
+        "diskguard.fleet",
+        "diskguard.fleet.aggregation",
     }
 )
 #: Third-party modules only an edge needs (config parsing).
@@ -53,13 +55,8 @@ def loaded_by(module: str) -> list[str]:
         "diskguard.retention.planner",
         "diskguard.retention.reclaim",
         "diskguard.retention.mode",
-        pytest.param(
-            "diskguard.flow.state",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="flow.state imports config until FlowLimits is built at the edge",
-            ),
-        ),
+        "diskguard.flow.state",
+        "diskguard.fleet.aggregation",
     ],
 )
 def test_a_pure_module_loads_only_pure_modules(module: str) -> None:

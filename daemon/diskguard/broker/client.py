@@ -24,8 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from diskguard.logs import get_logger
-from diskguard.retention.audit import DeletionResult
-from diskguard.retention.planner import NO_OFFSET, Deletion
+from diskguard.retention.planner import NO_OFFSET, Deletion, DeletionResult
 
 if TYPE_CHECKING:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition

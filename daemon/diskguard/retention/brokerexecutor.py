@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from diskguard.broker.client import BrokerClient
 from diskguard.logs import get_logger
-from diskguard.retention.audit import AuditLog, AuditWriteFailed, DeletionResult
+from diskguard.retention.audit import AuditLog, AuditWriteFailed
 from diskguard.retention.executor import audit_intents, audit_outcomes, new_action_id
 from diskguard.retention.mode import BROKER
-from diskguard.retention.planner import Deletion
+from diskguard.retention.planner import Deletion, DeletionResult
 from diskguard.retention.reclaimwatch import ReclaimWatch
 from diskguard.retention.requested import RequestedLogStart
 

@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from diskguard.retention.audit import AuditLog, AuditWriteFailed, DeletionResult, reason_text
-from diskguard.retention.planner import Deletion
+from diskguard.retention.audit import AuditLog, AuditWriteFailed, reason_text
+from diskguard.retention.planner import Deletion, DeletionResult
 
 
 class Executor(Protocol):

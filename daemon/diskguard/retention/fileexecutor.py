@@ -43,7 +43,6 @@ from diskguard.logs import get_logger
 from diskguard.retention.audit import (
     AuditLog,
     AuditWriteFailed,
-    DeletionResult,
     deletion_fields,
     reason_text,
 )
@@ -51,7 +50,7 @@ from diskguard.retention.executor import audit_intents, audit_outcomes
 from diskguard.retention.guards import Checked, Refused, check_deletion
 from diskguard.retention.journal import BATCH, Journal, process_identity
 from diskguard.retention.mode import OFFLINE as MODE
-from diskguard.retention.planner import Deletion
+from diskguard.retention.planner import Deletion, DeletionResult
 from diskguard.retention.recovery import Recovery
 from diskguard.retention.removal import SegmentRemover, StepHook
 from diskguard.retention.sweep import Sweeper

@@ -93,6 +93,23 @@ class Deletion:
 
 
 @dataclass(frozen=True)
+class DeletionResult:
+    """The outcome of one deletion, as the executors return it and the audit log records it.
+
+    ``freed_bytes``: offline, the allocated bytes unlinked (``st_blocks * 512``); broker, the
+    segment's bytes, which the broker frees at its next retention check + file delete delay.
+    ``refused``: nothing was attempted (a guard rail or the ``.lock`` said no).
+    """
+
+    deletion: Deletion
+    ok: bool
+    freed_bytes: int
+    mode: str = "offline"
+    error: str | None = None
+    refused: bool = False
+
+
+@dataclass(frozen=True)
 class FilesystemPlan:
     mount: str
     device: str

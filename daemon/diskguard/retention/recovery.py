@@ -16,7 +16,7 @@ from typing import Any
 
 from diskguard.kafkalog import lockfile
 from diskguard.logs import get_logger
-from diskguard.retention.audit import AuditLog, DeletionResult
+from diskguard.retention.audit import AuditLog
 from diskguard.retention.executor import audit_outcome
 from diskguard.retention.guards import (
     Refused,
@@ -36,6 +36,7 @@ from diskguard.retention.journal import (
     batch_subs,
 )
 from diskguard.retention.mode import OFFLINE as MODE
+from diskguard.retention.planner import DeletionResult
 from diskguard.retention.removal import SegmentRemover
 from diskguard.retention.sweep import Sweeper
 

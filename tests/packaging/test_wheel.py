@@ -122,6 +122,25 @@ def _run(built: Built, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_the_wheel_holds_only_product_code(built: Built) -> None:
+    """Exactly the package's modules: no demo, no test helpers, every subpackage there."""
+    package = REPO / "daemon" / "diskguard"
+    expected = {
+        "diskguard/" + str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    with zipfile.ZipFile(built.wheel) as z:
+        names = z.namelist()
+    assert {n for n in names if n.endswith(".py")} == expected
+    assert {n.split("/")[0] for n in names} <= {"diskguard", f"{_dist_info(names)}"}
+
+
+def _dist_info(names: list[str]) -> str:
+    (info,) = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
+    return info
+
+
 def test_artifacts_carry_the_example_config_and_unit(built: Built) -> None:
     with zipfile.ZipFile(built.wheel) as z:
         assert z.read("diskguard/data/diskguard.toml") == CONFIG.read_bytes()

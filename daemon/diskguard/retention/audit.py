@@ -1,5 +1,6 @@
 """The append-only audit log: every deletion is written down *before* it happens.
-(Over 400 lines: the writer, its full-disk reserve and the readers share one line format.)
+
+Size: over 400 lines: the writer, its full-disk reserve and the readers share one line format.
 
 One JSON object per line in ``<state_dir>/audit.jsonl``, flushed and fsync'd per line, so that
 after a crash the log says what diskguard set out to delete (phase ``intent``) and what came

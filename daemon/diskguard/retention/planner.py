@@ -1,6 +1,7 @@
 """The KIP-61 planner: which segments go, in which order, and why. Pure.
-(Over 400 lines on purpose: the data, the trigger, the excess and the heap walk are one
-algorithm read top to bottom; split, each half would need the other to be understood.)
+
+Size: over 400 lines on purpose: the data, the trigger, the excess and the heap walk are one
+algorithm read top to bottom; split, each half would need the other to be understood.
 
 Given each filesystem's usage and the partitions on it, pick the *globally oldest* closed
 segments across all topics until their bytes cover the excess over the target. Rules that

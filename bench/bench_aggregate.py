@@ -103,8 +103,8 @@ def run_once(daemon_dir: Path, spool: Path, out: Path) -> dict[str, object]:
 def startup_seconds(daemon_dir: Path) -> float:
     """``build_session()`` alone in a fresh interpreter: the JVM start-up share of a run."""
     code = (
-        "import time; t = time.monotonic(); from diskguard import sparkjob; "
-        "s = sparkjob.build_session(); print(time.monotonic() - t); s.stop()"
+        "import time; t = time.monotonic(); from diskguard.fleet import session; "
+        "s = session.build_session(); print(time.monotonic() - t); s.stop()"
     )
     env = dict(os.environ, PYTHONPATH=str(daemon_dir))
     proc = subprocess.run(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from diskguard.fleet import report
@@ -148,39 +148,54 @@ def run_aggregation(
     }
     with spark_errors():
         try:
-            classified = keep(classify(read_records(spark, spec)))
-            counts = {
-                row["status"]: int(row["count"])
-                for row in classified.groupBy("status").count().collect()
-            }
-            bad = BadRecords(
-                malformed=counts.get(STATUS_MALFORMED, 0),
-                unknown_schema=counts.get(STATUS_UNKNOWN_SCHEMA, 0),
+            # The status counts ride along the one pass that parses the input (an observed
+            # metric), so the parsed records, topic arrays and all, are never cached whole.
+            observation = Observation("records")
+            status = F.col("status")
+            observed = classify(read_records(spark, spec)).observe(
+                observation,
+                F.count_if(status == F.lit(STATUS_OK)).alias(STATUS_OK),
+                F.count_if(status == F.lit(STATUS_MALFORMED)).alias(STATUS_MALFORMED),
+                F.count_if(status == F.lit(STATUS_UNKNOWN_SCHEMA)).alias(STATUS_UNKNOWN_SCHEMA),
             )
-            records = counts.get(STATUS_OK, 0)
+            # One cache of the deduplicated, time-ordered snapshots with their history
+            # columns; the columnar cache reads only the columns each output needs.
+            history = keep(
+                with_history(dedup(observed.where(status == F.lit(STATUS_OK)).drop("status")))
+            )
+            disks = keep(disk_aggregates(history).orderBy("host", "mount"))
+            disk_rows = _rows(disks)
+            if disk_rows:
+                counts = observation.get
+            else:
+                # No valid record: adaptive execution replaces the empty plan, observed
+                # metrics and all, so count again (the input holds only bad records).
+                counts = {
+                    row["status"]: row["count"]
+                    for row in classify(read_records(spark, spec))
+                    .groupBy("status")
+                    .count()
+                    .collect()
+                }
+            bad = BadRecords(
+                malformed=int(counts.get(STATUS_MALFORMED, 0)),
+                unknown_schema=int(counts.get(STATUS_UNKNOWN_SCHEMA, 0)),
+            )
+            records = int(counts.get(STATUS_OK, 0))
             if records == 0:
                 raise NoInputError(
                     f"no valid snapshot records in {spec.source} ({bad.malformed} malformed,"
                     f" {bad.unknown_schema} unknown schema)"
                 )
-            snapshots = keep(
-                dedup(classified.where(F.col("status") == F.lit(STATUS_OK)).drop("status"))
-            )
-            history = keep(with_history(snapshots.drop("topics")))
-            disks = keep(disk_aggregates(history).orderBy("host", "mount"))
-            topics = keep(
-                topic_aggregates(snapshots, disks).orderBy(F.col("bytes").desc(), "topic")
-            )
-            hosts = host_aggregates(disks).orderBy("host")
-            disk_rows = _rows(disks)
-            classified.unpersist()
+            topics = keep(topic_aggregates(history, disks).orderBy(F.col("bytes").desc(), "topic"))
+            hosts = keep(host_aggregates(disks).orderBy("host"))
             topic_rows = _rows(topics)
             host_rows = _rows(hosts)
             for name, df in (("disks", disks), ("topics", topics), ("hosts", hosts)):
                 df.coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}.parquet")
             unique = sum(int(d["snapshots"]) for d in disk_rows)
             chosen = _closest_to_full(disk_rows, report_disks)
-            series = downsampled_series(snapshots, chosen, points_per_disk)
+            series = downsampled_series(history, chosen, points_per_disk)
             episodes = overfull_episodes(history, REPORT_EPISODES)
             episode_total = sum(int(d["overfull_episodes"]) for d in disk_rows)
         finally:

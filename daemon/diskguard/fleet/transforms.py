@@ -76,17 +76,32 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
     (RMS distance of the snapshots from the line) and ``forecast_status``
     (:func:`aggregation.forecast_status`).
 
-    The residuals take a second pass over the (cached) history with each disk's means and
-    slope broadcast: ``Syy·(1 - regr_r2)`` would cancel to noise on a near-perfect line
-    (kilobytes of "spread" on 1e11-byte disks), centred residuals do not. x is hours since
-    the disk's first snapshot (see :func:`with_history`).
+    The residuals need each disk's means and slope first: ``Syy·(1 - regr_r2)`` would cancel
+    to noise on a near-perfect line (kilobytes of "spread" on 1e11-byte disks), centred
+    residuals do not. The line comes from window aggregates over the whole disk, so that one
+    pass over the history (already partitioned and sorted by disk: no shuffle, no sort)
+    gives every column; a join of the history with a first aggregation read the history
+    three times. x is hours since the disk's first snapshot (see :func:`with_history`).
     """
     ts = F.col("ts_ms")
     x = F.col("hours_since_first")
     used_d = F.col("used_bytes").cast("double")
     kafka_d = F.col("kafka_bytes_reported").cast("double")
     growth = F.regr_slope(used_d, x)
-    disks = history.groupBy("host", "mount").agg(
+    whole_disk = Window.partitionBy("host", "mount")
+    lined = history.select(
+        "*",
+        F.avg(x).over(whole_disk).alias("_mean_x"),
+        # from the exact long sum: an average of 1e11-byte doubles drifts by a few bytes
+        (
+            F.sum("used_bytes").over(whole_disk).cast("double") / F.count(F.lit(1)).over(whole_disk)
+        ).alias("_mean_y"),
+        growth.over(whole_disk).alias("_slope"),
+    )
+    dy = used_d - F.col("_mean_y")
+    dx = x - F.col("_mean_x")
+    residual_sq = F.pow(dy - F.col("_slope") * dx, 2)
+    disks = lined.groupBy("host", "mount").agg(
         F.max_by("device", ts).alias("device"),
         F.count(F.lit(1)).alias("snapshots"),
         F.min(ts).alias("first_ts_ms"),
@@ -105,27 +120,12 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
         F.max("alert_level").alias("peak_alert_level"),
         F.max_by("flow_state", ts).alias("flow_state"),
         F.max_by("alert_level", ts).alias("alert_level"),
-        # the line's centre, for the residual pass below: computed in this same pass over
-        # the history rather than in a second aggregation of its own
-        F.avg(x).alias("_mean_x"),
-        # from the exact long sum: an average of 1e11-byte doubles drifts by a few bytes
-        (F.sum("used_bytes").cast("double") / F.count(F.lit(1))).alias("_mean_y"),
+        F.sum(residual_sq).alias("_sse"),
+        F.sum(F.pow(dy, 2)).alias("_syy"),
     )
     used = F.col("used_bytes").cast("double")
     avail = F.col("available_bytes").cast("double")
     growth_col = F.col("growth_bytes_per_hour")
-    line = disks.select(
-        "host", "mount", "_mean_x", "_mean_y", F.col("growth_bytes_per_hour").alias("_slope")
-    )
-    dy = used_d - F.col("_mean_y")
-    dx = x - F.col("_mean_x")
-    residual_sq = F.pow(dy - F.col("_slope") * dx, 2)
-    fit = (
-        history.join(F.broadcast(line), ["host", "mount"])
-        .groupBy("host", "mount")
-        .agg(F.sum(residual_sq).alias("_sse"), F.sum(F.pow(dy, 2)).alias("_syy"))
-    )
-    disks = disks.join(fit, ["host", "mount"]).drop("_mean_x", "_mean_y")
     r2 = F.when(
         growth_col.isNotNull(),
         F.when(F.col("_syy") == 0, F.lit(1.0)).otherwise(
@@ -298,7 +298,8 @@ def downsampled_series(
 
 
 def overfull_episodes(history: DataFrame, limit: int) -> list[dict[str, Any]]:
-    """The most recent ``limit`` overfull episodes, for the report's timeline."""
+    """The most recent ``limit`` overfull episodes, for the report's timeline (same start:
+    by host and mount)."""
     rows = (
         history.where(F.col("flow_state") == F.lit(aggregation.OVERFULL))
         .groupBy("host", "mount", "episode_id")
@@ -307,7 +308,9 @@ def overfull_episodes(history: DataFrame, limit: int) -> list[dict[str, Any]]:
             F.max(F.coalesce(F.col("next_ts_ms"), F.col("ts_ms"))).alias("end_ts_ms"),
             F.max(F.col("next_ts_ms").isNull()).alias("open"),
         )
-        .orderBy(F.col("start_ts_ms").desc())
+        # host and mount break ties: fleets snapshot on the same clock, so many episodes
+        # start at the same instant and the limit must not pick among them at random
+        .orderBy(F.col("start_ts_ms").desc(), "host", "mount")
         .limit(limit)
         .collect()
     )

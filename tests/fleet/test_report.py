@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from diskguard.fleet import report
+from diskguard.fleet import chart, report
 from diskguard.fleet.aggregation import MS_PER_HOUR, growth_split, summarize_disk, used_ratio
 
 T0 = 1_795_400_000_000
@@ -193,7 +193,7 @@ def test_a_minute_of_data_is_not_an_alarm() -> None:
     strokes = {
         a.get("stroke") for tag, a in card["elements"] if tag == "line" and "stroke-dasharray" in a
     }
-    assert strokes == {report.GREY}
+    assert strokes == {chart.GREY}
     # the disk with a real trend, under 24 h, is the red alarm and is listed first
     assert _row(parsed, "broker-1")["full_in"] == ("6.5 h", "warn")
     listed = [r[0][0] for r in parsed.rows if r and r[0][0] in ("demo", "broker-1")]
@@ -203,7 +203,7 @@ def test_a_minute_of_data_is_not_an_alarm() -> None:
 def test_forecast_axis_reaches_the_forecast_with_round_ticks() -> None:
     data = _report_data(_fleet())
     disk = next(d for d in data.disks if d["host"] == "broker-1")
-    svg = report.usage_chart(disk, data.series[("broker-1", "/")])
+    svg = chart.usage_chart(disk, data.series[("broker-1", "/")])
     (forecast,) = re.findall(
         r'<line x1="[^"]+" y1="[^"]+" x2="([^"]+)" y2="([^"]+)" stroke="#d13438"', svg
     )
@@ -222,16 +222,16 @@ def test_forecast_axis_reaches_the_forecast_with_round_ticks() -> None:
     [(0.7, 1.0), (1.0, 1.0), (1.3, 2.0), (3.0, 5.0), (7.0, 10.0), (16, 20), (0.04, 0.05)],
 )
 def test_nice_step_is_1_2_5(raw: float, step: float) -> None:
-    assert report.nice_step(raw) == pytest.approx(step)
+    assert chart.nice_step(raw) == pytest.approx(step)
 
 
 def test_percent_and_time_ticks_are_round() -> None:
-    assert report.percent_ticks(24.1) == [20, 40, 60, 80, 100]
-    assert report.percent_ticks(97.3) == [97, 98, 99, 100]
-    assert report.percent_ticks(0) == [0, 20, 40, 60, 80, 100]
-    ticks = report.time_ticks(T0 + 12_345, T0 + 58_000)
+    assert chart.percent_ticks(24.1) == [20, 40, 60, 80, 100]
+    assert chart.percent_ticks(97.3) == [97, 98, 99, 100]
+    assert chart.percent_ticks(0) == [0, 20, 40, 60, 80, 100]
+    ticks = chart.time_ticks(T0 + 12_345, T0 + 58_000)
     assert all(t % 10_000 == 0 for t in ticks) and len(ticks) <= 5
-    hours = report.time_ticks(T0 + 1, T0 + 9 * HOUR)
+    hours = chart.time_ticks(T0 + 1, T0 + 9 * HOUR)
     assert all(t % (2 * HOUR) == 0 for t in hours) and 1 < len(hours) <= 5
 
 

@@ -24,13 +24,9 @@ from typing import Any
 import pytest
 
 from diskguard.fleet.aggregation import MS_PER_HOUR, overfull_history, summarize_disks
-from diskguard.sparkjob import (
-    JobResult,
-    NoInputError,
-    build_session,
-    resolve_input,
-    run_aggregation,
-)
+from diskguard.fleet.inputs import NoInputError, resolve_input
+from diskguard.fleet.job import JobResult, run_aggregation
+from diskguard.fleet.session import build_session
 from support.tansu import tansu_broker
 
 pytestmark = pytest.mark.spark
@@ -400,7 +396,7 @@ def test_kafka_unreachable_is_one_line_error(capfd: pytest.CaptureFixture[str]) 
 
 
 def test_kafka_url_must_name_a_topic() -> None:
-    from diskguard.sparkjob import SourceError
+    from diskguard.fleet.inputs import SourceError
 
     with pytest.raises(SourceError, match=r"kafka://host:port/topic"):
         resolve_input("kafka://127.0.0.1:9092")
@@ -421,7 +417,8 @@ def test_tansu_helper_pause_and_restart_on_the_same_port() -> None:
 
 
 def test_spark_failure_is_one_line(spark: Any, tmp_path: Path) -> None:
-    from diskguard.sparkjob import InputSpec, SparkJobError
+    from diskguard.fleet.inputs import InputSpec
+    from diskguard.fleet.session import SparkJobError
 
     gone = str(tmp_path / "vanished.jsonl")
     with pytest.raises(SparkJobError) as caught:
@@ -521,7 +518,7 @@ def test_growth_split_and_forecast_basis_match_the_reference(spark: Any, tmp_pat
 
 def test_log4j_config_is_private_and_per_run() -> None:
     """Two concurrent launches get their own 0700 directory and 0600 file, gone afterwards."""
-    from diskguard.sparkjob import _LOG4J, private_log4j_config
+    from diskguard.fleet.session import _LOG4J, private_log4j_config
 
     barrier = threading.Barrier(2, timeout=30)
     seen: list[tuple[Path, int, int, str]] = []

@@ -1,6 +1,6 @@
 """``diskguard aggregate``: the fleet Spark job, with an embedded ``local[*]`` Spark.
 
-The job itself lives in :mod:`diskguard.sparkjob` (which must also run under spark-submit
+The job itself lives in :mod:`diskguard.fleet.job` (which must also run under spark-submit
 without this CLI); this module only maps its outcomes to one-line messages and exit codes.
 """
 
@@ -38,8 +38,10 @@ def aggregate_command(source: str, output: str, master: str) -> None:
     if sys.stderr.isatty():
         click.echo(f"starting Spark ({master}); the first results take a few seconds", err=True)
     # Imported here: pyspark is heavy and every other command starts faster without it.
+    from diskguard.fleet.inputs import NoInputError, SourceError
+    from diskguard.fleet.job import aggregate
     from diskguard.fleet.kafkasource import KafkaSourceError
-    from diskguard.sparkjob import NoInputError, SourceError, SparkJobError, aggregate
+    from diskguard.fleet.session import SparkJobError
 
     try:
         with progress(None, "Spark: aggregating snapshots"):

@@ -1,2 +1,6 @@
 """The fleet view: the aggregation math in plain Python, the Spark job that applies it to a
-fleet's snapshots, the Kafka source and the HTML report. Imports nothing from the daemon."""
+fleet's snapshots (inputs, transforms, job, session), the Kafka source and the HTML report.
+
+May import pyspark, the Kafka client and :mod:`diskguard.units` (the byte formatting shared
+with the daemon's output); nothing from the daemon side (retention, flow, snapshots, ...).
+"""

@@ -1,8 +1,9 @@
 """Fleet aggregation math on plain Python data: the reference for what the Spark job computes.
 
-The Spark job (``sparkjob``) expresses the same rules with Spark SQL functions so that raw
-snapshots never travel to the driver; this module states the rules once, in a form a unit
-test can check exactly, and the Spark tests compare the distributed results against it.
+The Spark job (:mod:`diskguard.fleet.transforms`) expresses the same rules with Spark SQL
+functions so that raw snapshots never travel to the driver; this module states the rules
+once, in a form a unit test can check exactly, and the Spark tests compare the distributed
+results against it.
 
 Conventions shared with the Spark job:
 

@@ -27,14 +27,9 @@ if __name__ == "__main__" and not __package__:  # pragma: no cover - spark-submi
 import argparse
 from collections.abc import Sequence
 
-from diskguard.fleet.inputs import NoInputError, SourceError
+from diskguard.errors import DiskguardError, ExitCode
 from diskguard.fleet.job import aggregate
-from diskguard.fleet.kafkasource import KafkaSourceError
-from diskguard.fleet.session import DEFAULT_MASTER, SparkJobError
-
-EXIT_OK = 0
-EXIT_UNREACHABLE = 1
-EXIT_BAD_INPUT = 2
+from diskguard.fleet.session import DEFAULT_MASTER
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,16 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         master = DEFAULT_MASTER
     try:
         result = aggregate(args.input, args.output, master)
-    except (NoInputError, SourceError) as exc:
+    except DiskguardError as exc:  # bad input: 2; Spark or the Kafka source failed: 1
         print(f"diskguard aggregate: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (KafkaSourceError, SparkJobError) as exc:
-        print(f"diskguard aggregate: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return int(exc.exit_code)
     print(result.summary_line())
     for path in result.paths.values():
         print(path)
-    return EXIT_OK
+    return int(ExitCode.OK)
 
 
 if __name__ == "__main__":  # pragma: no cover

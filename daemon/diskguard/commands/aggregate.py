@@ -1,14 +1,15 @@
 """``diskguard aggregate``: the fleet Spark job, with an embedded ``local[*]`` Spark.
 
 The job itself lives in :mod:`diskguard.fleet.job` (which must also run under spark-submit
-without this CLI); this module only maps its outcomes to one-line messages and exit codes.
+without this CLI); its errors carry their exit codes (bad input 2, Spark or the Kafka source
+failing 1), which ``no_traceback`` turns into one line.
 """
 
 from __future__ import annotations
 
 import click
 
-from diskguard.cli import EXIT_UNREACHABLE, EXIT_USAGE, fail, no_traceback
+from diskguard.cli import no_traceback
 
 
 @click.command("aggregate")
@@ -37,19 +38,11 @@ def aggregate_command(source: str, output: str, master: str) -> None:
     # at a terminal hears at once that it is coming and sees it run; pipes get nothing extra.
     if sys.stderr.isatty():
         click.echo(f"starting Spark ({master}); the first results take a few seconds", err=True)
-    # Imported here: pyspark is heavy and every other command starts faster without it.
-    from diskguard.fleet.inputs import NoInputError, SourceError
+    # Imported here: pyspark is heavy, and `diskguard --help` loads every command module.
     from diskguard.fleet.job import aggregate
-    from diskguard.fleet.kafkasource import KafkaSourceError
-    from diskguard.fleet.session import SparkJobError
 
-    try:
-        with progress(None, "Spark: aggregating snapshots"):
-            result = aggregate(source, output, master)
-    except (NoInputError, SourceError) as exc:
-        fail(str(exc), EXIT_USAGE)
-    except (KafkaSourceError, SparkJobError) as exc:
-        fail(str(exc), EXIT_UNREACHABLE)
+    with progress(None, "Spark: aggregating snapshots"):
+        result = aggregate(source, output, master)
     click.echo(result.summary_line())
     for path in result.paths.values():
         click.echo(str(path))

@@ -25,6 +25,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from diskguard.errors import UsageError
 from diskguard.fleet import aggregation
 from diskguard.fleet.kafkasource import (
     SOURCE_NAME,
@@ -71,11 +72,11 @@ STATUS_MALFORMED = "malformed"
 STATUS_UNKNOWN_SCHEMA = "unknown_schema"
 
 
-class NoInputError(Exception):
+class NoInputError(UsageError):
     """Nothing to aggregate: no files, an empty topic, or no valid record (exit 2)."""
 
 
-class SourceError(Exception):
+class SourceError(UsageError):
     """The SOURCE argument is unusable (exit 2), e.g. a malformed kafka:// URL."""
 
 

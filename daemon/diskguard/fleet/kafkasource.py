@@ -34,6 +34,8 @@ from urllib.parse import urlsplit
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from diskguard.errors import FailedError
+
 SOURCE_NAME = "diskguard_kafka"
 ERROR_PREFIX = "diskguard-kafka: "
 
@@ -49,7 +51,7 @@ KAFKA_ROW_SCHEMA = StructType(
 )
 
 
-class KafkaSourceError(Exception):
+class KafkaSourceError(FailedError):
     """A problem with the Kafka source the user can act on (unreachable, no such topic)."""
 
 

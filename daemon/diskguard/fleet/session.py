@@ -19,12 +19,13 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from diskguard.errors import FailedError
 from diskguard.fleet.kafkasource import ERROR_PREFIX, KafkaSourceError
 
 DEFAULT_MASTER = "local[*]"
 
 
-class SparkJobError(Exception):
+class SparkJobError(FailedError):
     """Spark itself failed (unreadable input, executor lost, ...): one line, exit 1."""
 
 

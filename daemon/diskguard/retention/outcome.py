@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from diskguard.errors import ExitCode
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult
 from diskguard.logs import get_logger
@@ -76,19 +77,19 @@ class CycleOutcome:
         net = replace(usage, used_bytes=used, available_bytes=capacity - used)
         return not over_ceiling(net, Limits(fs.limit_percent, fs.target_percent), 0)[0]
 
-    def exit_code(self) -> int:
+    def exit_code(self) -> ExitCode:
         """``enforce --once``: 0 at/under limit measured after the cycle (net of what the
         broker will remove), 1 limit unreachable / a deletion failed / still over, 3 refused.
         """
         if self.refused:
-            return 3
+            return ExitCode.REFUSED
         if not self.plan.reachable or self.failed:
-            return 1
+            return ExitCode.FAILED
         if self.mode.mode == DRY_RUN and self.plan.deletions:
-            return 1
+            return ExitCode.FAILED
         if not all(self.at_or_under_limit(fs) for fs in self.plan.filesystems):
-            return 1
-        return 0
+            return ExitCode.FAILED
+        return ExitCode.OK
 
 
 def log_cycle(outcome: CycleOutcome, quiet: frozenset[str] = frozenset()) -> None:

@@ -28,7 +28,8 @@ from diskguard.retention.planner import Deletion
 from diskguard.snapshots.kafkasink import KafkaSink
 from diskguard.snapshots.record import build_snapshot
 from diskguard.snapshots.spool import Spool
-from support.daemonproc import DaemonProc, df_percent
+from support.daemonproc import DaemonProc
+from support.disks import df_percent
 from support.fsfixtures import fill
 from support.realbroker import RealBroker
 

@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from support import fsfixtures
-from support.daemonproc import df_percent
+from support.disks import df_percent
 from support.realbroker import PORT, ZK_PORT, RealBroker, running_broker
 
 pytestmark = pytest.mark.realkafka

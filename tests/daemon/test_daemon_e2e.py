@@ -17,10 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_retention_e2e import build, expected_order
 
-from support.daemonproc import DaemonProc, df_percent
+from support.daemonproc import DaemonProc
+from support.disks import df_percent
 from support.fsfixtures import fill, loop_ext4
+from support.logdirs import build, expected_order
 
 MiB = 1024**2
 

@@ -27,7 +27,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pyspark
 import pytest
-from test_sparkjob import make_fleet, write_spool
+
+from support.fleetgen import make_fleet, write_spool
 
 pytestmark = pytest.mark.spark
 

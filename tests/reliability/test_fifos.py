@@ -18,13 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_retention_e2e import build, df_percent, disk_free, run_cli, write_config
 
 from diskguard.host import safeopen
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.checkpoints import read_checkpoint
 from diskguard.kafkalog.serverprops import read_properties
+from support.cli import run_cli
+from support.configs import write_config
+from support.disks import df_percent, disk_free
 from support.fsfixtures import fill, loop_ext4
+from support.logdirs import build
 
 MiB = 1024**2
 TIMEOUT = 30.0

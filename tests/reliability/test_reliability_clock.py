@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_reliability_input import over_ceiling, plan_json, run_cli, write_config
 
 from diskguard.config import load_config
 from diskguard.daemon import cycles, flowcontrol, forecast, loop, snapshot, statefile, watch
 from diskguard.daemon.loop import Daemon
+from support.cli import plan_json, run_cli
+from support.configs import write_config
+from support.disks import over_ceiling
 from support.fsfixtures import loop_ext4
 from support.kafkagen import SegmentSpec, write_log_dir
 

@@ -30,11 +30,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_reliability_input import plan_json, run_cli, write_config
 
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
 from diskguard.retention.offline import OfflineExecutor
-from support.daemonproc import DaemonProc, df_percent
+from support.cli import plan_json, run_cli
+from support.configs import write_config
+from support.daemonproc import DaemonProc
+from support.disks import df_percent
 from support.fsfixtures import fill, loop_ext4
 from support.kafkagen import SegmentSpec, write_log_dir
 

@@ -32,7 +32,7 @@ import pytest
 from diskguard.config import load_config
 from diskguard.daemon import watch
 from diskguard.daemon.loop import Daemon
-from support.daemonproc import df_percent
+from support.disks import df_percent
 from support.fsfixtures import fill, loop_ext4
 from support.kafkagen import SegmentSpec, write_log_dir, write_partition
 

@@ -23,10 +23,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_reliability_input import files_under, over_ceiling, write_config
 
 from support import fsfixtures
-from support.daemonproc import DaemonProc, df_percent
+from support.configs import write_config
+from support.daemonproc import DaemonProc
+from support.disks import df_percent, files_under, over_ceiling
 from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, write_log_dir
 

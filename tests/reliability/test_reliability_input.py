@@ -18,7 +18,6 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -38,6 +37,9 @@ from diskguard.kafkalog.model import (
     parse_segment_file,
     segment_file_name,
 )
+from support.cli import plan_json, run_cli
+from support.configs import write_config
+from support.disks import df_percent, files_under, over_ceiling
 from support.fsfixtures import fill, loop_ext4, tmpfs
 from support.kafkagen import SegmentSpec, encode_batch, write_log_dir, write_partition
 
@@ -51,69 +53,6 @@ FUZZ = settings(
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def df_percent(path: Path) -> float:
-    st_ = os.statvfs(path)
-    used = (st_.f_blocks - st_.f_bfree) * st_.f_frsize
-    avail = st_.f_bavail * st_.f_frsize
-    return 100.0 * used / (used + avail)
-
-
-def disk_free(path: Path) -> int:
-    st_ = os.statvfs(path)
-    return st_.f_bavail * st_.f_frsize
-
-
-def write_config(tmp: Path, log_dirs: list[Path], **retention: object) -> Path:
-    state = tmp / "state"
-    lines = [
-        "[broker]",
-        f"log_dirs = {json.dumps([str(d) for d in log_dirs])}",
-        "[retention]",
-        # The test topics are cleanup.policy=delete; without a broker nobody can say so.
-        *(
-            f"{k} = {json.dumps(v)}"
-            for k, v in {"assume_delete_policy": [".*"], **retention}.items()
-        ),
-        "[daemon]",
-        f'state_dir = "{state}"',
-    ]
-    path = tmp / "diskguard.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def over_ceiling(mount: Path, cushion: float = 3.0, share: float = 0.6) -> float:
-    """Fill ``mount`` and return a ceiling ``cushion`` points below its new usage."""
-    fill(mount / "filler", int(disk_free(mount) * share))
-    return round(df_percent(mount) - cushion, 2)
-
-
-def files_under(root: Path) -> dict[str, int]:
-    """relative path -> inode, symlinks not followed."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            out[os.path.relpath(path, root)] = os.lstat(path).st_ino
-    return out
-
-
-def plan_json(cfg: Path) -> tuple[dict[str, Any], str]:
-    proc = run_cli("plan", "-c", str(cfg), "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return json.loads(proc.stdout), proc.stderr
 
 
 SEG = SegmentSpec(records=30, payload_size=4000, records_per_batch=3, timestamp_step_ms=10)

@@ -9,54 +9,28 @@ an admin client injected at the confluent-kafka boundary.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
-from confluent_kafka.admin import DeletedRecords
-from test_retention_e2e import build, df_percent, disk_free, expected_order, write_config
 
 from diskguard.broker.client import BrokerClient
 from diskguard.config import load_config
 from diskguard.retention.cycle import Runtime
+from support.configs import write_config
+from support.disks import df_percent, disk_free
+from support.fakes import AcceptingAdmin
 from support.fsfixtures import fill, loop_ext4
 from support.kafkagen import hold_lock
+from support.logdirs import build, expected_order
 from support.tansu import run_tansu
 
 MiB = 1024**2
-
-
-class AcceptingAdmin:
-    """Answers DeleteRecords like a broker that accepted every request."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[tuple[str, int, int]]] = []
-
-    def list_topics(self, *args: Any, **kwargs: Any) -> object:
-        return object()
-
-    def delete_records(
-        self, tps: list[TopicPartition], **kwargs: Any
-    ) -> Mapping[TopicPartition, concurrent.futures.Future[Any]]:
-        self.calls.append([(tp.topic, tp.partition, tp.offset) for tp in tps])
-        out = {}
-        for tp in tps:
-            fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-            fut.set_result(DeletedRecords(tp.offset))
-            out[TopicPartition(tp.topic, tp.partition, tp.offset)] = fut
-        return out
-
-    def list_consumer_groups(self, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        fut.set_result(type("R", (), {"valid": [], "errors": []})())
-        return fut
 
 
 @pytest.fixture()

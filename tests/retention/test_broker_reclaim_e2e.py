@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from support import standin
-from support.daemonproc import DaemonProc, df_percent
+from support.daemonproc import DaemonProc
+from support.disks import df_percent
 
 MiB = 1024 * 1024
 pytestmark = pytest.mark.root

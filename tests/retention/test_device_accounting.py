@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_broker_mode import AcceptingAdmin
-from test_retention_e2e import build, df_percent, disk_free, expected_order, run_cli
 
 from diskguard.broker.client import BrokerClient
 from diskguard.config import load_config
@@ -31,8 +29,12 @@ from diskguard.kafkalog.scan import scan
 from diskguard.logs import configure_logging
 from diskguard.retention.cycle import Runtime
 from diskguard.retention.planner import Limits, plan_filesystem
+from support.cli import run_cli
+from support.disks import df_percent, disk_free
+from support.fakes import AcceptingAdmin
 from support.fsfixtures import fill, loop_ext4
 from support.kafkagen import SegmentSpec, hold_lock, write_log_dir
+from support.logdirs import build, expected_order
 
 MiB = 1024**2
 BASE_TS = 1_700_000_000_000

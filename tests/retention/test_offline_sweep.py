@@ -14,10 +14,11 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from test_reliability_input import df_percent, files_under, run_cli, write_config
-
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
 from diskguard.retention.offline import JOURNAL_FILE, JOURNAL_LOCK_FILE, OfflineExecutor
+from support.cli import run_cli
+from support.configs import write_config
+from support.disks import df_percent, files_under
 from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, write_log_dir
 

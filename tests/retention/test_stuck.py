@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from support.daemonproc import DaemonProc, df_percent
+from support.daemonproc import DaemonProc
+from support.disks import df_percent
 from support.fsfixtures import fill, loop_ext4
 from support.kafkagen import SegmentSpec, hold_lock, write_log_dir, write_partition
 

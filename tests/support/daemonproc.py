@@ -14,13 +14,6 @@ from pathlib import Path
 from typing import Any
 
 
-def df_percent(path: str | os.PathLike[str]) -> float:
-    st = os.statvfs(path)
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    avail = st.f_bavail * st.f_frsize
-    return 100.0 * used / (used + avail)
-
-
 class DaemonProc:
     """``diskguard run -c CONFIG`` with every stdout line parsed as one event."""
 

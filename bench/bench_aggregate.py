@@ -32,7 +32,7 @@ STEP_MS = 60_000
 TOTAL = 4_000_000_000_000
 TOPICS = ("orders", "payments", "clicks", "audit")
 TARGET_S = 30.0
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def generate(spool: Path, hosts: int, mounts: int, snapshots: int, files: int = 8) -> int:

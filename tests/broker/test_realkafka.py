@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -28,8 +27,9 @@ from diskguard.retention.planner import Deletion
 from diskguard.snapshots.kafkasink import KafkaSink
 from diskguard.snapshots.record import build_snapshot
 from diskguard.snapshots.spool import Spool
+from support.cli import run_cli
 from support.daemonproc import DaemonProc
-from support.disks import df_percent
+from support.disks import ceiling_under, df_percent
 from support.fsfixtures import fill
 from support.realbroker import RealBroker
 
@@ -98,12 +98,7 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 def diskguard(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(*args, timeout=timeout)
 
 
 def write_config(path: Path, body: str) -> Path:
@@ -355,10 +350,7 @@ def test_plan_and_enforce_in_broker_mode(real_kafka: RealBroker, tmp_path: Path)
     bases = segments(real_kafka, topic)
     assert len(bases) >= 3, bases
     # A ceiling just under the current usage: the excess (~60 kB) is less than one segment.
-    st = os.statvfs(real_kafka.log_dir)
-    total = (st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    ceiling = 100.0 * (used - 60_000) / total
+    ceiling = ceiling_under(real_kafka.log_dir, 60_000)
     config = write_config(
         tmp_path / "diskguard.toml",
         f"""

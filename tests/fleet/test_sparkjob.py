@@ -12,7 +12,6 @@ import json
 import re
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from diskguard.sparkjob import (
     resolve_input,
     run_aggregation,
 )
+from support.cli import run_cli
 from support.fleetgen import (
     DISKS,
     DUPLICATES,
@@ -233,12 +233,7 @@ def test_resolve_input_errors(tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_cli(*args, timeout=300)
 
 
 def test_cli_empty_dir_exits_2_with_one_line(tmp_path: Path) -> None:
@@ -308,7 +303,7 @@ def test_kafka_empty_topic_is_no_input() -> None:
 
 def test_kafka_unreachable_is_one_line_error(capfd: pytest.CaptureFixture[str]) -> None:
     from diskguard.fleet.kafkasource import KafkaSourceError, plan_offsets
-    from support.tansu import free_port
+    from support.net import free_port
 
     options = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "topic": "x"}
     with pytest.raises(KafkaSourceError, match=r"cannot reach Kafka at 127\.0\.0\.1:"):

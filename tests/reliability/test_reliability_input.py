@@ -11,7 +11,6 @@ hypothesis: they may only raise their documented error types.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import re
@@ -20,7 +19,6 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +35,10 @@ from diskguard.kafkalog.model import (
     parse_segment_file,
     segment_file_name,
 )
-from support.cli import plan_json, run_cli
+from support.cli import json_events, plan_json, run_cli
 from support.configs import write_config
 from support.disks import df_percent, files_under, over_ceiling
-from support.fsfixtures import fill, loop_ext4, tmpfs
+from support.fsfixtures import fill, tmpfs
 from support.kafkagen import SegmentSpec, encode_batch, write_log_dir, write_partition
 
 MiB = 1024**2
@@ -66,12 +64,6 @@ def seg_at(minute: int) -> SegmentSpec:
         timestamp_step_ms=SEG.timestamp_step_ms,
         first_timestamp_ms=BASE_TS + minute * 60_000,
     )
-
-
-@pytest.fixture()
-def disk() -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
 
 
 # ----------------------------------------------------------------------------- fuzz: parsers
@@ -538,7 +530,7 @@ def test_symlinks_out_of_the_log_dir_are_never_followed_or_deleted_through(
         assert files_under(elsewhere) == outside_before, "something outside the log dir changed"
         assert all(p.exists() for seg in outside.segments for p in seg.files)
         assert os.path.islink(s2.index_path) and s2.log_path.exists(), "deleted through a link"
-        events = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+        events = json_events(proc.stdout)
         refused = [e for e in events if e["event"] == "offline_refused" and e["partition"] == 2]
         assert refused and "not a regular file" in refused[0]["reason"]
     finally:

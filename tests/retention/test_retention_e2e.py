@@ -9,25 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from support.cli import run_cli
+from support.cli import json_events, run_cli
 from support.configs import write_config
-from support.disks import df_percent, disk_free
-from support.fsfixtures import fill, loop_ext4
+from support.disks import df_percent, disk_free, over_ceiling
+from support.fsfixtures import fill
 from support.kafkagen import hold_lock
 from support.logdirs import build, expected_order
 
 MiB = 1024**2
-
-
-@pytest.fixture()
-def disk(tmp_path: Path) -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
 
 
 def test_plan_then_enforce_offline_deletes_exactly_the_global_oldest_prefix(
@@ -64,7 +55,7 @@ def test_plan_then_enforce_offline_deletes_exactly_the_global_oldest_prefix(
     gone = before - after
     expected_gone = {str(f) for k in chosen for f in truth[k][1]}
     assert gone == expected_gone & before
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    events = json_events(proc.stdout)
     deleted = [e for e in events if e["event"] == "segment_deleted"]
     assert [(e["topic"], e["partition"], e["base_offset"]) for e in deleted] == chosen
     assert any(e["event"] == "retention_cycle" for e in events)
@@ -74,8 +65,7 @@ def test_plan_then_enforce_offline_deletes_exactly_the_global_oldest_prefix(
 
 def test_locked_log_dir_is_never_touched(disk: Path, tmp_path: Path) -> None:
     log_dir, _truth = build(disk)
-    fill(disk / "filler", int(disk_free(disk) * 0.6))
-    limit = round(df_percent(disk) - 4, 1)
+    limit = over_ceiling(disk, 4, digits=1)
     cfg = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="offline")
     snapshot = {str(p): os.stat(p).st_ino for p in log_dir.rglob("*")}
     with hold_lock(log_dir):
@@ -93,8 +83,7 @@ def test_under_limit_exit_0_and_dry_run_deletes_nothing(disk: Path, tmp_path: Pa
     cfg = write_config(tmp_path, log_dir, disk_usage_percent=99.0)
     proc = run_cli("enforce", "--once", "-c", str(cfg))
     assert proc.returncode == 0, proc.stderr
-    fill(disk / "filler", int(disk_free(disk) * 0.6))
-    limit = round(df_percent(disk) - 4, 1)
+    limit = over_ceiling(disk, 4, digits=1)
     cfg = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="dry-run")
     before = sorted(str(p) for p in log_dir.rglob("*"))
     proc = run_cli("enforce", "--once", "-c", str(cfg))

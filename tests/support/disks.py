@@ -27,6 +27,29 @@ def disk_free(path: str | os.PathLike[str]) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def disk_capacity(path: str | os.PathLike[str]) -> int:
+    """df's size as its percentages see it: used plus available (reserved blocks left out)."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize
+
+
+def ceiling_under(path: str | os.PathLike[str], excess_bytes: int) -> float:
+    """The usage limit (percent) that ``path`` is over by exactly ``excess_bytes``."""
+    st = os.statvfs(path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    return 100.0 * (used - excess_bytes) / ((st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize)
+
+
+def fill_to(mount: Path, name: str, percent: float) -> None:
+    """Add a filler file ``mount/name`` bringing df usage to about ``percent``."""
+    st = os.statvfs(mount)
+    total = (st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    need = int(total * percent / 100) - used
+    assert need > 0, (percent, df_percent(mount))
+    fill(mount / name, need)
+
+
 def over_ceiling(mount: Path, cushion: float = 3.0, share: float = 0.6, digits: int = 2) -> float:
     """Fill ``share`` of ``mount``'s free space; return a ceiling ``cushion`` points below
     the new usage, rounded to ``digits``."""

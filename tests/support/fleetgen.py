@@ -17,10 +17,10 @@ from typing import Any
 from diskguard.fleet.aggregation import MS_PER_HOUR
 
 T0 = 1_790_000_000_000
-STEP_MS = 60_000
+_STEP_MS = 60_000
 N = 120
-TOTAL = 1_000_000_000_000
-RESERVED = 50_000_000_000
+_TOTAL = 1_000_000_000_000
+_RESERVED = 50_000_000_000
 HOUR = int(MS_PER_HOUR)
 
 # (host, mount) -> used-bytes growth per hour (exact), overfull snapshot indexes
@@ -54,10 +54,10 @@ DUPLICATES = 37
 
 def snapshot_ts(disk_index: int, i: int) -> int:
     # irregular spacing per disk, so the fit is not a trivially even grid
-    return T0 + i * STEP_MS + (i % 7) * 1_500 + disk_index * 333
+    return T0 + i * _STEP_MS + (i % 7) * 1_500 + disk_index * 333
 
 
-def make_records() -> list[dict[str, Any]]:
+def _make_records() -> list[dict[str, Any]]:
     records = []
     for d, ((host, mount), (rate, overfull)) in enumerate(sorted(DISKS.items())):
         used0 = 400_000_000_000 + d * 10_000_000_000
@@ -73,9 +73,9 @@ def make_records() -> list[dict[str, Any]]:
                     "mount": mount,
                     "device": f"/dev/sd{'abcde'[d]}1",
                     "log_dirs": [f"{mount}/kafka"],
-                    "total_bytes": TOTAL,
+                    "total_bytes": _TOTAL,
                     "used_bytes": used,
-                    "available_bytes": TOTAL - RESERVED - used,
+                    "available_bytes": _TOTAL - _RESERVED - used,
                     "kafka_bytes": used - 1_000_000_000,
                     "pending_reclaim_bytes": 0,
                     "deleted_bytes": 1_000 if i % 10 == 0 else 0,
@@ -98,7 +98,7 @@ class Fleet:
 
 def make_fleet() -> Fleet:
     rng = random.Random(7)
-    records = make_records()
+    records = _make_records()
     lines = [json.dumps(r) for r in records]
     lines += [json.dumps(r) for r in rng.sample(records, DUPLICATES)]
     lines += MALFORMED_LINES + UNKNOWN_SCHEMA_LINES

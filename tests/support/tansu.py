@@ -52,9 +52,11 @@ def _tansu_binary() -> Path:
     return candidate
 
 
-def _wait_for_port(port: int, timeout_s: float = 15.0) -> None:
+def _wait_for_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tansu exited with {proc.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
@@ -95,8 +97,8 @@ class TansuBroker:
             stderr=subprocess.DEVNULL,
         )
         try:
-            _wait_for_port(self.port, timeout_s)
-        except TimeoutError:
+            _wait_for_port(self.port, timeout_s, self.proc)
+        except (TimeoutError, RuntimeError):
             self.kill()
             raise
 

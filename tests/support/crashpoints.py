@@ -1,6 +1,9 @@
 """Crash points, exhaustively: kill ``diskguard enforce --once`` (offline) at each of its
 file-system operations in turn, then check that one clean re-run converges.
 
+One module of ~700 lines on purpose: the driver, the strace runs, the reference run and the
+convergence checks are one procedure, shared by the test and ``bench/crashpoints.py``.
+
 How (fast enough for the test suite): one driver process imports diskguard once. For a crash
 point it forks a child that stops itself (``SIGSTOP``) before running the real CLI entry
 point (``enforce --once``); ``strace -p CHILD -f -e inject=SYSCALL:signal=SIGKILL:when=N``

@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from support import fsfixtures
 from support.cli import run_cli
+from support.configs import write_config
 from support.disks import df_percent
 from support.realbroker import PORT, ZK_PORT, RealBroker, running_broker
 
@@ -151,17 +152,13 @@ def rescue(kafka_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         consumer.close()
         broker.create_topic(ORDERS, 2, **{"segment.bytes": str(2 << 20)})
 
-        config = state / "diskguard.toml"
-        config.write_text(
-            f"""
-[broker]
-log_dirs = ["{log_dir}"]
-bootstrap_servers = "{broker.bootstrap}"
-[retention]
-disk_usage_percent = {CEILING}
-[daemon]
-state_dir = "{state}"
-"""
+        config = write_config(
+            state,
+            log_dir,
+            broker={"bootstrap_servers": broker.bootstrap},
+            state_dir=state,
+            assume_delete_policy=None,
+            disk_usage_percent=CEILING,
         )
         # As in production, diskguard ran beside the broker before the disk filled: one
         # broker-mode cycle learns every topic's cleanup.policy (DescribeConfigs) into the

@@ -34,10 +34,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import fsfixtures  # noqa: E402
+from support import fsfixtures  # noqa: E402
+from support.disks import df_percent  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -82,13 +83,6 @@ class Result:
     first_deletion_s: float | None
     ceiling: float
     target: float
-
-
-def df_percent(path: Path) -> float:
-    st = os.statvfs(path)
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    avail = st.f_bavail * st.f_frsize
-    return 100.0 * used / (used + avail)
 
 
 @contextlib.contextmanager

@@ -48,14 +48,14 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import crc32c
 
 import gen_tree
 import loopfs
 from machine import RESULTS, ROOT, machine_info
-from support import kafkagen
+from support import configs, kafkagen
 
 DISKGUARD = ROOT / ".venv" / "bin" / "diskguard"
 MIB = 1024 * 1024
@@ -317,29 +317,18 @@ class DaemonProcess:
 def write_config(
     path: Path, log_dir: Path, state_dir: Path, limit: float, target: float | None
 ) -> None:
-    lines = [
-        "[broker]",
-        f'log_dirs = ["{log_dir}"]',
-        "",
-        "[retention]",
-        f"disk_usage_percent = {limit}",
-        *([f"target_percent = {target}"] if target is not None else []),
-        'mode = "offline"',
-        "offline_headroom = 0",
-        'assume_delete_policy = [".*"]',
-        "",
-        "[snapshots]",
-        'host = "bench"',
-        "",
-        "[daemon]",
-        f'state_dir = "{state_dir}"',
-        "",
-        "[logging]",
-        'format = "json"',
-        'level = "info"',
-        "",
-    ]
-    path.write_text("\n".join(lines))
+    configs.write_config(
+        path.parent,
+        log_dir,
+        snapshots={"host": "bench"},
+        logging={"format": "json", "level": "info"},
+        state_dir=state_dir,
+        name=path.name,
+        disk_usage_percent=limit,
+        target_percent=target,
+        mode="offline",
+        offline_headroom=0,
+    )
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import loopfs
 from machine import RESULTS, ROOT, machine_info
+from support import configs
 from support.kafkagen import SegmentSpec, hold_lock, write_log_dir
 
 SEG = SegmentSpec(records=4, payload_size=2000, records_per_batch=2)
@@ -53,18 +54,16 @@ def cpu_seconds(pid: int) -> float:
 
 def write_config(path: Path, log_dir: Path, state: Path, scenario: str, limit: float) -> None:
     mode = {"refused": "offline", "dry-run": "dry-run"}.get(scenario, "offline")
-    protect = '\nprotect_topics = [".*"]' if scenario == "unreachable" else ""
-    path.write_text(
-        f"""
-[broker]
-log_dirs = ["{log_dir}"]
-[retention]
-disk_usage_percent = {99.0 if scenario == "idle" else limit}
-mode = "{mode}"
-offline_headroom = 0{protect}
-[daemon]
-state_dir = "{state}"
-"""
+    configs.write_config(
+        path.parent,
+        log_dir,
+        state_dir=state,
+        name=path.name,
+        assume_delete_policy=None,
+        disk_usage_percent=99.0 if scenario == "idle" else limit,
+        mode=mode,
+        offline_headroom=0,
+        protect_topics=[".*"] if scenario == "unreachable" else None,
     )
 
 

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import loopfs
 from bench_reaction import MIB, DaemonProcess, workdir, writer_main
 from machine import RESULTS, machine_info
-from support import kafkagen
+from support import configs, kafkagen
 
 ERROR_EVENTS = ("cycle_failed", "segment_delete_failed", "usage_read_failed", "offline_refused")
 
@@ -63,28 +63,17 @@ def proc_fds(pid: int) -> int | None:
 def write_config(
     path: Path, log_dirs: list[Path], state_dir: Path, limit: float, target: float
 ) -> None:
-    path.write_text(
-        "\n".join(
-            [
-                "[broker]",
-                f"log_dirs = {json.dumps([str(d) for d in log_dirs])}",
-                "[retention]",
-                f"disk_usage_percent = {limit}",
-                f"target_percent = {target}",
-                'mode = "offline"',
-                "offline_headroom = 0",
-                'assume_delete_policy = [".*"]',
-                "[snapshots]",
-                'interval = "10s"',
-                'host = "soak"',
-                "[daemon]",
-                f'state_dir = "{state_dir}"',
-                "[logging]",
-                'format = "json"',
-                'level = "info"',
-                "",
-            ]
-        )
+    configs.write_config(
+        path.parent,
+        log_dirs,
+        snapshots={"interval": "10s", "host": "soak"},
+        logging={"format": "json", "level": "info"},
+        state_dir=state_dir,
+        name=path.name,
+        disk_usage_percent=limit,
+        target_percent=target,
+        mode="offline",
+        offline_headroom=0,
     )
 
 

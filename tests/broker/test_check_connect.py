@@ -4,27 +4,27 @@ feature cannot work. Real-broker and stand-in runs are in their own suites."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
+from support.cli import run_cli
+from support.configs import write_config
 
-def _cfg(tmp_path: Path, broker: str = "") -> Path:
+
+def _cfg(tmp_path: Path, **broker: object) -> Path:
     logs = tmp_path / "logs"
     logs.mkdir()
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'[broker]\nlog_dirs = ["{logs}"]\n{broker}\n[daemon]\nstate_dir = "{tmp_path / "s"}"\n'
+    return write_config(
+        tmp_path,
+        logs,
+        broker=broker,
+        state_dir=tmp_path / "s",
+        name="c.toml",
+        assume_delete_policy=None,
     )
-    return cfg
 
 
 def _run(cfg: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", "check-config", "--connect", "-c", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli("check-config", "--connect", "-c", str(cfg))
 
 
 def test_no_bootstrap_servers_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -37,7 +37,7 @@ def test_no_bootstrap_servers_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_unreachable_broker_fails_cleanly(tmp_path: Path) -> None:
-    proc = _run(_cfg(tmp_path, 'bootstrap_servers = "127.0.0.1:1"'))
+    proc = _run(_cfg(tmp_path, bootstrap_servers="127.0.0.1:1"))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     last = proc.stdout.splitlines()[-1]
     assert last.startswith("FAIL: broker 127.0.0.1:1: not reachable"), proc.stdout

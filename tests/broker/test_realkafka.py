@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -28,7 +27,10 @@ from diskguard.retention.planner import Deletion
 from diskguard.snapshots.kafkasink import KafkaSink
 from diskguard.snapshots.record import build_snapshot
 from diskguard.snapshots.spool import Spool
-from support.daemonproc import DaemonProc, df_percent
+from support.cli import run_cli
+from support.configs import write_config
+from support.daemonproc import DaemonProc
+from support.disks import ceiling_under, df_percent
 from support.fsfixtures import fill
 from support.realbroker import RealBroker
 
@@ -97,22 +99,12 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 def diskguard(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(*args, timeout=timeout)
 
 
-def write_config(path: Path, body: str) -> Path:
-    path.write_text(body)
-    return path
-
-
-def only(topic: str) -> str:
+def only(topic: str) -> list[str]:
     """A protect_topics list that protects every topic but ``topic`` (other tests' data)."""
-    return json.dumps([f"^(?!{topic}$)"])
+    return [f"^(?!{topic}$)"]
 
 
 # ----------------------------------------------------------------------------- Metadata
@@ -184,14 +176,10 @@ def test_describe_configs_of_topics_and_the_reserve_report(
     assert not any("not in the cluster metadata" in n for n in notes), notes
 
     config = write_config(
-        tmp_path / "diskguard.toml",
-        f"""
-[broker]
-log_dirs = ["{real_kafka.log_dir}"]
-bootstrap_servers = "{real_kafka.bootstrap}"
-[daemon]
-state_dir = "{tmp_path / "state"}"
-""",
+        tmp_path,
+        real_kafka.log_dir,
+        broker={"bootstrap_servers": real_kafka.bootstrap},
+        assume_delete_policy=None,
     )
     proc = diskguard("reserve", "--json", "-c", str(config))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -354,24 +342,15 @@ def test_plan_and_enforce_in_broker_mode(real_kafka: RealBroker, tmp_path: Path)
     bases = segments(real_kafka, topic)
     assert len(bases) >= 3, bases
     # A ceiling just under the current usage: the excess (~60 kB) is less than one segment.
-    st = os.statvfs(real_kafka.log_dir)
-    total = (st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    ceiling = 100.0 * (used - 60_000) / total
+    ceiling = ceiling_under(real_kafka.log_dir, 60_000)
     config = write_config(
-        tmp_path / "diskguard.toml",
-        f"""
-[broker]
-log_dirs = ["{real_kafka.log_dir}"]
-bootstrap_servers = "{real_kafka.bootstrap}"
-[retention]
-disk_usage_percent = {ceiling:.6f}
-protect_topics = {only(topic)}
-[logging]
-level = "warning"
-[daemon]
-state_dir = "{tmp_path / "state"}"
-""",
+        tmp_path,
+        real_kafka.log_dir,
+        broker={"bootstrap_servers": real_kafka.bootstrap},
+        logging={"level": "warning"},
+        assume_delete_policy=None,
+        disk_usage_percent=round(ceiling, 6),
+        protect_topics=only(topic),
     )
     proc = diskguard("plan", "--json", "-c", str(config))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -452,25 +431,20 @@ def test_flow_control_acl_blocks_real_producers_and_survives_kill_9(
     now = df_percent(mount)
     metrics_port = 29190
     config = write_config(
-        tmp_path / "diskguard.toml",
-        f"""
-[broker]
-log_dirs = ["{real_kafka.log_dir}"]
-bootstrap_servers = "{real_kafka.bootstrap}"
-[retention]
-mode = "dry-run"
-check_interval = "1s"
-[flow_control]
-overfull_percent = {now + 20:.2f}
-underfull_percent = {now + 10:.2f}
-min_free_bytes = "1MiB"
-actuators = ["acl", "quota"]
-acl_principal = "User:*"
-[metrics]
-listen = "127.0.0.1:{metrics_port}"
-[daemon]
-state_dir = "{tmp_path / "state"}"
-""",
+        tmp_path,
+        real_kafka.log_dir,
+        broker={"bootstrap_servers": real_kafka.bootstrap},
+        flow_control={
+            "overfull_percent": round(now + 20, 2),
+            "underfull_percent": round(now + 10, 2),
+            "min_free_bytes": "1MiB",
+            "actuators": ["acl", "quota"],
+            "acl_principal": "User:*",
+        },
+        metrics={"listen": f"127.0.0.1:{metrics_port}"},
+        assume_delete_policy=None,
+        mode="dry-run",
+        check_interval="1s",
     )
     fill_bytes = int(os.statvfs(mount).f_blocks * os.statvfs(mount).f_frsize * 0.25)
     try:
@@ -535,20 +509,12 @@ def test_check_config_connect_learns_the_reclaim_latency_and_the_authorizer(
     """DescribeConfigs on the BROKER resource, as diskguard uses it: the retention-check
     interval and delete delay (the reclaim latency) and whether an authorizer is on."""
     config = write_config(
-        tmp_path / "diskguard.toml",
-        f"""
-[broker]
-log_dirs = ["{real_kafka.log_dir}"]
-bootstrap_servers = "{real_kafka.bootstrap}"
-[retention]
-disk_usage_percent = 95
-[flow_control]
-overfull_percent = 97
-underfull_percent = 96
-actuators = ["acl"]
-[daemon]
-state_dir = "{tmp_path / "state"}"
-""",
+        tmp_path,
+        real_kafka.log_dir,
+        broker={"bootstrap_servers": real_kafka.bootstrap},
+        flow_control={"overfull_percent": 97, "underfull_percent": 96, "actuators": ["acl"]},
+        assume_delete_policy=None,
+        disk_usage_percent=95,
     )
     proc = diskguard("check-config", "--connect", "-c", str(config))
     assert proc.returncode == 0, proc.stdout + proc.stderr

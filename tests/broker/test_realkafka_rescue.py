@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import re
 import struct
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +26,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from support import fsfixtures
-from support.daemonproc import df_percent
+from support.cli import run_cli
+from support.configs import write_config
+from support.disks import df_percent
 from support.realbroker import PORT, ZK_PORT, RealBroker, running_broker
 
 pytestmark = pytest.mark.realkafka
@@ -152,27 +152,18 @@ def rescue(kafka_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         consumer.close()
         broker.create_topic(ORDERS, 2, **{"segment.bytes": str(2 << 20)})
 
-        config = state / "diskguard.toml"
-        config.write_text(
-            f"""
-[broker]
-log_dirs = ["{log_dir}"]
-bootstrap_servers = "{broker.bootstrap}"
-[retention]
-disk_usage_percent = {CEILING}
-[daemon]
-state_dir = "{state}"
-"""
+        config = write_config(
+            state,
+            log_dir,
+            broker={"bootstrap_servers": broker.bootstrap},
+            state_dir=state,
+            assume_delete_policy=None,
+            disk_usage_percent=CEILING,
         )
         # As in production, diskguard ran beside the broker before the disk filled: one
         # broker-mode cycle learns every topic's cleanup.policy (DescribeConfigs) into the
         # state dir's cache, which is what lets the offline rescue tell delete from compact.
-        learn = subprocess.run(
-            [sys.executable, "-m", "diskguard", "enforce", "--once", "-c", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        learn = run_cli("enforce", "--once", "-c", str(config), timeout=120)
         assert learn.returncode == 0, learn.stdout + learn.stderr
         assert (state / "topic-policies.json").exists()
 
@@ -187,12 +178,7 @@ state_dir = "{state}"
             for base in bases(log_dir / f"{ORDERS}-{part}")
         }
 
-        proc = subprocess.run(
-            [sys.executable, "-m", "diskguard", "enforce", "--once", "-c", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = run_cli("enforce", "--once", "-c", str(config), timeout=120)
         usage_after = df_percent(mount)
         after = {p.name: files_of(p) for p in pdirs if p.is_dir()}
 

@@ -35,7 +35,8 @@ from diskguard.capacity.topicconfigs import (
     topics_from_log_dirs,
 )
 from diskguard.config import BrokerConfig, parse_config
-from support.tansu import free_port, run_tansu
+from support.net import free_port
+from support.tansu import run_tansu
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 DIAG = Path(sys.executable).parent / "diskguard"

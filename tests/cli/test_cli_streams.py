@@ -5,35 +5,33 @@ only JSON lines; logs go to stderr (issue 13 item 1)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from support.cli import json_events, run_cli
+from support.configs import write_config
 
 
 def _cfg(tmp_path: Path) -> Path:
     logs = tmp_path / "logs"
     (logs / "orders-0").mkdir(parents=True)
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'[broker]\nlog_dirs = ["{logs}"]\nbootstrap_servers = "127.0.0.1:1"\n'
-        'client = { "debug" = "broker,protocol" }\n'
-        f'[logging]\nlevel = "debug"\n[daemon]\nstate_dir = "{tmp_path / "s"}"\n'
+    return write_config(
+        tmp_path,
+        logs,
+        broker={"bootstrap_servers": "127.0.0.1:1", "client": {"debug": "broker,protocol"}},
+        logging={"level": "debug"},
+        state_dir=tmp_path / "s",
+        name="c.toml",
+        assume_delete_policy=None,
     )
-    return cfg
 
 
 @pytest.mark.parametrize("command", [["plan", "--json"], ["status", "--json"], ["audit", "--json"]])
 def test_json_commands_keep_stdout_parseable_with_a_dead_broker(
     tmp_path: Path, command: list[str]
 ) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "diskguard", *command, "-c", str(_cfg(tmp_path))],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_cli(*command, "-c", str(_cfg(tmp_path)), timeout=120)
     assert proc.returncode == 0, proc.stderr
     if command[0] == "audit":
         # JSON lines, one per audit record (none yet): every stdout line parses.
@@ -43,5 +41,5 @@ def test_json_commands_keep_stdout_parseable_with_a_dead_broker(
     assert "Traceback" not in proc.stderr
     if command[0] == "plan":
         # The broker being down is said, on stderr, as JSON log lines.
-        lines = [json.loads(x) for x in proc.stderr.splitlines() if x.startswith("{")]
+        lines = json_events(proc.stderr)
         assert any(e.get("event") == "broker_unreachable" for e in lines), proc.stderr[-2000:]

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tomllib
 import typing
 from pathlib import Path
@@ -15,21 +13,10 @@ import pytest
 from diskguard.config import load_config, parse_config
 from diskguard.errors import ConfigError
 from diskguard.units import parse_duration, parse_size
+from support.cli import run_cli
+from support.configs import write_config
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run_cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-    )
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -347,11 +334,11 @@ def test_on_change_alone_enables_the_exec_actuator_and_the_hook_runs(tmp_path: P
 
     record = tmp_path / "events"
     hook = hook_script(tmp_path, body=f'echo "$DISKGUARD_EVENT" >> {record}\n')
-    path = write(
+    path = write_config(
         tmp_path,
-        f'[broker]\nlog_dirs = ["{tmp_path}"]\n[flow_control]\noverfull_percent = 90\n'
-        f'underfull_percent = 80\non_change = ["{hook}"]\n'
-        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n',
+        tmp_path,
+        flow_control={"overfull_percent": 90, "underfull_percent": 80, "on_change": [hook]},
+        assume_delete_policy=None,
     )
     proc = run_cli("check-config", "-c", str(path))
     assert proc.returncode == 0, proc.stderr

@@ -4,13 +4,14 @@ stderr, readable), otherwise — or with ``--json`` — the JSON event stream on
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from support import kafkagen
+from support.cli import run_cli
+from support.configs import write_config
+from support.disks import ceiling_under
 from support.terminal import on_a_terminal
 
 MiB = 1024 * 1024
@@ -30,15 +31,14 @@ def _setup(tmpfs: Callable[[int], Path], tmp_path: Path) -> Path:
         for s in range(6)
     ]
     kafkagen.write_partition(log_dir, "orders", 0, specs)
-    st = os.statvfs(mount)
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    limit = 100.0 * (used - 1) / ((st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize)
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'[broker]\nlog_dirs = ["{log_dir}"]\n[retention]\ndisk_usage_percent = {limit:.6f}\n'
-        f'assume_delete_policy = [".*"]\n[daemon]\nstate_dir = "{tmp_path / "s"}"\n'
+    limit = ceiling_under(mount, 1)
+    return write_config(
+        tmp_path,
+        log_dir,
+        state_dir=tmp_path / "s",
+        name="c.toml",
+        disk_usage_percent=round(limit, 6),
     )
-    return cfg
 
 
 def test_a_terminal_gets_one_summary_line(tmpfs: Callable[[int], Path], tmp_path: Path) -> None:
@@ -57,12 +57,7 @@ def test_not_a_terminal_or_json_gets_json_lines(
 ) -> None:
     cfg = _setup(tmpfs, tmp_path)
     for run, extra in enumerate(([], ["--json"])):
-        proc = subprocess.run(
-            [sys.executable, "-m", "diskguard", "enforce", "--once", "-c", str(cfg), *extra],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = run_cli("enforce", "--once", "-c", str(cfg), *extra)
         assert proc.returncode == 0, proc.stderr
         events = [json.loads(line)["event"] for line in proc.stdout.splitlines()]
         assert events or run == 1, proc.stderr  # the first run deletes; the second need not

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from diskguard.commands import plan as plan_cmd
 from diskguard.commands import status as status_cmd
+from support.configs import write_config
 from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, write_log_dir
 from support.terminal import on_a_terminal
@@ -37,13 +38,7 @@ def _over_the_limit(tmpfs: Callable[[int], Path], tmp_path: Path) -> Path:
     )
     write_log_dir(log_dir, {("orders", 0): [spec, spec, spec]})
     fill(mount / "filler", 20 * MiB)
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'[broker]\nlog_dirs = ["{log_dir}"]\n'
-        '[retention]\ndisk_usage_percent = 10\nmode = "offline"\n'
-        f'assume_delete_policy = [".*"]\n[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
-    )
-    return cfg
+    return write_config(tmp_path, log_dir, name="c.toml", disk_usage_percent=10, mode="offline")
 
 
 def test_status_and_plan_highlight_usage_over_the_limit_on_a_terminal_only(

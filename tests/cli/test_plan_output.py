@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +22,9 @@ from diskguard.commands.plan import render_plan
 from diskguard.retention.planner import Deletion, FilesystemPlan, Plan
 from diskguard.retention.report import plan_json
 from diskguard.units import MAX_DATETIME_MS, format_timestamp_ms
+from support import cli
+from support.configs import write_config
+from support.disks import ceiling_under
 from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, hold_lock, write_log_dir
 
@@ -34,30 +35,7 @@ BASE_TS_US = BASE_TS_MS * 1000  # the same instant in µs, which Kafka reads as 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     # Wide enough that rich never wraps a table cell the assertions look for.
-    env = {**os.environ, "COLUMNS": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-
-
-def write_config(tmp: Path, log_dir: Path, **retention: object) -> Path:
-    lines = [
-        "[broker]",
-        f'log_dirs = ["{log_dir}"]',
-        "[retention]",
-        # Generated topics have no broker or KRaft metadata to tell their cleanup.policy.
-        *(() if "assume_delete_policy" in retention else ('assume_delete_policy = [".*"]',)),
-        *(f"{k} = {json.dumps(v)}" for k, v in retention.items()),
-        "[daemon]",
-        f'state_dir = "{tmp / "state"}"',
-    ]
-    path = tmp / "diskguard.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return cli.run_cli(*args, env={"COLUMNS": "250"})
 
 
 def segments(first_ts: int, step: int, count: int = 3) -> list[SegmentSpec]:
@@ -200,10 +178,7 @@ def test_excess_already_pending_reclaim(tmpfs: Callable[[int], Path], tmp_path: 
     write_log_dir(log_dir, {("orders", 0): segments(BASE_TS_MS, 1)})
     # A segment the broker renamed for deletion and has not removed yet: 2 MiB pending.
     fill(log_dir / "orders-0" / "00000000000000000000.log.deleted", 2 * MiB)
-    st = os.statvfs(mount)
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    capacity = used + st.f_bavail * st.f_frsize
-    limit = 100.0 * (used - 1 * MiB) / capacity  # 1 MiB over: less than what is pending
+    limit = ceiling_under(mount, 1 * MiB)  # 1 MiB over: less than what is pending
     out = plan_text(write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="dry-run"))
     assert WITHIN not in out, out
     text = sentence(out, mount)

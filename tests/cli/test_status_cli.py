@@ -8,7 +8,6 @@ import datetime as dt
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,9 @@ import pytest
 from diskguard.commands import status as status_cmd
 from diskguard.config import parse_config
 from diskguard.host import fsusage
-from support.fsfixtures import fill
+from support import cli
+from support.configs import write_config
+from support.disks import over_ceiling
 from support.kafkagen import SegmentSpec, write_log_dir
 
 MiB = 1024**2
@@ -26,38 +27,7 @@ BASE_TS = 1_700_000_000_000
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "400"},
-    )
-
-
-def df_percent(path: Path) -> float:
-    st = os.statvfs(path)
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    avail = st.f_bavail * st.f_frsize
-    return 100.0 * used / (used + avail)
-
-
-def write_config(tmp_path: Path, log_dir: Path, **retention: object) -> Path:
-    lines = [
-        "[broker]",
-        f'log_dirs = ["{log_dir}"]',
-        "[retention]",
-        # The test topics are cleanup.policy=delete; offline, nobody can say so.
-        *(
-            f"{k} = {json.dumps(v)}"
-            for k, v in {"assume_delete_policy": [".*"], **retention}.items()
-        ),
-        "[daemon]",
-        f'state_dir = "{tmp_path / "state"}"',
-    ]
-    path = tmp_path / "diskguard.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return cli.run_cli(*args, timeout=120, env={"COLUMNS": "400"})
 
 
 def test_status_after_enforce_once_shows_its_last_deletion(
@@ -80,9 +50,7 @@ def test_status_after_enforce_once_shows_its_last_deletion(
         for p in range(2)
     }
     write_log_dir(log_dir, parts)
-    st = os.statvfs(mount)
-    fill(mount / "filler", int(st.f_bavail * st.f_frsize * 0.6))
-    limit = round(df_percent(mount) - 3, 1)
+    limit = over_ceiling(mount, 3, digits=1)
     cfg = write_config(
         tmp_path, log_dir, disk_usage_percent=limit, mode="offline", offline_headroom=0
     )

@@ -8,43 +8,19 @@ Deadlines here are generous functional bounds (the reaction-time figures come fr
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from test_retention_e2e import build, expected_order
-
-from support.daemonproc import DaemonProc, df_percent
-from support.fsfixtures import fill, loop_ext4
+from support.configs import write_config
+from support.daemonproc import DaemonProc
+from support.disks import df_percent, fill_to
+from support.logdirs import build, expected_order
+from support.net import free_port
 
 MiB = 1024**2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def fill_to(mount: Path, name: str, percent: float) -> None:
-    """Add a filler file bringing df usage to about ``percent``."""
-    st = os.statvfs(mount)
-    total = (st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    need = int(total * percent / 100) - used
-    assert need > 0, (percent, df_percent(mount))
-    fill(mount / name, need)
-
-
-@pytest.fixture()
-def disk() -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
 
 
 class NotifySocket:
@@ -78,35 +54,27 @@ def test_daemon_guards_a_real_disk(disk: Path, tmp_path: Path) -> None:
     hook.chmod(0o755)
     port = free_port()
     state = tmp_path / "state"
-    config = tmp_path / "diskguard.toml"
-    good = f"""
-[broker]
-log_dirs = ["{log_dir}"]
-[retention]
-disk_usage_percent = {ceiling}
-target_percent = {target}
-check_interval = "2s"
-mode = "offline"
-offline_headroom = 0
-# The test topics are cleanup.policy=delete; offline, nobody can tell diskguard so.
-assume_delete_policy = [".*"]
-[flow_control]
-overfull_percent = {overfull}
-underfull_percent = {underfull}
-min_free_bytes = "1MiB"
-actuators = ["exec"]
-on_change = ["{hook}"]
-[alerts]
-low_space_percent = {round(base + 1, 2)}
-[snapshots]
-interval = "2s"
-host = "test-host"
-[metrics]
-listen = "127.0.0.1:{port}"
-[daemon]
-state_dir = "{state}"
-"""
-    config.write_text(good)
+    config = write_config(
+        tmp_path,
+        log_dir,
+        flow_control={
+            "overfull_percent": overfull,
+            "underfull_percent": underfull,
+            "min_free_bytes": "1MiB",
+            "actuators": ["exec"],
+            "on_change": [hook],
+        },
+        alerts={"low_space_percent": round(base + 1, 2)},
+        snapshots={"interval": "2s", "host": "test-host"},
+        metrics={"listen": f"127.0.0.1:{port}"},
+        state_dir=state,
+        disk_usage_percent=ceiling,
+        target_percent=target,
+        check_interval="2s",
+        mode="offline",
+        offline_headroom=0,
+    )
+    good = config.read_text()
     notify = NotifySocket(tmp_path / "notify.sock")
     with DaemonProc(config, env={"NOTIFY_SOCKET": str(notify.path)}) as daemon:
         daemon.wait_for("daemon_started")

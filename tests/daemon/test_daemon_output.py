@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from support.configs import write_config
 from support.daemonproc import DaemonProc
 
 
@@ -17,10 +18,13 @@ def test_daemon_start_and_stop_write_only_json_lines(
 ) -> None:
     mount = tmpfs(16 * 1024 * 1024)
     (mount / "kafka" / "orders-0").mkdir(parents=True)
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'[broker]\nlog_dirs = ["{mount / "kafka"}"]\n[retention]\ncheck_interval = "200ms"\n'
-        f'[daemon]\nstate_dir = "{tmp_path / "s"}"\n'
+    cfg = write_config(
+        tmp_path,
+        mount / "kafka",
+        state_dir=tmp_path / "s",
+        name="c.toml",
+        assume_delete_policy=None,
+        check_interval="200ms",
     )
     daemon = DaemonProc(cfg)
     try:

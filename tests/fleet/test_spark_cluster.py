@@ -14,7 +14,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pyspark
 import pytest
-from test_sparkjob import make_fleet, write_spool
+
+from support.fleetgen import make_fleet, write_spool
+from support.net import free_port
 
 pytestmark = pytest.mark.spark
 
@@ -35,12 +36,6 @@ REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 DEADLINE_S = 120.0  # the worker's registration
 STEP_TIMEOUT_S = 240.0  # each job run; ~30-45 s on an idle 2-core machine
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _spark_env(tmp: Path) -> dict[str, str]:
@@ -84,7 +79,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dic
     tmp = tmp_path_factory.mktemp("spark-cluster")
     env = _spark_env(tmp)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
-    port, webui, wport, wwebui = (_free_port() for _ in range(4))
+    port, webui, wport, wwebui = (free_port() for _ in range(4))
     url = f"spark://127.0.0.1:{port}"
     master_log = (tmp / "master.log").open("wb")
     worker_log = (tmp / "worker.log").open("wb")

@@ -9,124 +9,39 @@ reference in ``diskguard.fleet.aggregation``.
 from __future__ import annotations
 
 import json
-import random
 import re
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from diskguard.fleet.aggregation import MS_PER_HOUR, overfull_history, summarize_disks
+from diskguard.fleet.aggregation import overfull_history, summarize_disks
 from diskguard.fleet.inputs import NoInputError, resolve_input
 from diskguard.fleet.job import JobResult, run_aggregation
 from diskguard.fleet.session import build_session
+from support.cli import run_cli
+from support.fleetgen import (
+    DISKS,
+    DUPLICATES,
+    EXPECTED_EPISODES,
+    HOUR,
+    MALFORMED_LINES,
+    T0,
+    UNKNOWN_SCHEMA_LINES,
+    Fleet,
+    N,
+    make_fleet,
+    snapshot_ts,
+    write_spool,
+)
 from support.tansu import tansu_broker
 
 pytestmark = pytest.mark.spark
-
-T0 = 1_790_000_000_000
-STEP_MS = 60_000
-N = 120
-TOTAL = 1_000_000_000_000
-RESERVED = 50_000_000_000
-HOUR = int(MS_PER_HOUR)
-
-# (host, mount) -> used-bytes growth per hour (exact), overfull snapshot indexes
-DISKS: dict[tuple[str, str], tuple[int, set[int]]] = {
-    ("broker-1", "/data1"): (2_000_000_000, set(range(20, 40)) | set(range(80, 90))),
-    ("broker-1", "/data2"): (500_000_000, set()),
-    ("broker-2", "/data1"): (8_000_000_000, set(range(0, 10)) | set(range(110, N))),
-    ("broker-2", "/data2"): (-1_000_000_000, set()),
-    ("broker-3", "/data1"): (0, {50}),
-}
-EXPECTED_EPISODES = {
-    ("broker-1", "/data1"): (2, (20 + 10) * 60.0),
-    ("broker-1", "/data2"): (0, 0.0),
-    ("broker-2", "/data1"): (2, (10 + 9) * 60.0),  # starts overfull; ends overfull
-    ("broker-2", "/data2"): (0, 0.0),
-    ("broker-3", "/data1"): (1, 60.0),
-}
-MALFORMED_LINES = [
-    "this is not json",
-    '{"schema": 1, "host": "broker-1", "ts_m',
-    '{"schema": 1, "host": "broker-9", "mount": "/x"}',
-    '{"schema": 1, "host": "broker-9", "mount": "/x", "ts_ms": "yesterday"}',
-    "[1, 2, 3]",
-]
-UNKNOWN_SCHEMA_LINES = [
-    '{"schema": 2, "host": "broker-1", "mount": "/data1", "ts_ms": 1, "used": {"new": 1}}',
-    '{"schema": 99, "host": "broker-4"}',
-]
-DUPLICATES = 37
-
-
-def _ts(disk_index: int, i: int) -> int:
-    # irregular spacing per disk, so the fit is not a trivially even grid
-    return T0 + i * STEP_MS + (i % 7) * 1_500 + disk_index * 333
-
-
-def make_records() -> list[dict[str, Any]]:
-    records = []
-    for d, ((host, mount), (rate, overfull)) in enumerate(sorted(DISKS.items())):
-        used0 = 400_000_000_000 + d * 10_000_000_000
-        for i in range(N):
-            ts = _ts(d, i)
-            used = used0 + round(rate * (ts - T0) / MS_PER_HOUR)
-            orders = 100_000_000_000 + round(rate * 0.5 * (ts - T0) / MS_PER_HOUR)
-            records.append(
-                {
-                    "schema": 1,
-                    "host": host,
-                    "ts_ms": ts,
-                    "mount": mount,
-                    "device": f"/dev/sd{'abcde'[d]}1",
-                    "log_dirs": [f"{mount}/kafka"],
-                    "total_bytes": TOTAL,
-                    "used_bytes": used,
-                    "available_bytes": TOTAL - RESERVED - used,
-                    "kafka_bytes": used - 1_000_000_000,
-                    "pending_reclaim_bytes": 0,
-                    "deleted_bytes": 1_000 if i % 10 == 0 else 0,
-                    "flow_state": "overfull" if i in overfull else "normal",
-                    "alert_level": 2 if i in overfull else (1 if i % 30 == 0 else 0),
-                    "topics": [
-                        {"topic": "orders", "partitions": 6, "bytes": orders},
-                        {"topic": "logs", "partitions": 3, "bytes": 50_000_000_000 + d},
-                    ],
-                }
-            )
-    return records
-
-
-@dataclass(frozen=True)
-class Fleet:
-    records: list[dict[str, Any]]
-    lines: list[str]  # every line written, in order: valid, duplicates, bad
-
-
-def make_fleet() -> Fleet:
-    rng = random.Random(7)
-    records = make_records()
-    lines = [json.dumps(r) for r in records]
-    lines += [json.dumps(r) for r in rng.sample(records, DUPLICATES)]
-    lines += MALFORMED_LINES + UNKNOWN_SCHEMA_LINES
-    rng.shuffle(lines)
-    return Fleet(records, lines)
-
-
-def write_spool(directory: Path, lines: list[str], files: int = 3) -> None:
-    directory.mkdir(parents=True)
-    for f in range(files):
-        chunk = lines[f::files]
-        # a blank line is not a record and is not counted as bad
-        (directory / f"{f:08d}.jsonl").write_text("\n".join(chunk) + "\n\n")
 
 
 @pytest.fixture(scope="module")
@@ -216,11 +131,13 @@ def test_overfull_episodes_and_seconds_are_exact(file_run: JobResult) -> None:
         assert disks[key]["overfull_episodes"] == episodes, key
     # seconds: the generated timestamps are irregular, so compute the step function by hand
     for d, ((host, mount), (_, overfull)) in enumerate(sorted(DISKS.items())):
-        seconds = sum((_ts(d, i + 1) - _ts(d, i)) / 1000 for i in overfull if i + 1 < N)
+        seconds = sum(
+            (snapshot_ts(d, i + 1) - snapshot_ts(d, i)) / 1000 for i in overfull if i + 1 < N
+        )
         assert disks[(host, mount)]["overfull_seconds"] == pytest.approx(seconds, abs=1e-6)
         approx_seconds = EXPECTED_EPISODES[(host, mount)][1]
         assert abs(seconds - approx_seconds) < 0.2 * approx_seconds + 1
-        points = [(_ts(d, i), "overfull" if i in overfull else "normal") for i in range(N)]
+        points = [(snapshot_ts(d, i), "overfull" if i in overfull else "normal") for i in range(N)]
         assert overfull_history(points).seconds == pytest.approx(seconds)
 
 
@@ -312,12 +229,7 @@ def test_resolve_input_errors(tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_cli(*args, timeout=300)
 
 
 def test_cli_empty_dir_exits_2_with_one_line(tmp_path: Path) -> None:
@@ -387,7 +299,7 @@ def test_kafka_empty_topic_is_no_input() -> None:
 
 def test_kafka_unreachable_is_one_line_error(capfd: pytest.CaptureFixture[str]) -> None:
     from diskguard.fleet.kafkasource import KafkaSourceError, plan_offsets
-    from support.tansu import free_port
+    from support.net import free_port
 
     options = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "topic": "x"}
     with pytest.raises(KafkaSourceError, match=r"cannot reach Kafka at 127\.0\.0\.1:"):

@@ -17,15 +17,12 @@ from diskguard.flow.ballast import RELEASED_MARKER, Ballast
 from diskguard.flow.state import FlowLimits, Transition
 from diskguard.host import fsusage
 from diskguard.kafkalog.model import FilesystemUsage
+from support import configs
+from support.disks import disk_free
 
 MiB = 1024**2
 DISKGUARD = Path(sys.executable).parent / "diskguard"
 NO_LIMITS = FlowLimits(min_free_bytes=0)
-
-
-def free(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
 
 
 def usage(path: Path) -> FilesystemUsage:
@@ -39,20 +36,13 @@ def cleared(mount: Path | str) -> Transition:
 def write_config(tmp_path: Path, mount: Path, size: str = "16MiB", ballast: bool = True) -> Path:
     log_dir = mount / "kafka-logs"
     log_dir.mkdir(exist_ok=True)
-    lines = [
-        "[broker]",
-        f'log_dirs = ["{log_dir}"]',
-        "[flow_control]",
-        "overfull_percent = 90",
-        "underfull_percent = 80",
-        "[daemon]",
-        f'state_dir = "{tmp_path / "state"}"',
-    ]
-    if ballast:
-        lines += ["[ballast]", f'path = "{mount / "ballast"}"', f'size = "{size}"']
-    config = tmp_path / "diskguard.toml"
-    config.write_text("\n".join(lines) + "\n")
-    return config
+    return configs.write_config(
+        tmp_path,
+        log_dir,
+        flow_control={"overfull_percent": 90, "underfull_percent": 80},
+        ballast={"path": mount / "ballast", "size": size} if ballast else None,
+        assume_delete_policy=None,
+    )
 
 
 def diskguard(*args: str) -> subprocess.CompletedProcess[str]:
@@ -66,12 +56,12 @@ def test_ensure_allocates_real_blocks_visible_in_statvfs(
 ) -> None:
     mount = tmpfs(64 * MiB)
     ballast = Ballast(BallastConfig(path=mount / "ballast", size=16 * MiB), tmp_path / "state")
-    before = free(mount)
+    before = disk_free(mount)
     result = ballast.ensure(usage(mount), NO_LIMITS)
     assert result.state == "created", result
     st = os.stat(mount / "ballast")
     assert st.st_blocks * 512 >= 16 * MiB and st.st_size == 16 * MiB
-    assert before - free(mount) >= 16 * MiB
+    assert before - disk_free(mount) >= 16 * MiB
     assert sorted(p.name for p in mount.iterdir()) == ["ballast"]  # no temp left behind
     again = ballast.ensure(usage(mount), NO_LIMITS)
     assert again.state == "present" and again.allocated_bytes >= 16 * MiB
@@ -84,13 +74,13 @@ def test_release_frees_it_and_it_stays_gone_until_overfull_cleared(
     config = write_config(tmp_path, mount)
     ballast = Ballast(BallastConfig(path=mount / "ballast", size=16 * MiB), tmp_path / "state")
     assert ballast.ensure(usage(mount), NO_LIMITS).state == "created"
-    before = free(mount)
+    before = disk_free(mount)
 
     done = diskguard("ballast", "release", "-c", str(config))
     assert done.returncode == 0, done.stderr
     assert f"({16 * MiB} bytes)" in done.stdout
     assert not (mount / "ballast").exists()
-    assert free(mount) - before >= 16 * MiB
+    assert disk_free(mount) - before >= 16 * MiB
     assert (tmp_path / "state" / RELEASED_MARKER).exists()
 
     # The daemon keeps trying every cycle; released means it does nothing.
@@ -114,7 +104,7 @@ def test_refuses_to_cross_the_overfull_limit_or_the_floor(
     mount = tmpfs(64 * MiB)
     fill(mount / "data", 28 * MiB)  # ~44%
     ballast = Ballast(BallastConfig(path=mount / "ballast", size=8 * MiB), tmp_path / "state")
-    before = free(mount)
+    before = disk_free(mount)
     percent = FlowLimits(overfull_percent=50, underfull_percent=40, min_free_bytes=0)
     refused = ballast.ensure(usage(mount), percent)
     assert refused.state == "refused" and "overfull_percent=50%" in refused.reason
@@ -123,7 +113,7 @@ def test_refuses_to_cross_the_overfull_limit_or_the_floor(
     assert refused.state == "refused" and f"min_free_bytes={32 * MiB}" in refused.reason
     too_big = Ballast(BallastConfig(path=mount / "big", size=128 * MiB), tmp_path / "state")
     assert too_big.ensure(usage(mount), NO_LIMITS).state == "refused"
-    assert free(mount) == before
+    assert disk_free(mount) == before
     assert sorted(p.name for p in mount.iterdir()) == ["data"]
     # With room under the limit it goes ahead.
     roomy = FlowLimits(overfull_percent=70, underfull_percent=60, min_free_bytes=8 * MiB)

@@ -7,21 +7,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from support.configs import write_config
 from support.daemonproc import DaemonProc
 
 MiB = 1024 * 1024
 
 
-def _config(tmp_path: Path, mount: Path, extra: str = "") -> Path:
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'[broker]\nlog_dirs = ["{mount / "kafka"}"]\n'
-        '[retention]\ncheck_interval = "200ms"\nmode = "offline"\n'
-        f'[flow_control]\noverfull_percent = 50\nunderfull_percent = 40\nmin_free_bytes = "0"\n'
-        f"{extra}"
-        f'[daemon]\nstate_dir = "{tmp_path / "s"}"\n'
+def _config(tmp_path: Path, mount: Path, **flow_control: object) -> Path:
+    return write_config(
+        tmp_path,
+        mount / "kafka",
+        flow_control={
+            "overfull_percent": 50,
+            "underfull_percent": 40,
+            "min_free_bytes": "0",
+            **flow_control,
+        },
+        state_dir=tmp_path / "s",
+        name="c.toml",
+        assume_delete_policy=None,
+        check_interval="200ms",
+        mode="offline",
     )
-    return cfg
 
 
 def test_no_actuator_means_producers_are_not_said_to_be_blocked(
@@ -51,7 +58,7 @@ def test_an_acting_actuator_is_named(tmpfs: Callable[[int], Path], tmp_path: Pat
     hook.write_text("#!/bin/sh\ntrue\n")
     hook.chmod(0o755)
     (mount / "filler").write_bytes(b"x" * (10 * MiB))
-    cfg = _config(tmp_path, mount, f'actuators = ["exec"]\non_change = ["{hook}"]\n')
+    cfg = _config(tmp_path, mount, actuators=["exec"], on_change=[hook])
     with DaemonProc(cfg) as daemon:
         applied = daemon.wait_for("flow_control_applied", timeout=30, transition="overfull")
         assert applied["actuators"] == ["exec"]

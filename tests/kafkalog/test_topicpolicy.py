@@ -16,8 +16,6 @@ import json
 import re
 import shutil
 import struct
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +28,8 @@ from confluent_kafka.admin import ConfigEntry, DeletedRecords
 
 from diskguard.config import Config, load_config
 from diskguard.retention.cycle import RetentionCycle
+from support import configs
+from support.cli import run_cli
 from support.kafkagen import (
     SegmentSpec,
     encode_batch,
@@ -61,21 +61,15 @@ def write_config(
     broker: Mapping[str, object] | None = None,
     **retention: object,
 ) -> Config:
-    lines = [
-        "[broker]",
-        f"log_dirs = {json.dumps([str(d) for d in log_dirs])}",
-        *([f'bootstrap_servers = "{bootstrap}"'] if bootstrap else []),
-        *(f"{k} = {json.dumps(v)}" for k, v in (broker or {}).items()),
-        "[retention]",
-        f'mode = "{mode}"',
-        "max_bytes = 1",
-        "consumer_aware = false",
-        *(f"{k} = {json.dumps(v)}" for k, v in retention.items()),
-        "[daemon]",
-        f'state_dir = "{tmp / "state"}"',
-    ]
-    path = tmp / "diskguard.toml"
-    path.write_text("\n".join(lines) + "\n")
+    path = configs.write_config(
+        tmp,
+        log_dirs,
+        broker={"bootstrap_servers": bootstrap or None, **(broker or {})},
+        mode=mode,
+        max_bytes=1,
+        consumer_aware=False,
+        **{"assume_delete_policy": None, **retention},
+    )
     return load_config(path)
 
 
@@ -633,24 +627,14 @@ def test_plan_says_per_topic_what_is_protected_and_why(disk: Path, tmp_path: Pat
     build(log_dir, ["orders", "clicks", "__consumer_offsets"])
     write_config(tmp_path, [log_dir], assume_delete_policy=["^orders$"])
     cfg = tmp_path / "diskguard.toml"
-    as_json = subprocess.run(
-        [sys.executable, "-m", "diskguard", "plan", "--json", "-c", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    as_json = run_cli("plan", "--json", "-c", str(cfg))
     assert as_json.returncode == 0, as_json.stderr
     data = json.loads(as_json.stdout)
     assert {d["topic"] for d in data["deletions"]} == {"orders"}
     by_topic = {p["topic"]: p["reason"] for p in data["protected"]}
     assert set(by_topic) == {"clicks", "__consumer_offsets"}
     assert by_topic["clicks"].startswith("cleanup.policy unknown")
-    table = subprocess.run(
-        [sys.executable, "-m", "diskguard", "plan", "-c", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    table = run_cli("plan", "-c", str(cfg))
     assert table.returncode == 0, table.stderr
     assert "Protected topics" in table.stdout and "clicks" in table.stdout
     # plan is read-only: it wrote no cache.

@@ -8,16 +8,17 @@ holding its alert at pending. Bounded: every wait shares one 55 s budget.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from support.configs import write_config
 from support.daemonproc import DaemonProc
-from support.fsfixtures import fill
-from support.promserver import PrometheusServer, free_port
+from support.disks import fill_to
+from support.net import free_port
+from support.promserver import PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "config" / "prometheus" / "diskguard-rules.yml"
@@ -34,13 +35,6 @@ def shortened_rules(dest: Path, alert: str, new_for: str) -> Path:
     assert n == 1, f"{alert} has no for: to shorten"
     dest.write_text(text[:start] + block + text[end:])
     return dest
-
-
-def fill_to(mount: Path, name: str, percent: float) -> None:
-    st = os.statvfs(mount)
-    total = (st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    fill(mount / name, int(total * percent / 100) - used)
 
 
 def _alerts_named(prom: PrometheusServer, name: str, mount: Path) -> list[dict[str, Any]]:
@@ -61,27 +55,19 @@ def test_overfull_alert_fires_and_resolves(tmpfs: Callable[[int], Path], tmp_pat
     log_dir = mount / "kafka-logs"
     log_dir.mkdir()
     port = free_port()
-    config = tmp_path / "diskguard.toml"
-    config.write_text(f"""
-[broker]
-log_dirs = ["{log_dir}"]
-[retention]
-disk_usage_percent = 50
-target_percent = 45
-check_interval = "1s"
-mode = "offline"
-offline_headroom = 0
-[flow_control]
-overfull_percent = 60
-underfull_percent = 40
-min_free_bytes = "1MiB"
-[snapshots]
-interval = "60s"
-[metrics]
-listen = "127.0.0.1:{port}"
-[daemon]
-state_dir = "{tmp_path / "state"}"
-""")
+    config = write_config(
+        tmp_path,
+        log_dir,
+        flow_control={"overfull_percent": 60, "underfull_percent": 40, "min_free_bytes": "1MiB"},
+        snapshots={"interval": "60s"},
+        metrics={"listen": f"127.0.0.1:{port}"},
+        assume_delete_policy=None,
+        disk_usage_percent=50,
+        target_percent=45,
+        check_interval="1s",
+        mode="offline",
+        offline_headroom=0,
+    )
     rules = shortened_rules(tmp_path / "rules.yml", "DiskguardFilesystemOverfull", "2s")
     with DaemonProc(config) as daemon:
         daemon.wait_for("daemon_started", timeout=left())

@@ -18,22 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_retention_e2e import build, df_percent, disk_free, run_cli, write_config
 
 from diskguard.host import safeopen
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.checkpoints import read_checkpoint
 from diskguard.kafkalog.serverprops import read_properties
-from support.fsfixtures import fill, loop_ext4
+from support.cli import run_cli
+from support.configs import write_config
+from support.disks import over_ceiling
+from support.logdirs import build
 
 MiB = 1024**2
 TIMEOUT = 30.0
-
-
-@pytest.fixture()
-def disk() -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -52,8 +48,7 @@ def files_of(log_dir: Path) -> set[str]:
 
 
 def over_limit(disk: Path, log_dir: Path, tmp_path: Path, mode: str) -> Path:
-    fill(disk / "filler", int(disk_free(disk) * 0.6))
-    limit = round(df_percent(disk) - 4, 1)
+    limit = over_ceiling(disk, 4, digits=1)
     return write_config(tmp_path, log_dir, disk_usage_percent=limit, mode=mode, offline_headroom=0)
 
 

@@ -18,28 +18,22 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_reliability_input import over_ceiling, plan_json, run_cli, write_config
 
 from diskguard.config import load_config
 from diskguard.daemon import cycles, flowcontrol, forecast, loop, snapshot, statefile, watch
 from diskguard.daemon.loop import Daemon
-from support.fsfixtures import loop_ext4
+from support.cli import plan_json, run_cli
+from support.configs import write_config
+from support.disks import over_ceiling
 from support.kafkagen import SegmentSpec, write_log_dir
 
 MiB = 1024**2
 DAY_S = 86_400
 YEAR_2200_MS = 7_258_118_400_000
-
-
-@pytest.fixture()
-def disk() -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
 
 
 def spec(ts: int | None = None, timestamps: tuple[int, ...] | None = None) -> SegmentSpec:
@@ -134,22 +128,15 @@ def test_a_day_long_wall_clock_jump_keeps_the_cycle_cadence(
 ) -> None:
     log_dir = tmp_path / "kafka-logs"
     write_log_dir(log_dir, {("orders", 0): [spec(1_700_000_000_000)] * 2})
-    cfg_path = tmp_path / "diskguard.toml"
-    cfg_path.write_text(
-        f"""
-[broker]
-log_dirs = ["{log_dir}"]
-[retention]
-disk_usage_percent = 99.9
-check_interval = "0.3s"
-usage_poll_interval = "0.05s"
-mode = "dry-run"
-[snapshots]
-interval = "0.7s"
-host = "clock-test"
-[daemon]
-state_dir = "{tmp_path / "state"}"
-"""
+    cfg_path = write_config(
+        tmp_path,
+        log_dir,
+        snapshots={"interval": "0.7s", "host": "clock-test"},
+        assume_delete_policy=None,
+        disk_usage_percent=99.9,
+        check_interval="0.3s",
+        usage_poll_interval="0.05s",
+        mode="dry-run",
     )
     config = load_config(cfg_path)
     clock = _JumpingClock()

@@ -26,27 +26,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
-from test_reliability_input import plan_json, run_cli, write_config
 
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
 from diskguard.retention.fileexecutor import FileExecutor
-from support.daemonproc import DaemonProc, df_percent
-from support.fsfixtures import fill, loop_ext4
+from support.cli import plan_json, run_cli
+from support.configs import write_config
+from support.daemonproc import DaemonProc
+from support.disks import df_percent, disk_capacity
+from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, write_log_dir
 
 MiB = 1024**2
 BASE_TS = 1_700_000_000_000
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
-
-
-@pytest.fixture()
-def disk() -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
 
 
 def build(log_dir: Path) -> None:
@@ -226,39 +219,35 @@ def test_kill_9_of_the_daemon_mid_spool_write_and_mid_actuator_change(
     hook.write_text(f'#!/bin/sh\nsleep 0.05\necho "$DISKGUARD_EVENT" >> {hook_log}\n')
     hook.chmod(0o755)
     state = tmp_path / "state"
-    config = tmp_path / "diskguard.toml"
-    config.write_text(
-        f"""
-[broker]
-log_dirs = ["{log_dir}"]
-[retention]
-disk_usage_percent = 99
-check_interval = "0.5s"
-usage_poll_interval = "0.02s"
-mode = "dry-run"
-[flow_control]
-overfull_percent = {overfull}
-underfull_percent = {underfull}
-min_free_bytes = "1MiB"
-actuators = ["exec"]
-on_change = ["{hook}"]
-[snapshots]
-interval = "0.1s"
-host = "crash-host"
-spool_file_bytes = "16KiB"
-spool_max_bytes = "64MiB"
-[daemon]
-state_dir = "{state}"
-"""
+    config = write_config(
+        tmp_path,
+        log_dir,
+        flow_control={
+            "overfull_percent": overfull,
+            "underfull_percent": underfull,
+            "min_free_bytes": "1MiB",
+            "actuators": ["exec"],
+            "on_change": [hook],
+        },
+        snapshots={
+            "interval": "0.1s",
+            "host": "crash-host",
+            "spool_file_bytes": "16KiB",
+            "spool_max_bytes": "64MiB",
+        },
+        state_dir=state,
+        assume_delete_policy=None,
+        disk_usage_percent=99,
+        check_interval="0.5s",
+        usage_poll_interval="0.02s",
+        mode="dry-run",
     )
     filler = disk / "filler"
     stop = threading.Event()
 
     def flap() -> None:
         """Usage across both limits every ~0.3 s: transitions, hooks, state writes."""
-        st_ = os.statvfs(disk)
-        capacity = (st_.f_blocks - st_.f_bfree + st_.f_bavail) * st_.f_frsize
-        size = int((overfull - base + 3) / 100 * capacity)
+        size = int((overfull - base + 3) / 100 * disk_capacity(disk))
         while not stop.is_set():
             fill(filler, size)
             stop.wait(0.3)

@@ -15,15 +15,12 @@ must converge without a single one.
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +29,14 @@ import pytest
 from diskguard.config import load_config
 from diskguard.daemon import watch
 from diskguard.daemon.loop import Daemon
-from support.daemonproc import df_percent
-from support.fsfixtures import fill, loop_ext4
+from support.configs import write_config
+from support.daemonproc import DaemonProc
+from support.disks import df_percent, disk_capacity
+from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, write_log_dir, write_partition
 
 MiB = 1024**2
 BASE_TS = 1_700_000_000_000
-
-
-@pytest.fixture()
-def disk() -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
 
 
 def segs(n: int, minute0: int = 0) -> list[SegmentSpec]:
@@ -111,24 +104,16 @@ def test_without_any_inotify_event_the_poll_and_the_rescan_still_converge(
     os.sync()
     ceiling = round(df_percent(disk) + 3, 2)
     check_interval = 1.0
-    cfg_path = tmp_path / "diskguard.toml"
-    cfg_path.write_text(
-        f"""
-[broker]
-log_dirs = ["{log_dir}"]
-[retention]
-disk_usage_percent = {ceiling}
-max_bytes = "{kafka_bytes(log_dir) + MiB}"
-check_interval = "{check_interval}s"
-usage_poll_interval = "0.1s"
-mode = "offline"
-offline_headroom = 0
-assume_delete_policy = [".*"]  # the test topics are delete topics
-[snapshots]
-interval = "30s"
-[daemon]
-state_dir = "{tmp_path / "state"}"
-"""
+    cfg_path = write_config(
+        tmp_path,
+        log_dir,
+        snapshots={"interval": "30s"},
+        disk_usage_percent=ceiling,
+        max_bytes=str(kafka_bytes(log_dir) + MiB),
+        check_interval=f"{check_interval}s",
+        usage_poll_interval="0.1s",
+        mode="offline",
+        offline_headroom=0,
     )
     config = load_config(cfg_path)
     deaf = _DeafObserver()
@@ -152,8 +137,7 @@ state_dir = "{tmp_path / "state"}"
             time.sleep(0.05)
         print(f"max_bytes: back under {time.monotonic() - grown:.2f}s after, no inotify event")
         # 2. Over the ceiling, no event: the usage poll notices it.
-        st_ = os.statvfs(disk)
-        cap = (st_.f_blocks - st_.f_bfree + st_.f_bavail) * st_.f_frsize
+        cap = disk_capacity(disk)
         fill(disk / "filler", int((ceiling + 3 - df_percent(disk)) / 100 * cap))
         crossed = time.monotonic()
         while df_percent(disk) > ceiling:
@@ -198,21 +182,14 @@ def test_no_inotify_instance_left_the_daemon_still_guards_the_disk(
     work.mkdir()
     os.sync()
     ceiling = round(df_percent(disk) + 3, 2)
-    cfg = work / "diskguard.toml"
-    cfg.write_text(
-        f"""
-[broker]
-log_dirs = ["{log_dir}"]
-[retention]
-disk_usage_percent = {ceiling}
-check_interval = "1s"
-usage_poll_interval = "0.1s"
-mode = "offline"
-offline_headroom = 0
-assume_delete_policy = [".*"]  # the test topics are delete topics
-[daemon]
-state_dir = "{work / "state"}"
-"""
+    cfg = write_config(
+        work,
+        log_dir,
+        disk_usage_percent=ceiling,
+        check_interval="1s",
+        usage_poll_interval="0.1s",
+        mode="offline",
+        offline_headroom=0,
     )
     for path in [work, cfg, log_dir, *log_dir.rglob("*")]:
         os.chown(path, 65534, 65534, follow_symlinks=False)
@@ -222,57 +199,27 @@ state_dir = "{work / "state"}"
         stdout=subprocess.PIPE,
         text=True,
     )
-    daemon: subprocess.Popen[str] | None = None
+    daemon: DaemonProc | None = None
     try:
         assert hog.stdout is not None
         taken, err = hog.stdout.readline().split()
         assert int(taken) >= 1 and int(err) == 24, (taken, err)  # EMFILE: none left for nobody
-        daemon = subprocess.Popen(
-            [*_NOBODY, sys.executable, "-m", "diskguard", "run", "-c", str(cfg)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "HOME": str(work)},
-        )
-        events: queue.Queue[dict[str, Any]] = queue.Queue()
-
-        def read() -> None:
-            assert daemon is not None and daemon.stdout is not None
-            for line in daemon.stdout:
-                try:
-                    events.put(json.loads(line))
-                except ValueError:
-                    events.put({"event": "<not json>", "line": line})
-
-        threading.Thread(target=read, daemon=True).start()
-        deadline = time.monotonic() + 20
-        started = False
-        while time.monotonic() < deadline and not started:
-            try:
-                started = events.get(timeout=0.5).get("event") == "daemon_started"
-            except queue.Empty:
-                assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
-        assert started
+        daemon = DaemonProc(cfg, env={"HOME": str(work)}, prefix=_NOBODY)
+        daemon.wait_for("daemon_started", timeout=20)
         time.sleep(1.0)
-        assert daemon.poll() is None, (
-            f"daemon exited {daemon.returncode}: {daemon.stderr.read() if daemon.stderr else ''}"
+        assert daemon.proc.poll() is None, (
+            f"daemon exited {daemon.proc.returncode}: {daemon.stderr_tail()}"
         )
-        st_ = os.statvfs(disk)
-        cap = (st_.f_blocks - st_.f_bfree + st_.f_bavail) * st_.f_frsize
+        cap = disk_capacity(disk)
         fill(disk / "filler", int((ceiling + 3 - df_percent(disk)) / 100 * cap))
         crossed = time.monotonic()
         while df_percent(disk) > ceiling:
             assert time.monotonic() - crossed < 6, "not brought under without inotify"
-            assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
+            assert daemon.proc.poll() is None, daemon.stderr_tail()
             time.sleep(0.05)
     finally:
-        if daemon is not None and daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+        if daemon is not None:
+            daemon.stop()
         if hog.stdin is not None:
             hog.stdin.close()
         hog.wait(timeout=10)

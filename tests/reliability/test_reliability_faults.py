@@ -23,10 +23,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_reliability_input import files_under, over_ceiling, write_config
 
 from support import fsfixtures
-from support.daemonproc import DaemonProc, df_percent
+from support.configs import write_config
+from support.daemonproc import DaemonProc
+from support.disks import df_percent, disk_capacity, files_under, over_ceiling
 from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, write_log_dir
 
@@ -54,15 +55,10 @@ def build(log_dir: Path, topics: int = 2, parts: int = 2, segments: int = 6) -> 
     )
 
 
-def capacity(mount: Path) -> int:
-    st_ = os.statvfs(mount)
-    return (st_.f_blocks - st_.f_bfree + st_.f_bavail) * st_.f_frsize
-
-
 def push_over(mount: Path, ceiling: float, name: str = "filler", points: float = 3.0) -> None:
     """Write a filler taking ``mount`` ``points`` over ``ceiling``."""
     os.sync()
-    need = int((ceiling + points - df_percent(mount)) / 100 * capacity(mount))
+    need = int((ceiling + points - df_percent(mount)) / 100 * disk_capacity(mount))
     assert need > 0
     fill(mount / name, need)
 
@@ -85,26 +81,16 @@ def wait_under(mount: Path, ceiling: float, daemon: DaemonProc, timeout: float =
 
 
 def daemon_config(tmp: Path, log_dirs: list[Path], ceiling: float, state: Path) -> Path:
-    path = tmp / "diskguard.toml"
-    path.write_text(
-        f"""
-[broker]
-log_dirs = {json.dumps([str(d) for d in log_dirs])}
-[retention]
-disk_usage_percent = {ceiling}
-check_interval = "1s"
-mode = "offline"
-offline_headroom = 0
-# The test topics are cleanup.policy=delete; offline, nobody can tell diskguard so.
-assume_delete_policy = [".*"]
-[snapshots]
-interval = "0.5s"
-host = "faults"
-[daemon]
-state_dir = "{state}"
-"""
+    return write_config(
+        tmp,
+        log_dirs,
+        snapshots={"interval": "0.5s", "host": "faults"},
+        state_dir=state,
+        disk_usage_percent=ceiling,
+        check_interval="1s",
+        mode="offline",
+        offline_headroom=0,
     )
-    return path
 
 
 @pytest.fixture()

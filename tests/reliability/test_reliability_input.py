@@ -11,17 +11,14 @@ hypothesis: they may only raise their documented error types.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import re
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +35,10 @@ from diskguard.kafkalog.model import (
     parse_segment_file,
     segment_file_name,
 )
-from support.fsfixtures import fill, loop_ext4, tmpfs
+from support.cli import json_events, plan_json, run_cli
+from support.configs import write_config
+from support.disks import df_percent, files_under, over_ceiling
+from support.fsfixtures import fill, tmpfs
 from support.kafkagen import SegmentSpec, encode_batch, write_log_dir, write_partition
 
 MiB = 1024**2
@@ -53,69 +53,6 @@ FUZZ = settings(
 # ----------------------------------------------------------------------------- helpers
 
 
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def df_percent(path: Path) -> float:
-    st_ = os.statvfs(path)
-    used = (st_.f_blocks - st_.f_bfree) * st_.f_frsize
-    avail = st_.f_bavail * st_.f_frsize
-    return 100.0 * used / (used + avail)
-
-
-def disk_free(path: Path) -> int:
-    st_ = os.statvfs(path)
-    return st_.f_bavail * st_.f_frsize
-
-
-def write_config(tmp: Path, log_dirs: list[Path], **retention: object) -> Path:
-    state = tmp / "state"
-    lines = [
-        "[broker]",
-        f"log_dirs = {json.dumps([str(d) for d in log_dirs])}",
-        "[retention]",
-        # The test topics are cleanup.policy=delete; without a broker nobody can say so.
-        *(
-            f"{k} = {json.dumps(v)}"
-            for k, v in {"assume_delete_policy": [".*"], **retention}.items()
-        ),
-        "[daemon]",
-        f'state_dir = "{state}"',
-    ]
-    path = tmp / "diskguard.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def over_ceiling(mount: Path, cushion: float = 3.0, share: float = 0.6) -> float:
-    """Fill ``mount`` and return a ceiling ``cushion`` points below its new usage."""
-    fill(mount / "filler", int(disk_free(mount) * share))
-    return round(df_percent(mount) - cushion, 2)
-
-
-def files_under(root: Path) -> dict[str, int]:
-    """relative path -> inode, symlinks not followed."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            out[os.path.relpath(path, root)] = os.lstat(path).st_ino
-    return out
-
-
-def plan_json(cfg: Path) -> tuple[dict[str, Any], str]:
-    proc = run_cli("plan", "-c", str(cfg), "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return json.loads(proc.stdout), proc.stderr
-
-
 SEG = SegmentSpec(records=30, payload_size=4000, records_per_batch=3, timestamp_step_ms=10)
 
 
@@ -127,12 +64,6 @@ def seg_at(minute: int) -> SegmentSpec:
         timestamp_step_ms=SEG.timestamp_step_ms,
         first_timestamp_ms=BASE_TS + minute * 60_000,
     )
-
-
-@pytest.fixture()
-def disk() -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
 
 
 # ----------------------------------------------------------------------------- fuzz: parsers
@@ -599,7 +530,7 @@ def test_symlinks_out_of_the_log_dir_are_never_followed_or_deleted_through(
         assert files_under(elsewhere) == outside_before, "something outside the log dir changed"
         assert all(p.exists() for seg in outside.segments for p in seg.files)
         assert os.path.islink(s2.index_path) and s2.log_path.exists(), "deleted through a link"
-        events = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+        events = json_events(proc.stdout)
         refused = [e for e in events if e["event"] == "offline_refused" and e["partition"] == 2]
         assert refused and "not a regular file" in refused[0]["reason"]
     finally:

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from diskguard.cli import cli
 from diskguard.retention.audit import AuditLog, AuditWriteFailed, pair_actions, read_audit
 from diskguard.retention.planner import Deletion
+from support import configs
 
 KiB = 1024
 
@@ -129,12 +130,7 @@ def test_enospc_without_reserve_refuses_and_leaves_no_torn_line(
 
 def write_config(tmp_path: Path) -> Path:
     (tmp_path / "logs").mkdir(exist_ok=True)
-    cfg = tmp_path / "diskguard.toml"
-    cfg.write_text(
-        f'[broker]\nlog_dirs = ["{tmp_path / "logs"}"]\n'
-        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
-    )
-    return cfg
+    return configs.write_config(tmp_path, tmp_path / "logs", assume_delete_policy=None)
 
 
 def run(*args: str) -> tuple[int, str]:

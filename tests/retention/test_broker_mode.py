@@ -9,62 +9,34 @@ an admin client injected at the confluent-kafka boundary.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
-import subprocess
-import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
-from confluent_kafka.admin import DeletedRecords
-from test_retention_e2e import build, df_percent, disk_free, expected_order, write_config
 
 from diskguard.broker.client import BrokerClient
 from diskguard.config import load_config
 from diskguard.retention.cycle import RetentionCycle
-from support.fsfixtures import fill, loop_ext4
+from support import disks
+from support.cli import json_events, run_cli
+from support.configs import write_config
+from support.fakes import AcceptingAdmin
+from support.fsfixtures import loop_ext4
 from support.kafkagen import hold_lock
+from support.logdirs import build, expected_order
 from support.tansu import run_tansu
 
 MiB = 1024**2
-
-
-class AcceptingAdmin:
-    """Answers DeleteRecords like a broker that accepted every request."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[tuple[str, int, int]]] = []
-
-    def list_topics(self, *args: Any, **kwargs: Any) -> object:
-        return object()
-
-    def delete_records(
-        self, tps: list[TopicPartition], **kwargs: Any
-    ) -> Mapping[TopicPartition, concurrent.futures.Future[Any]]:
-        self.calls.append([(tp.topic, tp.partition, tp.offset) for tp in tps])
-        out = {}
-        for tp in tps:
-            fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-            fut.set_result(DeletedRecords(tp.offset))
-            out[TopicPartition(tp.topic, tp.partition, tp.offset)] = fut
-        return out
-
-    def list_consumer_groups(self, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        fut.set_result(type("R", (), {"valid": [], "errors": []})())
-        return fut
 
 
 @pytest.fixture()
 def over_ceiling(tmp_path: Path) -> Iterator[tuple[Path, Path, dict[Any, Any], float]]:
     with loop_ext4(64 * MiB) as mount:
         log_dir, truth = build(mount)
-        fill(mount / "filler", int(disk_free(mount) * 0.6))
-        limit = round(df_percent(mount) - 4, 1)
+        limit = disks.over_ceiling(mount, 4, digits=1)
         yield mount, log_dir, truth, limit
 
 
@@ -78,28 +50,20 @@ def test_running_broker_files_are_never_unlinked(
     _mount, log_dir, _truth, limit = over_ceiling
     before = inodes(log_dir)
     with run_tansu() as bootstrap, hold_lock(log_dir):
-        cfg = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="auto")
-        text = cfg.read_text().replace(
-            "[retention]", f'bootstrap_servers = "{bootstrap}"\n[retention]'
+        cfg = write_config(
+            tmp_path,
+            log_dir,
+            broker={"bootstrap_servers": bootstrap},
+            disk_usage_percent=limit,
+            mode="auto",
         )
-        cfg.write_text(text)
-        plan = subprocess.run(
-            [sys.executable, "-m", "diskguard", "plan", "-c", str(cfg), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        plan = run_cli("plan", "-c", str(cfg), "--json")
         assert plan.returncode == 0, plan.stderr
         assert json.loads(plan.stdout)["mode"] == "broker"
-        proc = subprocess.run(
-            [sys.executable, "-m", "diskguard", "enforce", "--once", "-c", str(cfg)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = run_cli("enforce", "--once", "-c", str(cfg), timeout=120)
     # tansu has no DeleteRecords: the cycle fails (exit 1), logged, nothing touched on disk.
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    events = json_events(proc.stdout)
     assert any(e["event"] == "segment_delete_failed" and e["mode"] == "broker" for e in events)
     assert not any(e["event"] == "segment_deleted" for e in events)
     assert inodes(log_dir) == before
@@ -111,11 +75,12 @@ def test_accepted_delete_records_are_pending_reclaim_next_cycle(
     over_ceiling: tuple[Path, Path, dict[Any, Any], float], tmp_path: Path
 ) -> None:
     _mount, log_dir, truth, limit = over_ceiling
-    cfg_path = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="broker")
-    cfg_path.write_text(
-        cfg_path.read_text().replace(
-            "[retention]", 'bootstrap_servers = "127.0.0.1:1"\n[retention]'
-        )
+    cfg_path = write_config(
+        tmp_path,
+        log_dir,
+        broker={"bootstrap_servers": "127.0.0.1:1"},
+        disk_usage_percent=limit,
+        mode="broker",
     )
     config = load_config(cfg_path)
     admin = AcceptingAdmin()

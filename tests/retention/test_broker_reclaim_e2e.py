@@ -11,8 +11,6 @@ broker mode"). The same loop against a real Kafka broker: bench/bench_broker_rec
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +19,10 @@ from typing import Any
 import pytest
 
 from support import standin
-from support.daemonproc import DaemonProc, df_percent
+from support.cli import run_cli
+from support.configs import write_config
+from support.daemonproc import DaemonProc
+from support.disks import df_percent
 
 MiB = 1024 * 1024
 pytestmark = pytest.mark.root
@@ -32,22 +33,23 @@ def disk(loop_ext4: Callable[..., Path]) -> Path:
     return loop_ext4(160 * MiB)
 
 
-def _config(tmp: Path, log_dir: Path, bootstrap: str, extra: str = "", **retention: Any) -> Path:
-    lines = [
-        "[broker]",
-        f'log_dirs = ["{log_dir}"]',
-        f'bootstrap_servers = "{bootstrap}"',
-        "[retention]",
-        'mode = "broker"',
-        'check_interval = "1s"',
-        *(f"{k} = {json.dumps(v)}" for k, v in retention.items()),
-        extra,
-        "[daemon]",
-        f'state_dir = "{tmp / "state"}"',
-    ]
-    path = tmp / "diskguard.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+def _config(
+    tmp: Path,
+    log_dir: Path,
+    bootstrap: str,
+    flow_control: dict[str, object] | None = None,
+    **retention: Any,
+) -> Path:
+    return write_config(
+        tmp,
+        log_dir,
+        broker={"bootstrap_servers": bootstrap},
+        flow_control=flow_control,
+        assume_delete_policy=None,
+        mode="broker",
+        check_interval="1s",
+        **retention,
+    )
 
 
 @pytest.fixture()
@@ -95,24 +97,8 @@ def test_the_ceiling_holds_while_the_broker_frees_space_only_at_its_retention_ch
         while df_percent(disk) < 55 and time.monotonic() < deadline:
             time.sleep(0.2)
         samples = _sample_until(disk, 25)
-        status = json.loads(
-            subprocess.run(
-                [sys.executable, "-m", "diskguard", "status", "--json", "-c", str(cfg)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            ).stdout
-        )
-        plan = json.loads(
-            subprocess.run(
-                [sys.executable, "-m", "diskguard", "plan", "--json", "-c", str(cfg)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            ).stdout
-        )
+        status = json.loads(run_cli("status", "--json", "-c", str(cfg), check=True).stdout)
+        plan = json.loads(run_cli("plan", "--json", "-c", str(cfg), check=True).stdout)
         broker.pause()
     peak = max(p for _t, p in samples)
     over = sum(0.1 for _t, p in samples if p > 70.0)
@@ -173,7 +159,7 @@ def test_flow_control_engages_on_the_predicted_usage_and_says_so(
             tmp_path,
             log_dir,
             broker.bootstrap,
-            extra="[flow_control]\noverfull_percent = 60\nunderfull_percent = 50",
+            flow_control={"overfull_percent": 60, "underfull_percent": 50},
             disk_usage_percent=95,
         )
         with DaemonProc(cfg) as daemon:

@@ -18,10 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from test_broker_mode import AcceptingAdmin
-from test_retention_e2e import build, df_percent, disk_free, expected_order, run_cli
-
 from diskguard.broker.client import BrokerClient
 from diskguard.config import load_config
 from diskguard.daemon.loop import Daemon
@@ -31,17 +27,16 @@ from diskguard.kafkalog.scan import scan
 from diskguard.logs import configure_logging
 from diskguard.retention.cycle import RetentionCycle
 from diskguard.retention.planner import Limits, plan_filesystem
-from support.fsfixtures import fill, loop_ext4
+from support.cli import json_events, run_cli
+from support.configs import write_config
+from support.disks import df_percent, disk_free, over_ceiling
+from support.fakes import AcceptingAdmin
+from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, hold_lock, write_log_dir
+from support.logdirs import build, expected_order
 
 MiB = 1024**2
 BASE_TS = 1_700_000_000_000
-
-
-@pytest.fixture()
-def disk() -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
 
 
 @contextlib.contextmanager
@@ -54,34 +49,8 @@ def bind_mount(source: Path, target: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(target)], check=True)
 
 
-def config(tmp: Path, log_dirs: list[Path], **retention: object) -> Path:
-    lines = [
-        "[broker]",
-        f"log_dirs = {json.dumps([str(d) for d in log_dirs])}",
-        "[retention]",
-        # Generated topics have no broker or KRaft metadata to tell their cleanup.policy.
-        'assume_delete_policy = [".*"]',
-        *(f"{k} = {json.dumps(v)}" for k, v in retention.items()),
-        "[daemon]",
-        f'state_dir = "{tmp / "state"}"',
-    ]
-    path = tmp / "diskguard.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def files_under(root: Path) -> dict[str, int]:
     return {str(p): os.lstat(p).st_ino for p in root.rglob("*") if p.is_file()}
-
-
-def events(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-
-
-def over_limit(mount: Path, margin: float = 4) -> float:
-    """Fill the disk, then return a limit ``margin`` percent under its usage."""
-    fill(mount / "filler", int(disk_free(mount) * 0.6))
-    return round(df_percent(mount) - margin, 1)
 
 
 # -- item 3: one heap per device --------------------------------------------------------------
@@ -117,10 +86,10 @@ def test_a_bind_mount_of_the_same_device_is_one_filesystem_with_one_excess(
     disk: Path, tmp_path: Path
 ) -> None:
     truth = two_log_dirs(disk)
-    limit = over_limit(disk)
+    limit = over_ceiling(disk, 4, digits=1)
     with bind_mount(disk, tmp_path / "bind") as bind:
         log_dirs = [disk / "logs-a", bind / "logs-b"]
-        cfg = config(
+        cfg = write_config(
             tmp_path, log_dirs, disk_usage_percent=limit, mode="offline", offline_headroom=0
         )
 
@@ -149,7 +118,7 @@ def test_a_bind_mount_of_the_same_device_is_one_filesystem_with_one_excess(
         after = {**files_under(disk / "logs-a"), **files_under(disk / "logs-b")}
         gone = set(before) - set(after)
         assert gone == {str(f) for c in chosen for f in truth[c][1]}
-        cycles = [e for e in events(proc.stdout) if e["event"] == "retention_cycle"]
+        cycles = [e for e in json_events(proc.stdout) if e["event"] == "retention_cycle"]
         assert len(cycles) == 1 and cycles[0]["mount"] == str(disk)
 
 
@@ -183,7 +152,7 @@ def test_the_daemon_watches_one_filesystem_per_device(disk: Path, tmp_path: Path
     two_log_dirs(disk)
     with bind_mount(disk, tmp_path / "bind") as bind:
         log_dirs = [disk / "logs-a", bind / "logs-b"]
-        daemon = Daemon(load_config(config(tmp_path, log_dirs, disk_usage_percent=99.0)))
+        daemon = Daemon(load_config(write_config(tmp_path, log_dirs, disk_usage_percent=99.0)))
         try:
             assert daemon.mounts == {str(disk): [str(d) for d in log_dirs]}
             assert list(daemon._read_usage()) == [str(disk)]
@@ -206,8 +175,8 @@ def test_hard_linked_segments_are_never_chosen_and_enforce_exits_1_without_repea
     log_dir, truth = build(disk)
     # A backup tool's hard links: deleting the log dir's names frees none of these bytes.
     link_out([f for k in expected_order(truth) for f in truth[k][1]], disk / "backup")
-    limit = over_limit(disk)
-    cfg = config(tmp_path, [log_dir], disk_usage_percent=limit, mode="offline")
+    limit = over_ceiling(disk, 4, digits=1)
+    cfg = write_config(tmp_path, [log_dir], disk_usage_percent=limit, mode="offline")
 
     proc = run_cli("plan", "-c", str(cfg), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -221,7 +190,7 @@ def test_hard_linked_segments_are_never_chosen_and_enforce_exits_1_without_repea
         proc = run_cli("enforce", "--once", "-c", str(cfg))
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert files_under(log_dir) == before, "deleted a segment that frees nothing"
-        assert not [e for e in events(proc.stdout) if e["event"] == "segment_deleted"]
+        assert not [e for e in json_events(proc.stdout) if e["event"] == "segment_deleted"]
 
 
 def test_a_hard_linked_head_stops_its_partition_and_the_rest_is_planned(
@@ -232,8 +201,10 @@ def test_a_hard_linked_head_stops_its_partition_and_the_rest_is_planned(
     pinned = order[0]  # the globally oldest segment
     assert pinned[:2] == ("orders", 0)
     link_out(truth[pinned][1][:1], disk / "backup")  # only its .log has another link
-    limit = over_limit(disk, margin=2)
-    cfg = config(tmp_path, [log_dir], disk_usage_percent=limit, mode="offline", offline_headroom=0)
+    limit = over_ceiling(disk, 2, digits=1)
+    cfg = write_config(
+        tmp_path, [log_dir], disk_usage_percent=limit, mode="offline", offline_headroom=0
+    )
 
     proc = run_cli("plan", "-c", str(cfg), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -324,8 +295,8 @@ def test_enforce_exit_code_is_the_measured_usage_not_the_plans_hope(
     disk: Path, tmp_path: Path
 ) -> None:
     log_dir, _truth = build(disk)
-    limit = over_limit(disk)
-    cfg = config(tmp_path, [log_dir], disk_usage_percent=limit, mode="offline")
+    limit = over_ceiling(disk, 4, digits=1)
+    cfg = write_config(tmp_path, [log_dir], disk_usage_percent=limit, mode="offline")
     proc = run_cli("plan", "-c", str(cfg), "--json")
     chosen = json.loads(proc.stdout)["deletions"]
     assert chosen
@@ -338,12 +309,12 @@ def test_enforce_exit_code_is_the_measured_usage_not_the_plans_hope(
     finally:
         for fd in fds:
             os.close(fd)
-    deleted = [e for e in events(proc.stdout) if e["event"] == "segment_deleted"]
+    deleted = [e for e in json_events(proc.stdout) if e["event"] == "segment_deleted"]
     assert len(deleted) == len(chosen)
     assert measured > limit
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"{disk}: over its {limit}% limit after the cycle" in proc.stderr
-    (cycle,) = [e for e in events(proc.stdout) if e["event"] == "retention_cycle"]
+    (cycle,) = [e for e in json_events(proc.stdout) if e["event"] == "retention_cycle"]
     assert cycle["usage_after"] > limit
     assert abs(cycle["usage_after"] - measured) < 0.5
 
@@ -364,8 +335,8 @@ def test_broker_mode_exit_code_and_event_use_measured_usage_net_of_pending(
     disk: Path, tmp_path: Path
 ) -> None:
     log_dir, _truth = build(disk)
-    limit = over_limit(disk)
-    cfg = config(tmp_path, [log_dir], disk_usage_percent=limit, mode="broker")
+    limit = over_ceiling(disk, 4, digits=1)
+    cfg = write_config(tmp_path, [log_dir], disk_usage_percent=limit, mode="broker")
     cfg.write_text(
         cfg.read_text().replace("[retention]", 'bootstrap_servers = "127.0.0.1:1"\n[retention]')
     )
@@ -383,6 +354,6 @@ def test_broker_mode_exit_code_and_event_use_measured_usage_net_of_pending(
     measured = df_percent(disk)
     assert measured > limit + 4  # ...but the disk grew past what the broker will remove
     assert outcome.exit_code() == 1
-    (cycle,) = [e for e in events(out.getvalue()) if e["event"] == "retention_cycle"]
+    (cycle,) = [e for e in json_events(out.getvalue()) if e["event"] == "retention_cycle"]
     assert cycle["usage_after"] > cycle["usage_before"]
     assert abs(cycle["usage_after"] - measured) < 0.5

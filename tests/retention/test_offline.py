@@ -23,6 +23,7 @@ from diskguard.retention.audit import AuditLog, pair_actions, read_audit
 from diskguard.retention.fileexecutor import FileExecutor
 from diskguard.retention.journal import JOURNAL_FILE
 from diskguard.retention.planner import Deletion
+from support.disks import files_under
 from support.kafkagen import PartitionLayout, SegmentLayout, SegmentSpec, hold_lock, write_log_dir
 
 MiB = 1024 * 1024
@@ -57,16 +58,6 @@ def deletion(log_dir: Path, mount: Path, part: PartitionLayout, seg: SegmentLayo
     )
 
 
-def tree(root: Path) -> dict[str, int]:
-    """relative path -> inode of everything under ``root`` (symlinks not followed)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            out[os.path.relpath(path, root)] = os.lstat(path).st_ino
-    return out
-
-
 def df_free(mount: Path) -> int:
     os.sync()
     st = os.statvfs(mount)
@@ -92,7 +83,7 @@ def test_deletes_exactly_the_chosen_segments_and_df_sees_the_bytes(
         deletion(logs, mnt, parts[1], parts[1].segments[0]),
         deletion(logs, mnt, parts[0], parts[0].segments[1]),
     ]
-    before = tree(logs)
+    before = files_under(logs)
     state.mkdir()
     audit = AuditLog(state / "audit.jsonl")
     assert audit.ensure_reserve()  # its 1 MiB is taken once, before the first deletion
@@ -109,7 +100,7 @@ def test_deletes_exactly_the_chosen_segments_and_df_sees_the_bytes(
     gained = df_free(mnt) - free_before
     assert freed - 64 * 1024 <= gained <= freed + 64 * 1024
     gone = set().union(*(segment_names(d) for d in chosen))
-    after = tree(logs)
+    after = files_under(logs)
     assert set(before) - set(after) == gone
     assert {k: v for k, v in before.items() if k not in gone} == after  # same inodes
     assert not [k for k in after if k.endswith(".deleted")]
@@ -132,10 +123,10 @@ def test_a_log_dir_locked_by_another_process_is_never_touched(
     logs, state = mnt / "logs", mnt / "state"
     parts = make_log_dir(logs)
     chosen = [deletion(logs, mnt, parts[p], parts[p].segments[0]) for p in (0, 1)]
-    before = tree(logs)
+    before = files_under(logs)
     with hold_lock(logs) as pid:
         results = executor(state).execute(chosen, {})
-        assert tree(logs) == before
+        assert files_under(logs) == before
     assert [r.ok for r in results] == [False, False]
     for r in results:
         assert r.refused and ".lock" in (r.error or "") and str(pid) in (r.error or "")
@@ -155,10 +146,10 @@ def test_refuses_the_active_segment_and_a_stale_plan(loop_ext4: Callable[..., Pa
     skipping = dataclasses.replace(
         deletion(logs, mnt, part, part.segments[0]), next_offset=part.segments[2].base_offset
     )
-    before = tree(logs)
+    before = files_under(logs)
     results = executor(state).execute([active], {})
     results += executor(state).execute([skipping], {})
-    assert tree(logs) == before
+    assert files_under(logs) == before
     assert [r.refused for r in results] == [True, True]
     assert "active" in (results[0].error or "")
     assert "lies between" in (results[1].error or "")
@@ -186,7 +177,7 @@ def test_never_follows_a_symlink_out_of_the_log_dir(loop_ext4: Callable[..., Pat
     os.unlink(seg1.index_path)
     os.symlink(target, seg1.index_path)
     linked_file = deletion(logs, mnt, parts[0], seg1)
-    outside_before, logs_before = tree(outside), tree(logs)
+    outside_before, logs_before = files_under(outside), files_under(logs)
 
     results = executor(state).execute([via_link, elsewhere], {})
     results += executor(state).execute([linked_file], {})
@@ -195,8 +186,8 @@ def test_never_follows_a_symlink_out_of_the_log_dir(loop_ext4: Callable[..., Pat
     assert "symlink" in (results[0].error or "")
     assert "not inside" in (results[1].error or "")
     assert "not a regular file" in (results[2].error or "")
-    assert tree(outside) == outside_before
-    assert tree(logs) == logs_before
+    assert files_under(outside) == outside_before
+    assert files_under(logs) == logs_before
     assert target.stat().st_size > 0
 
 
@@ -301,7 +292,7 @@ def test_kill_9_at_any_step_then_recover_leaves_no_half_deleted_segment(
 
     for i, kill_at in enumerate(kill_points, start=1):
         logs, state, chosen = scenario(i)
-        before = tree(logs)
+        before = files_under(logs)
         spec = tmp_path / f"spec{i}.json"
         spec.write_text(json.dumps([dataclasses.asdict(d) for d in chosen]))
         proc = subprocess.run(
@@ -328,7 +319,7 @@ def test_kill_9_at_any_step_then_recover_leaves_no_half_deleted_segment(
         remaining = [d for d, s in zip(chosen, states, strict=True) if s == "whole"]
         assert all(r.ok for r in executor(state).execute(remaining, {}))
         gone = set().union(*(segment_names(d) for d in chosen))
-        after = tree(logs)
+        after = files_under(logs)
         assert set(before) - set(after) == gone, where
         assert {k: v for k, v in before.items() if k not in gone} == after, where
         # The audit log stays parseable; every intent has an outcome: a success, or the
@@ -358,7 +349,7 @@ def test_the_next_execute_in_that_log_dir_finishes_a_crashed_deletion(
     parts = make_log_dir(logs)
     first = deletion(logs, mnt, parts[0], parts[0].segments[0])
     second = deletion(logs, mnt, parts[1], parts[1].segments[0])
-    before = tree(logs)
+    before = files_under(logs)
 
     def crash(step: str) -> None:
         if step.startswith("rename:") and step.endswith(".index"):
@@ -371,7 +362,7 @@ def test_the_next_execute_in_that_log_dir_finishes_a_crashed_deletion(
 
     assert [r.ok for r in executor(state).execute([second], {})] == [True]
     gone = segment_names(first) | segment_names(second)
-    after = tree(logs)
+    after = files_under(logs)
     assert set(before) - set(after) == gone
     assert {k: v for k, v in before.items() if k not in gone} == after
     assert executor(state).pending() == 0
@@ -425,12 +416,12 @@ def test_recover_touches_only_what_the_journal_names(loop_ext4: Callable[..., Pa
         ],
     )
     (state / JOURNAL_FILE).open("a").write('{"op": "intent", "action_id": "torn", "nam')
-    before = tree(logs)
+    before = files_under(logs)
     results = executor(state).recover([logs])
     assert [r.ok for r in results] == [True, False, False]
     gone = {f"orders-0/{seg0.log_path.name}.deleted", f"orders-0/{seg0.index_path.name}"}
     gone.add(f"orders-0/{seg0.timeindex_path.name}")
-    after = tree(logs)
+    after = files_under(logs)
     assert set(before) - set(after) == gone
     assert {k: v for k, v in before.items() if k not in gone} == after
     assert executor(state).pending() == 0
@@ -454,10 +445,10 @@ def test_recover_abandons_when_a_broker_got_the_lock_first(loop_ext4: Callable[.
             }
         ],
     )
-    before = tree(logs)
+    before = files_under(logs)
     with hold_lock(logs):
         [result] = executor(state).recover([logs])
-        assert tree(logs) == before
+        assert files_under(logs) == before
     assert not result.ok and "abandoned" in (result.error or "")
     assert executor(state).pending() == 0
 
@@ -487,10 +478,10 @@ def test_recover_rechecks_a_segment_whose_log_was_not_renamed_yet(
             }
         ],
     )
-    before = tree(logs)
+    before = files_under(logs)
     [result] = executor(state).recover([logs])
     assert not result.ok and "kept" in (result.error or "")
-    assert tree(logs) == before
+    assert files_under(logs) == before
     assert executor(state).pending() == 0
 
 
@@ -564,7 +555,7 @@ def test_a_100_percent_full_disk(loop_ext4: Callable[..., Path], reserve: bool) 
     assert audit.ensure_reserve() is reserve
     fill_to_the_brim(mnt)
     assert df_free(mnt) < 64 * 1024
-    before = tree(logs)
+    before = files_under(logs)
     [result] = FileExecutor(state, audit).execute([d], {str(mnt): 100.0})
     if reserve:
         assert result.ok, result
@@ -574,7 +565,7 @@ def test_a_100_percent_full_disk(loop_ext4: Callable[..., Path], reserve: bool) 
     else:
         # Whichever of the audit line or the journal entry hit ENOSPC first: not attempted.
         assert result.refused and "not writable" in (result.error or ""), result
-        assert tree(logs) == before
+        assert files_under(logs) == before
 
 
 # ----------------------------------------------------------------------------- batches
@@ -646,7 +637,7 @@ def test_recover_a_batch_killed_half_way_finishes_the_started_prefix_cancels_the
     chosen = [
         deletion(logs, mnt, parts[p], parts[p].segments[s]) for s in range(3) for p in range(2)
     ]
-    before = tree(logs)
+    before = files_under(logs)
     renames: list[str] = []
 
     def crash(step: str) -> None:
@@ -667,7 +658,7 @@ def test_recover_a_batch_killed_half_way_finishes_the_started_prefix_cancels_the
     assert [_segment_state(logs, d) for d in chosen] == ["gone"] * 3 + ["whole"] * 3
     assert executor(state).pending() == 0
     gone = set().union(*(segment_names(d) for d in chosen[:3]))
-    after = tree(logs)
+    after = files_under(logs)
     assert set(before) - set(after) == gone
     assert {k: v for k, v in before.items() if k not in gone} == after
     actions = pair_actions(list(read_audit(state / "audit.jsonl")))

@@ -14,11 +14,12 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from test_reliability_input import df_percent, files_under, run_cli, write_config
-
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
 from diskguard.retention.fileexecutor import FileExecutor
 from diskguard.retention.journal import JOURNAL_FILE, JOURNAL_LOCK_FILE
+from support.cli import json_events, run_cli
+from support.configs import write_config
+from support.disks import df_percent, disk_capacity, files_under
 from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, write_log_dir
 
@@ -100,7 +101,7 @@ def test_offline_sweeps_delete_dirs_first_and_keeps_live_segments_when_that_suff
     assert (outside / "precious.log").stat().st_size == MiB
     os.sync()
     assert df_percent(mnt) <= limit
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    events = json_events(proc.stdout)
     assert not [e for e in events if e.get("event") == "segment_deleted"]
 
     lines = list(read_audit(tmp_path / "state" / "audit.jsonl"))
@@ -137,8 +138,7 @@ def test_offline_sweep_then_live_segments_for_what_remains(
     fill(doomed / "00000000000000000000.log", 2 * MiB)
     fill(mnt / "filler", 20 * MiB)
     os.sync()
-    st = os.statvfs(mnt)
-    capacity = (st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize
+    capacity = disk_capacity(mnt)
     # 3 MiB over: the 2 MiB dir and about 1 MiB of the ~2.6 MiB of closed live segments.
     limit = round(df_percent(mnt) - 100 * 3 * MiB / capacity, 3)
     cfg = write_config(
@@ -150,11 +150,7 @@ def test_offline_sweep_then_live_segments_for_what_remains(
     assert not doomed.exists()
     os.sync()
     assert df_percent(mnt) <= limit
-    deleted = [
-        e
-        for e in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))
-        if e.get("event") == "segment_deleted"
-    ]
+    deleted = [e for e in json_events(proc.stdout) if e.get("event") == "segment_deleted"]
     # Offline, the plan does not count the -delete dir as reclaiming, so it asks for more;
     # after the sweep fewer live segments go than that plan said.
     assert 0 < len(deleted) < len(plan_before["deletions"]), (len(deleted), plan_before)

@@ -9,91 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from support.fsfixtures import fill, loop_ext4
-from support.kafkagen import SegmentSpec, hold_lock, write_log_dir
+from support.cli import json_events, run_cli
+from support.configs import write_config
+from support.disks import df_percent, disk_free, over_ceiling
+from support.fsfixtures import fill
+from support.kafkagen import hold_lock
+from support.logdirs import build, expected_order
 
 MiB = 1024**2
-BASE_TS = 1_700_000_000_000
-
-
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def df_percent(path: Path) -> float:
-    st = os.statvfs(path)
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    avail = st.f_bavail * st.f_frsize
-    return 100.0 * used / (used + avail)
-
-
-def build(mount: Path) -> tuple[Path, dict[tuple[str, int, int], tuple[int, list[Path]]]]:
-    """Three topics x 2 partitions x 5 segments (~256 KiB each), interleaved timestamps."""
-    log_dir = mount / "kafka-logs"
-    parts = {}
-    for t_index, topic in enumerate(["orders", "clicks", "__consumer_offsets"]):
-        for p in range(2):
-            specs = [
-                SegmentSpec(
-                    records=25,
-                    payload_size=10_000,
-                    first_timestamp_ms=BASE_TS + (s * 6 + t_index * 2 + p) * 60_000,
-                    timestamp_step_ms=10,
-                    records_per_batch=5,
-                )
-                for s in range(5)
-            ]
-            parts[(topic, p)] = specs
-    layout = write_log_dir(log_dir, parts)
-    truth = {}
-    for (topic, p), part in layout.partitions.items():
-        for seg in part.closed:
-            truth[(topic, p, seg.base_offset)] = (seg.max_timestamp_ms, list(seg.files))
-    return log_dir, truth
-
-
-def write_config(tmp: Path, log_dir: Path, **retention: object) -> Path:
-    state = tmp / "state"
-    lines = [
-        "[broker]",
-        f'log_dirs = ["{log_dir}"]',
-        "[retention]",
-        # The test topics are cleanup.policy=delete; without a broker nobody can say so.
-        *(
-            f"{k} = {json.dumps(v)}"
-            for k, v in {"assume_delete_policy": [".*"], **retention}.items()
-        ),
-        "[daemon]",
-        f'state_dir = "{state}"',
-    ]
-    path = tmp / "diskguard.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-@pytest.fixture()
-def disk(tmp_path: Path) -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
-
-
-def expected_order(
-    truth: dict[tuple[str, int, int], tuple[int, list[Path]]],
-) -> list[tuple[str, int, int]]:
-    keys = [k for k in truth if not k[0].startswith("__")]
-    return sorted(keys, key=lambda k: (truth[k][0], k[0], k[1], k[2]))
 
 
 def test_plan_then_enforce_offline_deletes_exactly_the_global_oldest_prefix(
@@ -130,7 +55,7 @@ def test_plan_then_enforce_offline_deletes_exactly_the_global_oldest_prefix(
     gone = before - after
     expected_gone = {str(f) for k in chosen for f in truth[k][1]}
     assert gone == expected_gone & before
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    events = json_events(proc.stdout)
     deleted = [e for e in events if e["event"] == "segment_deleted"]
     assert [(e["topic"], e["partition"], e["base_offset"]) for e in deleted] == chosen
     assert any(e["event"] == "retention_cycle" for e in events)
@@ -138,15 +63,9 @@ def test_plan_then_enforce_offline_deletes_exactly_the_global_oldest_prefix(
     assert len(audit) >= 2 * len(chosen)
 
 
-def disk_free(mount: Path) -> int:
-    st = os.statvfs(mount)
-    return st.f_bavail * st.f_frsize
-
-
 def test_locked_log_dir_is_never_touched(disk: Path, tmp_path: Path) -> None:
     log_dir, _truth = build(disk)
-    fill(disk / "filler", int(disk_free(disk) * 0.6))
-    limit = round(df_percent(disk) - 4, 1)
+    limit = over_ceiling(disk, 4, digits=1)
     cfg = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="offline")
     snapshot = {str(p): os.stat(p).st_ino for p in log_dir.rglob("*")}
     with hold_lock(log_dir):
@@ -164,8 +83,7 @@ def test_under_limit_exit_0_and_dry_run_deletes_nothing(disk: Path, tmp_path: Pa
     cfg = write_config(tmp_path, log_dir, disk_usage_percent=99.0)
     proc = run_cli("enforce", "--once", "-c", str(cfg))
     assert proc.returncode == 0, proc.stderr
-    fill(disk / "filler", int(disk_free(disk) * 0.6))
-    limit = round(df_percent(disk) - 4, 1)
+    limit = over_ceiling(disk, 4, digits=1)
     cfg = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="dry-run")
     before = sorted(str(p) for p in log_dir.rglob("*"))
     proc = run_cli("enforce", "--once", "-c", str(cfg))

@@ -14,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from support.daemonproc import DaemonProc, df_percent
-from support.fsfixtures import fill, loop_ext4
+from support import configs
+from support.daemonproc import DaemonProc
+from support.disks import over_ceiling
 from support.kafkagen import SegmentSpec, hold_lock, write_log_dir, write_partition
 
 MiB = 1024**2
@@ -28,12 +28,6 @@ BASE_TS = 1_700_000_000_000
 WINDOW_S = 8.0
 MAX_LINES = 4
 MAX_CPU_S = 1.0
-
-
-@pytest.fixture()
-def disk() -> Iterator[Path]:
-    with loop_ext4(64 * MiB) as mount:
-        yield mount
 
 
 def seg(minute: int) -> SegmentSpec:
@@ -54,22 +48,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def write_config(tmp: Path, log_dir: Path, limit: float, mode: str) -> Path:
-    path = tmp / "diskguard.toml"
-    path.write_text(
-        f"""
-[broker]
-log_dirs = ["{log_dir}"]
-[retention]
-disk_usage_percent = {limit}
-mode = "{mode}"
-offline_headroom = 0
-# Generated topics: no broker or KRaft metadata says their cleanup.policy.
-assume_delete_policy = [".*"]
-[daemon]
-state_dir = "{tmp / "state"}"
-"""
+    return configs.write_config(
+        tmp, log_dir, disk_usage_percent=limit, mode=mode, offline_headroom=0
     )
-    return path
 
 
 def add_deletable_partition(disk: Path, log_dir: Path) -> None:
@@ -107,9 +88,7 @@ def test_stuck_over_the_limit_is_quiet_then_reacts_to_a_real_change(
         write_log_dir(log_dir, {("__consumer_offsets", p): [seg(p), seg(10 + p)] for p in range(3)})
     else:
         write_log_dir(log_dir, {("orders", p): [seg(p), seg(10 + p)] for p in range(3)})
-    st = os.statvfs(disk)
-    fill(disk / "filler", int(st.f_bavail * st.f_frsize * 0.6))
-    limit = round(df_percent(disk) - 10, 2)
+    limit = over_ceiling(disk, 10)
     mode = {"lock": "offline", "dry-run": "dry-run"}.get(case, "offline")
     config = write_config(tmp_path, log_dir, limit, mode)
 

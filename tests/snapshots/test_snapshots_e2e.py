@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from support.configs import write_config
 from support.daemonproc import DaemonProc
 from support.kafkagen import SegmentSpec, write_log_dir
-from support.tansu import TansuBroker, free_port
+from support.net import free_port
+from support.tansu import TansuBroker
 
 TOPIC = "diskguard.snapshots"
 
@@ -69,23 +71,17 @@ def test_daemon_snapshots_reach_spark_through_a_broker_outage(tmp_path: Path) ->
     write_log_dir(log_dir, {("orders", p): [SegmentSpec(records=20)] * 3 for p in range(3)})
     state = tmp_path / "state"
     broker = TansuBroker(free_port())
-    config = tmp_path / "diskguard.toml"
-    config.write_text(
-        f"""
-[broker]
-log_dirs = ["{log_dir}"]
-bootstrap_servers = "{broker.bootstrap}"
-[broker.client]
-"message.timeout.ms" = 3000
-[retention]
-mode = "dry-run"
-[snapshots]
-interval = "0.3s"
-topic = "{TOPIC}"
-host = "e2e-host"
-[daemon]
-state_dir = "{state}"
-"""
+    config = write_config(
+        tmp_path,
+        log_dir,
+        broker={
+            "bootstrap_servers": broker.bootstrap,
+            "client": {"message.timeout.ms": 3000},
+        },
+        snapshots={"interval": "0.3s", "topic": TOPIC, "host": "e2e-host"},
+        state_dir=state,
+        assume_delete_policy=None,
+        mode="dry-run",
     )
     try:
         with DaemonProc(config) as daemon:

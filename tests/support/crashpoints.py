@@ -1,6 +1,9 @@
 """Crash points, exhaustively: kill ``diskguard enforce --once`` (offline) at each of its
 file-system operations in turn, then check that one clean re-run converges.
 
+One module of ~700 lines on purpose: the driver, the strace runs, the reference run and the
+convergence checks are one procedure, shared by the test and ``bench/crashpoints.py``.
+
 How (fast enough for the test suite): one driver process imports diskguard once. For a crash
 point it forks a child that stops itself (``SIGSTOP``) before running the real CLI entry
 point (``enforce --once``); ``strace -p CHILD -f -e inject=SYSCALL:signal=SIGKILL:when=N``
@@ -48,7 +51,8 @@ from typing import Any
 from diskguard.cli import cli  # imported once here: every forked child starts warm
 from diskguard.retention.audit import AuditLog, read_audit
 from diskguard.retention.fileexecutor import FileExecutor
-from support import fsfixtures
+from support import configs, fsfixtures
+from support.disks import ceiling_under
 from support.kafkagen import SegmentSpec, write_log_dir
 
 MiB = 1024 * 1024
@@ -60,7 +64,7 @@ BASE_TS = 1_700_000_000_000
 #: ``AT_REMOVEDIR``), durability points, appends to the audit log and journal (and stdout's
 #: log lines), truncation (journal compaction, an audit line rolled back) and ``fallocate``
 #: (the audit reserve). ``flock``/``open`` change nothing a restart reads.
-INJECTED = (
+_INJECTED = (
     "rename",
     "renameat",
     "renameat2",
@@ -200,7 +204,7 @@ class FileState:
     mode: int
 
 
-def tree_state(root: Path) -> dict[str, FileState]:
+def _tree_state(root: Path) -> dict[str, FileState]:
     out: dict[str, FileState] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
@@ -212,7 +216,7 @@ def tree_state(root: Path) -> dict[str, FileState]:
     return out
 
 
-def segment_groups(paths: Sequence[str]) -> dict[tuple[str, int], set[str]]:
+def _segment_groups(paths: Sequence[str]) -> dict[tuple[str, int], set[str]]:
     """(partition dir relpath, base offset) -> the segment's own files present (no .snapshot,
     ``.deleted`` kept as such)."""
     out: dict[tuple[str, int], set[str]] = {}
@@ -267,11 +271,11 @@ def _wait(pid: int) -> tuple[str, int]:
     return "exit", os.WEXITSTATUS(status)
 
 
-def run_plain(argv: list[str], out_path: Path) -> tuple[str, int]:
+def _run_plain(argv: list[str], out_path: Path) -> tuple[str, int]:
     return _wait(_fork(argv, out_path, stop=False))
 
 
-def run_traced(argv: list[str], out_path: Path, strace_args: list[str]) -> tuple[str, int]:
+def _run_traced(argv: list[str], out_path: Path, strace_args: list[str]) -> tuple[str, int]:
     """Fork the CLI stopped, attach strace with ``strace_args``, let it run; its end."""
     pid = _fork(argv, out_path, stop=True)
     try:
@@ -331,7 +335,7 @@ def _await_attached(tracer: subprocess.Popen[bytes], pid: int, timeout_s: float 
 
 
 @dataclass
-class Workspace:
+class _Workspace:
     """A worker's two tmpfs mounts, fixed paths (so every run makes the same calls)."""
 
     scenario: Scenario
@@ -359,27 +363,20 @@ class Workspace:
         shutil.rmtree(self.state, ignore_errors=True)
         shutil.copytree(self.template, self.root, symlinks=True)
         self.state.mkdir()
-        return tree_state(self.root)
+        return _tree_state(self.root)
 
 
-def _capacity_and_used(path: Path) -> tuple[int, int]:
-    st = os.statvfs(path)
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    return used + st.f_bavail * st.f_frsize, used
-
-
-def prepare_template(scenario: Scenario, template: Path) -> None:
+def _prepare_template(scenario: Scenario, template: Path) -> None:
     scenario.build(template)
 
 
-def write_config(ws: Workspace) -> None:
+def _write_config(ws: _Workspace) -> None:
     """The ceiling ``over`` x (sweepable + closed live bytes) below the tree's usage."""
     ws.reset()
-    capacity, used = _capacity_and_used(ws.logs_mnt)
     swept = 0
     live = 0
-    state = tree_state(ws.root)
-    groups = segment_groups(list(state))
+    state = _tree_state(ws.root)
+    groups = _segment_groups(list(state))
     active = {head: max(b for h, b in groups if h == head) for head, _ in groups}
     for rel, fs in state.items():
         if fs.mode & 0o170000 != 0o100000:
@@ -399,21 +396,15 @@ def write_config(ws: Workspace) -> None:
         ):
             live += blocks
     excess = int((swept + live) * ws.scenario.over)
-    limit = 100.0 * (used - excess) / capacity
-    dirs = json.dumps([str(ws.root / d) for d in ws.scenario.log_dirs])
-    ws.config.write_text(
-        "[broker]\n"
-        f"log_dirs = {dirs}\n"
-        "[retention]\n"
-        f"disk_usage_percent = {limit:.4f}\n"
-        'mode = "offline"\n'
-        "offline_headroom = 0\n"
-        # Generated topics: no broker or KRaft metadata says their cleanup.policy.
-        'assume_delete_policy = [".*"]\n'
-        "[logging]\n"
-        'level = "info"\n'
-        "[daemon]\n"
-        f'state_dir = "{ws.state}"\n'
+    configs.write_config(
+        ws.config.parent,
+        [ws.root / d for d in ws.scenario.log_dirs],
+        logging={"level": "info"},
+        state_dir=ws.state,
+        name=ws.config.name,
+        disk_usage_percent=round(ceiling_under(ws.logs_mnt, excess), 4),
+        mode="offline",
+        offline_headroom=0,
     )
 
 
@@ -437,7 +428,7 @@ def _parse_trace(path: Path) -> tuple[Counter[str], Counter[str]]:
         if "resumed>" in line:
             continue  # the second half of an interrupted call: counted at its start
         m = line_re.match(line)
-        if not m or m.group(1) not in INJECTED:
+        if not m or m.group(1) not in _INJECTED:
             continue
         counts[m.group(1)] += 1
         if m.group(1) in ("write", "pwrite64", "writev"):
@@ -447,28 +438,28 @@ def _parse_trace(path: Path) -> tuple[Counter[str], Counter[str]]:
     return counts, targets
 
 
-def reference(ws: Workspace, scratch: Path) -> Reference:
+def _reference(ws: _Workspace, scratch: Path) -> Reference:
     """Run uninterrupted twice: plainly (the expected end state) and under strace counting
     (must end the same: the counted calls are the ones the crash points kill at)."""
     initial = ws.reset()
-    outcome = run_plain(ws.argv(), scratch / "ref.out")
+    outcome = _run_plain(ws.argv(), scratch / "ref.out")
     if outcome != ("exit", 0):
         raise AssertionError(f"reference run: {outcome}: {(scratch / 'ref.out').read_text()}")
-    final = tree_state(ws.root)
+    final = _tree_state(ws.root)
     ws.reset()
     trace = scratch / "count.trace"
-    outcome = run_traced(
+    outcome = _run_traced(
         ws.argv(),
         scratch / "count.out",
-        ["-y", "-e", f"trace={','.join(INJECTED)}", "-o", str(trace)],
+        ["-y", "-e", f"trace={','.join(_INJECTED)}", "-o", str(trace)],
     )
     if outcome != ("exit", 0):
         raise AssertionError(f"counting run: {outcome}: {(scratch / 'count.out').read_text()}")
-    if set(tree_state(ws.root)) != set(final):
+    if set(_tree_state(ws.root)) != set(final):
         raise AssertionError("the counting run ended elsewhere than the plain run")
     counts, targets = _parse_trace(trace)
-    before_groups = segment_groups(list(initial))
-    after_groups = segment_groups(list(final))
+    before_groups = _segment_groups(list(initial))
+    after_groups = _segment_groups(list(final))
     gone = frozenset(k for k in before_groups if k not in after_groups)
     swept = frozenset(
         rel
@@ -492,10 +483,10 @@ class PointResult:
     problems: tuple[str, ...]
 
 
-def check_converged(ws: Workspace, ref: Reference, copied: dict[str, FileState]) -> list[str]:
+def _check_converged(ws: _Workspace, ref: Reference, copied: dict[str, FileState]) -> list[str]:
     """Every convergence rule; returns what is wrong (empty: converged)."""
     problems: list[str] = []
-    final = tree_state(ws.root)
+    final = _tree_state(ws.root)
     if set(final) != set(ref.final):
         extra = sorted(set(final) - set(ref.final))[:5]
         missing = sorted(set(ref.final) - set(final))[:5]
@@ -510,8 +501,8 @@ def check_converged(ws: Workspace, ref: Reference, copied: dict[str, FileState])
             fs.mtime_ns,
         ):
             problems.append(f"{rel}: touched")
-    whole = segment_groups(list(copied))
-    for key, files in segment_groups(list(final)).items():
+    whole = _segment_groups(list(copied))
+    for key, files in _segment_groups(list(final)).items():
         if files != whole.get(key):
             problems.append(f"{key}: half-deleted ({sorted(files)} of {whole.get(key)})")
     problems += _check_audit(ws, ref)
@@ -525,7 +516,7 @@ def check_converged(ws: Workspace, ref: Reference, copied: dict[str, FileState])
     return problems
 
 
-def _check_audit(ws: Workspace, ref: Reference) -> list[str]:
+def _check_audit(ws: _Workspace, ref: Reference) -> list[str]:
     problems: list[str] = []
     lines = list(read_audit(ws.state / "audit.jsonl"))
     intents: dict[str, dict[str, Any]] = {}
@@ -578,10 +569,10 @@ def _check_audit(ws: Workspace, ref: Reference) -> list[str]:
     return problems
 
 
-def run_point(ws: Workspace, ref: Reference, syscall: str, n: int, scratch: Path) -> PointResult:
+def _run_point(ws: _Workspace, ref: Reference, syscall: str, n: int, scratch: Path) -> PointResult:
     copied = ws.reset()
     out = scratch / "crash.out"
-    kind, value = run_traced(
+    kind, value = _run_traced(
         ws.argv(),
         out,
         [
@@ -598,30 +589,30 @@ def run_point(ws: Workspace, ref: Reference, syscall: str, n: int, scratch: Path
     if not killed:
         problems.append(f"not killed at {syscall} #{n}: {kind} {value}: {out.read_text()[-400:]}")
     rerun = scratch / "rerun.out"
-    rkind, rcode = run_plain(ws.argv(), rerun)
+    rkind, rcode = _run_plain(ws.argv(), rerun)
     if (rkind, rcode) != ("exit", 0):
         problems.append(f"re-run: {rkind} {rcode}: {rerun.read_text()[-800:]}")
-    problems += check_converged(ws, ref, copied)
+    problems += _check_converged(ws, ref, copied)
     return PointResult(ws.scenario.name, syscall, n, killed, rcode, tuple(problems))
 
 
 @contextlib.contextmanager
-def workspace(scenario: Scenario, template: Path) -> Iterator[Workspace]:
+def _workspace(scenario: Scenario, template: Path) -> Iterator[_Workspace]:
     with (
         fsfixtures.tmpfs(32 * MiB, name="logs") as logs_mnt,
         fsfixtures.tmpfs(32 * MiB, name="state") as state_mnt,
     ):
-        ws = Workspace(scenario, template, logs_mnt, state_mnt)
-        write_config(ws)
+        ws = _Workspace(scenario, template, logs_mnt, state_mnt)
+        _write_config(ws)
         yield ws
 
 
-def all_points(ref: Reference) -> list[tuple[str, int]]:
+def _all_points(ref: Reference) -> list[tuple[str, int]]:
     """Every (syscall, N), ordered by syscall then N."""
     return [(s, n) for s in sorted(ref.counts) for n in range(1, ref.counts[s] + 1)]
 
 
-def sample_points(points: Sequence[tuple[str, int]], k: int) -> list[tuple[str, int]]:
+def _sample_points(points: Sequence[tuple[str, int]], k: int) -> list[tuple[str, int]]:
     """``k`` points spread evenly over ``points`` (deterministic), both ends included."""
     if k >= len(points):
         return list(points)
@@ -638,12 +629,12 @@ def run_scenario(
     """Reference + every selected crash point, split over ``workers`` forked processes."""
     template = workdir / f"template-{scenario.name}"
     shutil.rmtree(template, ignore_errors=True)
-    prepare_template(scenario, template)
+    _prepare_template(scenario, template)
     scratch = workdir / f"scratch-{scenario.name}"
     scratch.mkdir(parents=True, exist_ok=True)
-    with workspace(scenario, template) as ws:
-        ref = reference(ws, scratch)
-    points = select(all_points(ref))
+    with _workspace(scenario, template) as ws:
+        ref = _reference(ws, scratch)
+    points = select(_all_points(ref))
     chunks = [points[i::workers] for i in range(workers)]
     results: list[PointResult] = []
     pids: list[tuple[int, Path]] = []
@@ -659,8 +650,8 @@ def run_scenario(
                 wscratch = scratch / f"w{w}"
                 wscratch.mkdir(exist_ok=True)
                 # Same tree, same tmpfs size: the same ceiling as the reference's.
-                with workspace(scenario, template) as wws:
-                    rows = [run_point(wws, ref, s, n, wscratch).__dict__ for s, n in chunk]
+                with _workspace(scenario, template) as wws:
+                    rows = [_run_point(wws, ref, s, n, wscratch).__dict__ for s, n in chunk]
                 out.write_text(json.dumps(rows))
             except BaseException as exc:
                 out.write_text(json.dumps({"error": repr(exc)}))

@@ -10,26 +10,26 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 
-def df_percent(path: str | os.PathLike[str]) -> float:
-    st = os.statvfs(path)
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    avail = st.f_bavail * st.f_frsize
-    return 100.0 * used / (used + avail)
-
-
 class DaemonProc:
-    """``diskguard run -c CONFIG`` with every stdout line parsed as one event."""
+    """``diskguard run -c CONFIG`` with every stdout line parsed as one event.
 
-    def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
+    ``env`` adds to os.environ; ``prefix`` runs the daemon through another command
+    (``setpriv ... --`` to run it as another user).
+    """
+
+    def __init__(
+        self, config: Path, env: dict[str, str] | None = None, prefix: Sequence[str] = ()
+    ) -> None:
         self.events: list[dict[str, Any]] = []
         self.raw: list[str] = []
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "diskguard", "run", "-c", str(config)],
+            [*prefix, sys.executable, "-m", "diskguard", "run", "-c", str(config)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

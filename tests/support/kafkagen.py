@@ -1,5 +1,8 @@
 """Test-only generator of REAL Kafka log dirs.
 
+~450 lines because everything a broker leaves in a log dir (not only segments) is written
+here, in one place, so that every test agrees on the layout.
+
 Writes what a Kafka 3.x broker leaves on disk, byte for byte where it matters to diskguard:
 ``.log`` files of RecordBatch v2 batches (varint-encoded records, correct CRC32C), ``.index``
 and ``.timeindex`` entries every ``index.interval.bytes`` of log exactly as

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from support.net import free_port
 
 
 def require(tool: str) -> str:
@@ -31,12 +32,6 @@ def require(tool: str) -> str:
             pytrace=False,
         )
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get_json(url: str, timeout: float = 5.0) -> dict[str, Any]:

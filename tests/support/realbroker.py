@@ -26,8 +26,10 @@ from typing import Any
 
 ENV = "DISKGUARD_KAFKA_HOME"
 #: The shared start/stop script (not part of this repository's package).
-SCRIPT = Path(os.environ.get("DISKGUARD_KAFKA_TEST_BROKER", "/work/shared/kafka/kafka-test-broker"))
-USER = "nobody"
+_SCRIPT = Path(
+    os.environ.get("DISKGUARD_KAFKA_TEST_BROKER", "/work/shared/kafka/kafka-test-broker")
+)
+_USER = "nobody"
 #: Ports of the session broker; the rescue test's own broker uses the next ones.
 PORT, ZK_PORT = 29092, 22181
 
@@ -82,10 +84,10 @@ class RealBroker:
         return self.workdir / "logs" / "kafka.out"
 
     def _script(self, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-        if not SCRIPT.is_file():
-            raise BrokerSetupError(f"{SCRIPT} not found (set DISKGUARD_KAFKA_TEST_BROKER)")
+        if not _SCRIPT.is_file():
+            raise BrokerSetupError(f"{_SCRIPT} not found (set DISKGUARD_KAFKA_TEST_BROKER)")
         return subprocess.run(
-            [str(SCRIPT), *args],
+            [str(_SCRIPT), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -94,7 +96,7 @@ class RealBroker:
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        uid = pwd.getpwnam(USER).pw_uid
+        uid = pwd.getpwnam(_USER).pw_uid
         os.chown(self.log_dir, uid, -1)
         result = self._script(
             "start",
@@ -106,7 +108,7 @@ class RealBroker:
             "--log-dirs",
             str(self.log_dir),
             "--user",
-            USER,
+            _USER,
             *self.settings,
         )
         if result.returncode != 0 or f"bootstrap {self.bootstrap}" not in result.stdout:
@@ -215,7 +217,7 @@ class RealBroker:
         return errors
 
 
-def reachable_by_broker_user(path: Path) -> None:
+def _reachable_by_broker_user(path: Path) -> None:
     """Make every directory above ``path`` traversable: pytest's and fsfixtures' temp dirs
     are 0700 root, and the broker runs as nobody."""
     for parent in [path, *path.parents]:
@@ -238,8 +240,8 @@ def running_broker(
     when the block ends."""
     workdir = Path(tempfile.mkdtemp(prefix="diskguard-kafka-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    reachable_by_broker_user(workdir)
-    reachable_by_broker_user(log_dir)
+    _reachable_by_broker_user(workdir)
+    _reachable_by_broker_user(log_dir)
     broker = RealBroker(dist, workdir, log_dir, port, zk_port, settings)
     try:
         broker.start()

@@ -27,6 +27,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from support.net import free_port
+
 TANSU = (
     Path(sys.prefix)
     / "lib"
@@ -38,7 +40,7 @@ TANSU = (
 )
 
 
-def tansu_binary() -> Path:
+def _tansu_binary() -> Path:
     """The tansu executable; a missing one is an error, never a skip."""
     if TANSU.is_file():
         return TANSU
@@ -50,15 +52,11 @@ def tansu_binary() -> Path:
     return candidate
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(port: int, timeout_s: float = 15.0) -> None:
+def _wait_for_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tansu exited with {proc.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
@@ -85,7 +83,7 @@ class TansuBroker:
         url = f"tcp://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [
-                str(tansu_binary()),
+                str(_tansu_binary()),
                 "broker",
                 "--listener-url",
                 url,
@@ -99,8 +97,8 @@ class TansuBroker:
             stderr=subprocess.DEVNULL,
         )
         try:
-            wait_for_port(self.port, timeout_s)
-        except TimeoutError:
+            _wait_for_port(self.port, timeout_s, self.proc)
+        except (TimeoutError, RuntimeError):
             self.kill()
             raise
 

@@ -2,6 +2,10 @@
 real log dirs, whose *log manager* behaves as a real Apache Kafka broker's was measured to
 (``/work/shared/kafka/README.md``, DESIGN.md "Facts measured against a real Kafka broker").
 
+~1000 lines in one file: it is the program run as its own process (``python -m
+support.standin.broker``), protocol handlers and log manager together, like the broker it
+stands in for; ``standin/__init__`` is the small API the tests use.
+
 Why: diskguard's broker mode asks the broker to delete (DeleteRecords) and must then wait
 for the broker to free the files at its next retention check plus its delete delay. CI has
 no Kafka, so this process plays the broker closely enough for librdkafka's AdminClient and

@@ -2,7 +2,8 @@
 
 - every subpackage says in its ``__init__`` docstring what it is for and what it may import,
   and the README's "Where things are" map lists exactly the subpackages that exist;
-- no module grows past ~400 lines unless its docstring says why (a line starting "Size:").
+- no module grows past ~400 lines unless its docstring says why (a line starting "Size:");
+- a subpackage imports only the layers its ``__init__`` names (``ALLOWED`` below mirrors them).
 """
 
 from __future__ import annotations
@@ -52,3 +53,61 @@ def test_no_module_is_long_without_a_reason(module: Path) -> None:
         f"{module.relative_to(REPO)} has {lines} lines: split it, or say why at its top "
         "in a docstring line starting 'Size:'"
     )
+
+
+#: What each subpackage may import from the rest of diskguard (its ``__init__`` says the same).
+#: A dotted entry allows that one module only: plain data crossing a layer, not its I/O.
+ALLOWED: dict[str, set[str]] = {
+    "host": {"kafkalog.model"},
+    "kafkalog": {"host", "errors"},
+    "broker": {"logs", "retention.planner"},
+    "capacity": {"config", "errors", "kafkalog", "logs", "host"},
+    "retention": {"broker", "capacity", "config", "errors", "host", "kafkalog", "logs", "units"},
+    "flow": {"config", "host", "kafkalog", "logs", "errors", "units"},
+    "snapshots": {"broker", "host", "kafkalog", "logs"},
+    "fleet": {"errors", "units"},
+    "daemon": {
+        "config",
+        "errors",
+        "flow",
+        "host",
+        "kafkalog",
+        "logs",
+        "metrics",
+        "retention",
+        "snapshots",
+        "units",
+    },
+}
+
+
+def _imports(module: Path) -> set[str]:
+    """Every ``diskguard.x[.y]`` a module imports, as ``x.y`` (from-imports of names too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("diskguard"):
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("diskguard")]
+        found.update(".".join(n.split(".")[1:3]) for n in names if n.count(".") >= 1)
+    return found
+
+
+@pytest.mark.parametrize("sub", sorted(ALLOWED))
+def test_a_subpackage_imports_only_its_allowed_layers(sub: str) -> None:
+    wrong = []
+    for module in sorted((PACKAGE / sub).rglob("*.py")):
+        for target in _imports(module):
+            top = target.split(".")[0]
+            is_module = (PACKAGE / f"{top}.py").exists() or (PACKAGE / top).is_dir()
+            if top == sub or not is_module:
+                continue
+            if top in ALLOWED[sub] or target in ALLOWED[sub]:
+                continue
+            wrong.append(f"{module.relative_to(PACKAGE)} imports diskguard.{target}")
+    assert wrong == []
+
+
+def test_every_subpackage_has_its_layer_rule() -> None:
+    assert set(ALLOWED) | {"commands"} == set(SUBPACKAGES)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "demo"))
 
 from support import fsfixtures  # noqa: E402
 from support.disks import df_percent  # noqa: E402

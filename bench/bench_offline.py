@@ -53,13 +53,33 @@ def load_baseline(tmp: Path) -> ModuleType:
         capture_output=True,
     ).stdout
     path = tmp / "offline_baseline.py"
-    path.write_bytes(src)
+    path.write_text(_today_paths(src.decode()))
     spec = importlib.util.spec_from_file_location("offline_baseline", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its frozen dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+#: The modules the baseline imports, at their paths since the package's subpackages (issue 14).
+_MOVED = {
+    "from diskguard import lockfile": "from diskguard.kafkalog import lockfile",
+    "from diskguard.audit import (": "from diskguard.retention.planner import DeletionResult\n"
+    "from diskguard.retention.audit import (",
+    "    DeletionResult,\n": "",
+    "from diskguard.model import": "from diskguard.kafkalog.model import",
+    "from diskguard.planner import": "from diskguard.retention.planner import",
+}
+
+
+def _today_paths(source: str) -> str:
+    """The baseline's source with its imports pointed at today's module paths (the APIs it
+    uses are unchanged; only where they live moved)."""
+    for old, new in _MOVED.items():
+        assert old in source, f"baseline import not found: {old!r}"
+        source = source.replace(old, new, 1)
+    return source
 
 
 def build(logs: Path, args: argparse.Namespace, per_partition: int, mnt: Path) -> list[Deletion]:

@@ -24,16 +24,10 @@ from diskguard.config import DEFAULT_CONFIG_PATH, Config, load_config
 from diskguard.errors import ConfigError, DiskguardError, ExitCode
 from diskguard.logs import configure_logging
 
-# The names commands use; the meanings live in diskguard.errors.ExitCode.
-EXIT_OK = ExitCode.OK
-EXIT_UNREACHABLE = ExitCode.FAILED
-EXIT_USAGE = ExitCode.USAGE
-EXIT_REFUSED = ExitCode.REFUSED
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+def fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:
     """One line on stderr, then exit: the only way a command reports a problem."""
     click.echo(f"diskguard: {message}", err=True)
     sys.exit(code)
@@ -49,7 +43,7 @@ def load_or_exit(path: Path, writes: bool = True) -> Config:
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(problem, err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitCode.USAGE)
     configure_logging(config.logging.format, config.logging.level, stream=sys.stderr)
     return config
 
@@ -79,9 +73,9 @@ def no_traceback(func: F) -> F:
             fail(str(exc), exc.exit_code)
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
-            fail(f"{exc.strerror or exc}{where}", EXIT_UNREACHABLE)
+            fail(f"{exc.strerror or exc}{where}", ExitCode.FAILED)
         except Exception as exc:
-            fail(f"unexpected error: {type(exc).__name__}: {exc}", EXIT_UNREACHABLE)
+            fail(f"unexpected error: {type(exc).__name__}: {exc}", ExitCode.FAILED)
 
     return wrapper  # type: ignore[return-value]
 

@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from diskguard.cli import EXIT_USAGE, config_option, fail, load_or_exit, no_traceback
+from diskguard.cli import config_option, fail, load_or_exit, no_traceback
 from diskguard.retention.audit import (
     AUDIT_FILE,
     DONE,
@@ -38,7 +38,6 @@ def parse_since(value: str) -> dt.datetime:
     except ValueError:
         fail(
             f"--since: not an ISO 8601 time: {value!r} (e.g. 2024-05-01 or 2024-05-01T12:00:00Z)",
-            EXIT_USAGE,
         )
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 

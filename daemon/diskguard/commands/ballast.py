@@ -12,14 +12,13 @@ from pathlib import Path
 import click
 
 from diskguard.cli import (
-    EXIT_REFUSED,
-    EXIT_UNREACHABLE,
     config_option,
     fail,
     load_or_exit,
     no_traceback,
 )
 from diskguard.config import Config
+from diskguard.errors import ExitCode
 from diskguard.flow.ballast import Ballast
 from diskguard.flow.limits import flow_limits
 from diskguard.host import fsusage
@@ -99,6 +98,6 @@ def create(config_path: Path) -> None:
             f"{format_bytes(result.allocated_bytes)} allocated"
         )
     elif result.state == "refused":
-        fail(f"ballast {result.path}: refused: {result.reason}", EXIT_REFUSED)
+        fail(f"ballast {result.path}: refused: {result.reason}", ExitCode.REFUSED)
     else:
-        fail(f"ballast {result.path}: {result.state}: {result.reason}", EXIT_UNREACHABLE)
+        fail(f"ballast {result.path}: {result.state}: {result.reason}", ExitCode.FAILED)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from diskguard.cli import EXIT_USAGE, config_option, load_or_exit, no_traceback
+from diskguard.cli import config_option, load_or_exit, no_traceback
+from diskguard.errors import ExitCode
 from diskguard.units import plural
 
 
@@ -37,4 +38,4 @@ def check_config(config_path: Path, connect: bool) -> None:
     for check in checks:
         click.echo(f"{'ok' if check.ok else 'FAIL'}: {check.line}")
     if not all(check.ok for check in checks):
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitCode.USAGE)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from diskguard.cli import EXIT_USAGE, config_option, fail, load_or_exit, no_traceback
+from diskguard.cli import config_option, fail, load_or_exit, no_traceback
+from diskguard.errors import ExitCode
 from diskguard.logs import configure_logging
 from diskguard.retention.cycle import RetentionCycle, daemon_rates
 from diskguard.retention.outcome import CycleOutcome
@@ -33,7 +34,7 @@ def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
     process holds a log dir's .lock — nothing touched).
     """
     if not once:
-        fail("enforce needs --once (use `diskguard run` for the daemon)", EXIT_USAGE)
+        fail("enforce needs --once (use `diskguard run` for the daemon)", ExitCode.USAGE)
     config = load_or_exit(config_path)
     human = sys.stdout.isatty() and not as_json
     if human:

@@ -20,7 +20,8 @@ from rich.table import Table
 
 from diskguard.capacity.reserve import ReserveReport, TopicReserve, reserve_report
 from diskguard.capacity.topicconfigs import TopicInventory, load_topics
-from diskguard.cli import EXIT_USAGE, config_option, fail, load_or_exit, no_traceback
+from diskguard.cli import config_option, fail, load_or_exit, no_traceback
+from diskguard.errors import ExitCode
 from diskguard.host import fsusage
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import configure_logging
@@ -154,7 +155,7 @@ def reserve(config_path: Path, as_json: bool, timeout: float) -> None:
     try:
         report = reserve_report(inventory.topics, sum(_capacity(fs) for fs in filesystems))
     except ValueError as exc:
-        fail(str(exc), EXIT_USAGE)
+        fail(str(exc), ExitCode.USAGE)
     if as_json:
         click.echo(json.dumps(report_json(report, inventory, filesystems), indent=2))
     else:

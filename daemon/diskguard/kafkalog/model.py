@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 #: Files that make up one segment and go when the segment goes (Kafka's LogSegment.deleteIfExists).
@@ -46,10 +47,13 @@ class PartitionDirName:
     kind: PartitionDirKind
 
 
+@lru_cache(maxsize=65536)
 def parse_partition_dir(name: str) -> PartitionDirName | None:
     """``orders-3`` -> live partition; ``orders-3.<uuid>-delete`` -> a dir on its way out.
 
     Names that are not Kafka partition dirs (``lost+found``, checkpoint files) give None.
+    Memoized (the result is immutable): the daemon parses every dir name of every log dir
+    at each rescan, and the names rarely change.
     """
     match = _NON_LIVE_DIR.match(name)
     if match:
@@ -68,6 +72,24 @@ def parse_partition_dir(name: str) -> PartitionDirName | None:
     if match and len(match["topic"]) <= 249 and match["topic"] not in (".", ".."):
         return PartitionDirName(match["topic"], int(match["partition"]), PartitionDirKind.LIVE)
     return None
+
+
+_DIGITS = frozenset("0123456789")
+
+
+def parse_segment_base(name: str) -> int | None:
+    """``00000000000000001234.log`` -> 1234 (the ``.log`` file of a segment), else None.
+
+    ``parse_segment_file``'s rule for ``.log`` names without the regex: the listing calls
+    this for every ``.log`` of every partition, a third of a large plan's listing time.
+    """
+    if len(name) != 24 or not name.endswith(".log"):
+        return None
+    digits = name[:20]
+    # Only ASCII digits: str.isdigit() would also accept other scripts' digits.
+    if not _DIGITS.issuperset(digits):
+        return None
+    return int(digits)
 
 
 def parse_segment_file(name: str) -> tuple[int, str] | None:

@@ -160,7 +160,7 @@ def scan_log_dir(
             topic=name.topic,
             partition=name.partition,
             path=entry.path,
-            base_offsets=tuple(sorted(listing.bases)),
+            base_offsets=listing.bases,
             log_start_offset=_max_known(
                 log_start.get((name.topic, name.partition)),
                 (requested_log_start or {}).get((name.topic, name.partition)),
@@ -184,8 +184,10 @@ def scan_log_dir(
         # Bytes this partition adds to the log dir's (inodes seen before count there once).
         part_bytes = listing.settled_bytes + listing.deleted_bytes
         kafka.single += part_bytes
-        part_bytes += sum(kafka.add_linked(linked) for linked in listing.linked)
-        part_bytes += sum(kafka.add(st) for st in active)
+        if listing.linked:
+            part_bytes += sum(kafka.add_linked(linked) for linked in listing.linked)
+        if active:
+            part_bytes += sum(kafka.add(st) for st in active)
         if topics is not None:
             acc = topics.setdefault(name.topic, [0, 0])
             acc[0] += 1

@@ -184,8 +184,19 @@ class ProtectionRule:
         extra = frozenset(topics) - self.compacted
         return replace(self, compacted=self.compacted | extra) if extra else self
 
+    @cached_property
+    def _reasons(self) -> dict[tuple[str, bool], str | None]:
+        return {}
+
     def reason(self, topic: str, remote_log_state: bool = False) -> str | None:
-        return protection_reason(
+        """Memoized per rule (a rule is immutable; a changed policy makes a new rule): a
+        scan asks once per partition, and a topic has many partitions."""
+        key = (topic, remote_log_state)
+        try:
+            return self._reasons[key]
+        except KeyError:
+            pass
+        reason = self._reasons[key] = protection_reason(
             topic,
             policy=self.policies.get(topic),
             in_cleaner_checkpoint=topic in self.compacted,
@@ -193,6 +204,7 @@ class ProtectionRule:
             protect_topics=self._protect,
             assume_delete_policy=self._assume,
         )
+        return reason
 
 
 def policies_to_json(policies: Mapping[str, TopicPolicy]) -> dict[str, Any]:

@@ -13,16 +13,20 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from diskguard.kafkalog.listing import ListingCache
 from diskguard.retention import fileexecutor
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
 from diskguard.retention.fileexecutor import FileExecutor
 from diskguard.retention.journal import JOURNAL_FILE
 from diskguard.retention.planner import Deletion
+from diskguard.retention.sweep import Sweeper
 from support.disks import files_under
 from support.kafkagen import PartitionLayout, SegmentLayout, SegmentSpec, hold_lock, write_log_dir
 
@@ -518,6 +522,37 @@ def test_recover_sweeps_only_the_given_partition_dirs(loop_ext4: Callable[..., P
     assert not left[0].exists()
     assert left[1].exists()  # not named: not swept
     assert stray.exists()  # not inside a configured log dir: refused
+
+
+def test_sweep_with_the_scans_listings_lists_only_dirs_with_deleted_files(
+    loop_ext4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep before each offline cycle reuses the scan's listings: an unchanged partition
+    dir without ``*.deleted`` files is not listed again, and one that gains such a file
+    (a rename changes the dir's mtime) is."""
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=2)
+    past = time.time() - 60  # older than the cache's settle time: cached
+    for p in parts.values():
+        os.utime(p.path, (past, past))
+    cache = ListingCache()
+    files = FileExecutor(state, AuditLog(state / "audit.jsonl"), listings=cache)
+    listed: list[str] = []
+    real_sweep = Sweeper._sweep_partition
+
+    def counting(self: Sweeper, log_dir_real: str, path: str, session: list[Any]) -> None:
+        listed.append(os.path.basename(path))
+        real_sweep(self, log_dir_real, path, session)
+
+    monkeypatch.setattr(Sweeper, "_sweep_partition", counting)
+    files.recover([logs], sweep_deleted=True)
+    assert listed == []  # neither dir holds a *.deleted file
+    leftover = Path(str(parts[1].segments[0].log_path) + ".deleted")
+    os.rename(parts[1].segments[0].log_path, leftover)
+    files.recover([logs], sweep_deleted=True)
+    assert listed == [parts[1].path.name]
+    assert not leftover.exists()
 
 
 # ----------------------------------------------------------------------------- full disk

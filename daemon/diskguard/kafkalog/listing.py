@@ -124,6 +124,9 @@ class PartitionListing:
     linked: tuple[_Linked, ...] = ()
     #: A ``remote_log_snapshot`` entry (any kind) is in the dir: tiered storage.
     remote_log_state: bool = False
+    #: Regular files named ``*.deleted`` (any size, any link count): the offline sweep
+    #: lists only partition dirs that have some.
+    deleted_files: int = 0
 
     @property
     def has_deleted(self) -> bool:
@@ -133,6 +136,7 @@ class PartitionListing:
 def list_partition(path: str, full: bool) -> PartitionListing:
     bases: set[int] = set()
     deleted = 0
+    deleted_files = 0
     linked: list[_Linked] = []
     stats: dict[str, os.stat_result] = {}
     remote = False
@@ -144,6 +148,7 @@ def list_partition(path: str, full: bool) -> PartitionListing:
             try:
                 if name.endswith(DELETED_SUFFIX):
                     if entry.is_file(follow_symlinks=False):
+                        deleted_files += 1
                         st = entry.stat(follow_symlinks=False)
                         if st.st_nlink > 1:
                             linked.append(_Linked.of(name, st, deleted=True))
@@ -178,7 +183,14 @@ def list_partition(path: str, full: bool) -> PartitionListing:
         else:
             settled += allocated_bytes(st)
     return PartitionListing(
-        tuple(sorted(bases)), deleted, settled, active_files, full, tuple(linked), remote
+        tuple(sorted(bases)),
+        deleted,
+        settled,
+        active_files,
+        full,
+        tuple(linked),
+        remote,
+        deleted_files,
     )
 
 

@@ -101,10 +101,12 @@ class RetentionCycle:
                 config.broker.bootstrap_servers, dict(config.broker.client), timeout=5.0
             )
         self.audit = AuditLog(state_dir / "audit.jsonl")
-        self.files = FileExecutor(state_dir, self.audit)
         self.inputs = PlanInputs(
             config, self.requested, policies=PolicyStore(state_dir / CACHE_FILE, not read_only)
         )
+        # The sweep before each offline plan reads the scan's listings: only partition dirs
+        # that hold ``*.deleted`` files (or changed since) are listed again.
+        self.files = FileExecutor(state_dir, self.audit, listings=self.inputs.cache)
         self.inputs.forecast_for = self.forecast
         self._reachable_cache: tuple[float, bool] | None = None
         # Broker reclaim latency: settings now from server.properties/defaults, from the broker

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from diskguard.kafkalog import lockfile
+from diskguard.kafkalog.listing import ListingCache
 from diskguard.logs import get_logger
 from diskguard.retention.audit import (
     AuditLog,
@@ -47,7 +48,7 @@ from diskguard.retention.audit import (
     reason_text,
 )
 from diskguard.retention.executor import audit_intents, audit_outcomes
-from diskguard.retention.guards import Checked, Refused, check_deletion
+from diskguard.retention.guards import Checked, Refused, SegmentDirListing, check_deletion
 from diskguard.retention.journal import BATCH, Journal, process_identity
 from diskguard.retention.mode import OFFLINE as MODE
 from diskguard.retention.planner import Deletion, DeletionResult
@@ -75,7 +76,13 @@ class FileExecutor:
 
     mode = MODE
 
-    def __init__(self, state_dir: Path, audit: AuditLog, on_step: StepHook | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        audit: AuditLog,
+        on_step: StepHook | None = None,
+        listings: ListingCache | None = None,
+    ) -> None:
         self.state_dir = Path(state_dir)
         self.audit = audit
         self.journal = Journal(self.state_dir, audit)
@@ -83,7 +90,9 @@ class FileExecutor:
         #: the disk; read at each step, so a test may set it on a built executor.
         self._on_step = on_step
         self.remover = SegmentRemover(self._step)
-        self.recovery = Recovery(self.journal, audit, self.remover, Sweeper(self.journal, audit))
+        self.recovery = Recovery(
+            self.journal, audit, self.remover, Sweeper(self.journal, audit, listings)
+        )
 
     def execute(
         self, deletions: Sequence[Deletion], usage_before: Mapping[str, float]
@@ -105,7 +114,7 @@ class FileExecutor:
                     for entry in claimed:
                         self.recovery.recover_entry(entry)
                     failed_partitions: set[tuple[str, int]] = set()
-                    listings: dict[str, dict[str, int]] = {}
+                    listings: dict[str, SegmentDirListing] = {}
                     at, size = 0, min(BATCH_FIRST, BATCH_MAX)
                     while at < len(indexes):
                         self._delete_batch(
@@ -167,7 +176,7 @@ class FileExecutor:
         usage_before: Mapping[str, float],
         results: list[DeletionResult | None],
         failed_partitions: set[tuple[str, int]],
-        listings: dict[str, dict[str, int]],
+        listings: dict[str, SegmentDirListing],
     ) -> None:
         """Delete ``deletions[i]`` for ``i`` in ``indexes`` (plan order, one log dir, its
         ``.lock`` held) as ONE crash-safe batch; fills ``results[i]``.
@@ -259,7 +268,7 @@ class FileExecutor:
             elif c.partition_dir in listings:
                 # Keep the one listing in step with what was just removed.
                 for name in c.names:
-                    listings[c.partition_dir].pop(name, None)
+                    listings[c.partition_dir].remove(name)
         # Outcomes first, then the journal's done: a crash in between leaves the entry open
         # and recovery finds the outcomes already written (``outcome_of``).
         self._step("audit-done")

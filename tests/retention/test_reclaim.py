@@ -8,9 +8,12 @@ in tests/test_broker_reclaim_e2e.py and bench/bench_broker_reclaim.py.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
 from diskguard.retention.inputs import with_forecast
@@ -54,6 +57,34 @@ def test_growth_rate_drops_repeated_or_backward_times() -> None:
     g.observe(4.0, 20 * MiB)
     g.observe(8.0, 3 * MiB)
     assert g.rate() == pytest.approx(1 * MiB)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.001, 5.0), st.integers(-(10**9), 10**9)), min_size=1, max_size=120
+    ),
+    st.floats(1.0, 30.0),
+)
+def test_growth_rate_kept_as_a_running_sum_equals_the_sum_over_the_window(
+    steps: list[tuple[float, int]], window_s: float
+) -> None:
+    """``rate`` is O(1) (the loop asks at every wake-up); it must equal the plain sum of the
+    window's increases after every sample, as samples enter and leave the window."""
+    g = GrowthEstimator(window_s=window_s, min_span_s=0.0)
+    kept: list[tuple[float, int]] = []
+    t, used = 0.0, 10**10
+    for dt, delta in steps:
+        t, used = t + dt, max(0, used + delta)
+        g.observe(t, used)
+        kept.append((t, used))
+        while len(kept) > 2 and t - kept[1][0] >= window_s:
+            kept.pop(0)
+        if len(kept) < 2:
+            assert g.rate() is None
+            continue
+        grown = sum(max(0, b[1] - a[1]) for a, b in itertools.pairwise(kept))
+        assert g.rate() == grown / (kept[-1][0] - kept[0][0])
 
 
 # -- reclaim latency ----------------------------------------------------------------------

@@ -54,6 +54,11 @@ from diskguard.snapshots.spool import Spool, SpoolError
 
 log = get_logger("diskguard.daemon")
 
+#: The shortest time between two loop iterations woken by hints (seconds): a crossing is
+#: still noticed within this much of the write that made it, and a stream of appends costs
+#: at most 1 / HINT_PACE_S iterations a second.
+HINT_PACE_S = 0.02
+
 
 @dataclass
 class _Timers:
@@ -82,6 +87,7 @@ class Daemon(RetentionCycles, FlowControl):
         self._reclaim_slow: dict[str, float] = {}
         self._next_state_write = 0.0
         self._last_poll_at = time.monotonic()
+        self._last_iteration_at = 0.0
         self.deleted = DeletedBytesCounter()
         self.metrics = Metrics(stale_after=max(60.0, 6 * config.retention.check_interval))
         self._build(config)
@@ -267,6 +273,15 @@ class Daemon(RetentionCycles, FlowControl):
             poll = min(poll, watchdog_every / 2)
         timeout = max(0.0, min(timers.next_full - now, timers.next_snapshot - now, poll))
         hinted = self._wake.wait(timeout)
+        if hinted and not self._stop.is_set():
+            # Pace wake-ups: a busy broker's appends are a stream of inotify hints, and one
+            # iteration per hint was hundreds a second, each reading usage and metrics again.
+            # Hints that arrive meanwhile are handled by the next iteration, at most
+            # HINT_PACE_S later.
+            since = time.monotonic() - self._last_iteration_at
+            if since < HINT_PACE_S:
+                self._stop.wait(HINT_PACE_S - since)
+        self._last_iteration_at = time.monotonic()
         self._wake.clear()
         hint = self._watch.take()
         if self._stop.is_set():

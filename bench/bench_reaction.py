@@ -370,7 +370,9 @@ class Scenario:
 
 SCENARIOS = {
     "small": Scenario("small", 512, 70.0, 65.0, 30.0, 100),
-    # 100k more segments (300k files) on the disk: what every cycle's rescan costs at scale.
+    # 10k / 100k more segments (30k / 300k files) on the disk: what every cycle's rescan
+    # costs as the tree grows (the scaling table; ``--scenarios 10k,100k``).
+    "10k": Scenario("10k", 4096, 70.0, 69.0, 60.0, 50, background=(1000, 10)),
     "100k": Scenario("100k", 4096, 70.0, 69.0, 60.0, 50, background=(1000, 100)),
 }
 

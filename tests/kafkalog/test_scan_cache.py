@@ -7,9 +7,10 @@ import re
 import time
 from pathlib import Path
 
-from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
+from diskguard.kafkalog.dating import AgeCache, SegmentFileReader, warm_heads
 from diskguard.kafkalog.listing import ListingCache
-from diskguard.kafkalog.scan import scan_log_dir
+from diskguard.kafkalog.scan import scan, scan_log_dir, still_listed
+from diskguard.kafkalog.topicpolicy import ProtectionRule
 from support.kafkagen import SegmentSpec, write_log_dir
 
 
@@ -91,3 +92,48 @@ def test_segment_ages_are_reused_while_the_files_are_unchanged(tmp_path: Path) -
     ages.prune()  # nothing used since the last prune: empty
     CountingReader(ages)(part, 0)
     assert CountingReader.calls == 3
+
+
+def test_quiet_cycles_warm_each_head_once_and_keep_it_while_it_exists(tmp_path: Path) -> None:
+    """``warm_heads`` dates every partition's oldest candidate ahead of need (the daemon's
+    quiet cycles), within its time budget; ``prune(live)`` keeps those ages while their
+    segments exist, so the first plan over a limit reads no index."""
+    log_dir = tmp_path / "logs"
+    layout = write_log_dir(log_dir, {("orders", p): [SegmentSpec(records=5)] * 3 for p in range(3)})
+    rule = ProtectionRule(assume_delete_policy=(".*",))
+    result = scan([str(log_dir)], rule)
+    parts = [p for fs in result.filesystems for d in fs.log_dirs for p in d.partitions]
+    assert len(parts) == 3 and not any(p.protected for p in parts)
+    CountingReader.calls = 0
+    ages = AgeCache()
+    assert warm_heads(parts, CountingReader(ages), budget_s=60) == 3
+    assert warm_heads(parts, CountingReader(ages), budget_s=60) == 0
+    assert CountingReader.calls == 3
+    ages.prune(still_listed(result))  # no plan used them; their segments exist: kept
+    assert warm_heads(parts, CountingReader(ages), budget_s=60) == 0
+    # A head that goes (deleted) is dropped at the next prune; the new head gets dated.
+    for path in layout.partitions[("orders", 1)].segments[0].files:
+        path.unlink()
+    result = scan([str(log_dir)], rule)
+    parts = [p for fs in result.filesystems for d in fs.log_dirs for p in d.partitions]
+    ages.prune(still_listed(result))
+    assert not ages.has_segment(str(log_dir / "orders-1"), 0)
+    assert warm_heads(parts, CountingReader(ages), budget_s=60) == 1
+    # Without ``live``, what no plan used goes (one-shot commands).
+    ages.prune()
+    ages.prune()
+    assert warm_heads(parts, CountingReader(ages), budget_s=60) == 3
+
+
+def test_warming_heads_stops_when_its_budget_is_spent(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    write_log_dir(log_dir, {("orders", p): [SegmentSpec(records=5)] * 3 for p in range(4)})
+    result = scan([str(log_dir)], ProtectionRule(assume_delete_policy=(".*",)))
+    parts = [p for fs in result.filesystems for d in fs.log_dirs for p in d.partitions]
+    ticks = iter(range(100))
+    ages = AgeCache()
+    # Each clock reading is one second later: the first head spends the whole budget.
+    assert warm_heads(parts, SegmentFileReader(ages), 0.5, clock=lambda: next(ticks)) == 1
+    assert warm_heads(parts, SegmentFileReader(ages), 0.0) == 0
+    assert warm_heads(parts, SegmentFileReader(None), 60) == 0  # no cache, nothing to warm
+    assert warm_heads(parts, SegmentFileReader(ages), 60) == 3

@@ -58,6 +58,9 @@ log = get_logger("diskguard.daemon")
 #: still noticed within this much of the write that made it, and a stream of appends costs
 #: at most 1 / HINT_PACE_S iterations a second.
 HINT_PACE_S = 0.02
+#: CPU time a quiet retention cycle may spend dating partition heads ahead of need
+#: (``dating.warm_heads``), so the first cycle over a limit finds them dated.
+WARM_HEADS_S = 0.1
 
 
 @dataclass
@@ -99,6 +102,7 @@ class Daemon(RetentionCycles, FlowControl):
         state_dir.mkdir(parents=True, exist_ok=True)
         self.runtime = RetentionCycle(config)
         self.runtime.stuck = self.stuck
+        self.runtime.warm_heads_s = WARM_HEADS_S
         # One entry per device (st_dev), whatever mount point leads to it: a bind mount of
         # the same disk is the same filesystem. The key is the label, the first mount point
         # seen for the device, as scan() labels it (metrics, state.json, snapshots).

@@ -10,11 +10,15 @@ from __future__ import annotations
 import bisect
 import os
 import stat
+import time
+from collections.abc import Callable, Iterable
 
 from diskguard.host import safeopen
 from diskguard.kafkalog import offsetindex, recordbatch, timeindex
 from diskguard.kafkalog.listing import InodeTally, segment_paths
 from diskguard.kafkalog.model import Partition, SegmentInfo, segment_file_name
+
+_Key = tuple[tuple[str, int, int, int], ...]
 
 
 class AgeCache:
@@ -22,26 +26,84 @@ class AgeCache:
 
     A closed segment's files do not change, so while every file has the same inode, size and
     mtime its age is the one computed before: the daemon's cycles then read no index at all
-    for partition heads they have already dated. Entries not used by a plan are dropped.
+    for partition heads they have already dated. ``prune`` drops entries no plan used, or,
+    given the segments that still exist, only those of segments gone.
     """
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[tuple[str, int, int, int], ...], tuple[int, str]] = {}
-        self._used: set[tuple[tuple[str, int, int, int], ...]] = set()
+        self._entries: dict[_Key, tuple[int, str]] = {}
+        self._used: set[_Key] = set()
+        #: (partition dir, base offset) of every entry: what ``warm_heads`` has dated.
+        self._segments: dict[tuple[str, int], _Key] = {}
 
-    def get(self, key: tuple[tuple[str, int, int, int], ...]) -> tuple[int, str] | None:
+    def get(self, key: _Key) -> tuple[int, str] | None:
         value = self._entries.get(key)
         if value is not None:
             self._used.add(key)
         return value
 
-    def put(self, key: tuple[tuple[str, int, int, int], ...], value: tuple[int, str]) -> None:
+    def put(self, key: _Key, value: tuple[int, str]) -> None:
         self._entries[key] = value
         self._used.add(key)
+        segment = _segment_of(key)
+        if segment is not None:
+            self._segments[segment] = key
 
-    def prune(self) -> None:
-        self._entries = {k: v for k, v in self._entries.items() if k in self._used}
+    def has_segment(self, partition_dir: str, base_offset: int) -> bool:
+        return (partition_dir, base_offset) in self._segments
+
+    def prune(self, live: Callable[[str, int], bool] | None = None) -> None:
+        """Drop what the last plan did not use; with ``live(partition_dir, base_offset)``,
+        keep unused entries of segments that still exist (the daemon's warmed heads)."""
+        keep = self._used
+        if live is not None:
+            keep = keep | {key for (path, base), key in self._segments.items() if live(path, base)}
+        self._entries = {k: v for k, v in self._entries.items() if k in keep}
+        self._segments = {s: k for s, k in self._segments.items() if k in self._entries}
         self._used = set()
+
+
+def _segment_of(key: _Key) -> tuple[str, int] | None:
+    """The (partition dir, base offset) whose files ``key`` identifies."""
+    if not key:
+        return None
+    path = key[0][0]
+    name = os.path.basename(path)
+    try:
+        return os.path.dirname(path), int(name[:20])
+    except ValueError:
+        return None
+
+
+def warm_heads(
+    partitions: Iterable[Partition],
+    reader: SegmentFileReader,
+    budget_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Date each partition's oldest candidate not dated yet, until ``budget_s`` is spent.
+
+    Why: a plan over the limit needs the age of *every* partition's head to find the
+    globally oldest, and dating a thousand cold heads took a second, all of it in the first
+    cycle over the limit. The daemon warms them in its quiet cycles instead, a bounded slice
+    per cycle; a head changes only when its segment goes. Returns the heads dated.
+    """
+    ages = reader.ages
+    if ages is None or budget_s <= 0:
+        return 0
+    deadline = clock() + budget_s
+    dated = 0
+    for part in partitions:
+        if part.protected:
+            continue  # never planned, never dated
+        head = part.candidate(0)
+        if head is None or ages.has_segment(part.path, head[0]):
+            continue
+        reader(part, head[0])
+        dated += 1
+        if clock() >= deadline:
+            break
+    return dated
 
 
 class SegmentFileReader:

@@ -12,6 +12,7 @@ files vanishing mid-scan (the broker deletes and rolls while we look).
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -297,3 +298,22 @@ def scan(
         cache.prune()
     filesystems.sort(key=lambda fs: fs.usage.mount)
     return ScanResult(tuple(filesystems), topics_by_mount, tuple(warnings))
+
+
+def still_listed(result: ScanResult) -> Callable[[str, int], bool]:
+    """``live(partition_dir, base_offset)`` over a scan: is that segment still there?"""
+    bases = {
+        p.path: p.base_offsets
+        for fs in result.filesystems
+        for d in fs.log_dirs
+        for p in d.partitions
+    }
+
+    def live(path: str, base: int) -> bool:
+        offsets = bases.get(path)
+        if not offsets:
+            return False
+        i = bisect.bisect_left(offsets, base)
+        return i < len(offsets) and offsets[i] == base
+
+    return live

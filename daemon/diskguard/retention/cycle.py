@@ -22,9 +22,9 @@ from diskguard.config import Config
 from diskguard.host import fsusage
 from diskguard.host.atomicfile import read_json
 from diskguard.kafkalog import lockfile
-from diskguard.kafkalog.dating import SegmentFileReader
+from diskguard.kafkalog.dating import SegmentFileReader, warm_heads
 from diskguard.kafkalog.model import FilesystemUsage
-from diskguard.kafkalog.scan import ScanResult
+from diskguard.kafkalog.scan import ScanResult, still_listed
 from diskguard.logs import get_logger
 from diskguard.retention.audit import AuditLog
 from diskguard.retention.brokerexecutor import BrokerExecutor
@@ -91,6 +91,9 @@ class RetentionCycle:
     def __init__(self, config: Config, read_only: bool = False) -> None:
         self.config = config
         self.read_only = read_only
+        #: Seconds per quiet cycle spent dating partition heads ahead of need (``warm_heads``);
+        #: the daemon sets it, one-shot commands have no later cycle to prepare for.
+        self.warm_heads_s = 0.0
         state_dir = Path(config.daemon.state_dir)
         if not read_only:
             state_dir.mkdir(parents=True, exist_ok=True)
@@ -264,6 +267,14 @@ class RetentionCycle:
         chosen, warnings = self._plan(result, mode.mode)
         if chosen.deletions and mode.mode == BROKER:
             chosen, warnings = self._plan_with_broker_facts(result, chosen, warnings)
+        if act and self.warm_heads_s > 0 and not chosen.deletions:
+            warmer = SegmentFileReader(self.inputs.ages)
+            warm_heads(
+                (p for fs in result.filesystems for d in fs.log_dirs for p in d.partitions),
+                warmer,
+                self.warm_heads_s,
+            )
+            warnings = [*warnings, *warmer.warnings]
         all_warnings = [*result.warnings, *warnings]
         self._quiet = frozenset()
         if act and self.stuck is not None:
@@ -303,7 +314,7 @@ class RetentionCycle:
         chosen = plan(
             result.filesystems, self.inputs.limits(mode), reader, committed or {}, led_here
         )
-        self.inputs.ages.prune()
+        self.inputs.ages.prune(still_listed(result) if self.warm_heads_s > 0 else None)
         return chosen, reader.warnings
 
     def _plan_with_broker_facts(

@@ -32,6 +32,7 @@ from diskguard.kafkalog import offsetindex, recordbatch, timeindex
 from diskguard.kafkalog.model import (
     PartitionDirKind,
     parse_partition_dir,
+    parse_segment_base,
     parse_segment_file,
     segment_file_name,
 )
@@ -299,6 +300,15 @@ def test_fuzz_a_parsed_name_is_exactly_the_name_kafka_would_write(name: str) -> 
         # Kafka, too, reads "orders-03" as partition 3 (Integer.parseInt); ASCII only though.
         assert re.fullmatch(r"[a-zA-Z0-9._-]+-[0-9]+", name, re.ASCII), name
         assert int(name.rpartition("-")[2]) == part.partition
+
+
+@FUZZ
+@given(name=st.one_of(_NAMEISH, st.from_regex(r"\A[0-9\u0660-\u0669]{18,22}\.log\n?\Z")))
+def test_fuzz_the_listings_fast_log_parse_agrees_with_the_regex(name: str) -> None:
+    """``parse_segment_base`` (the listing's regex-free parse of ``.log`` names) takes exactly
+    the names ``parse_segment_file`` takes as a ``.log``, with the same base offset."""
+    seg = parse_segment_file(name)
+    assert parse_segment_base(name) == (seg[0] if seg is not None and seg[1] == ".log" else None)
 
 
 # ----------------------------------------------------------------------------- corrupt files

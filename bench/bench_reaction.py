@@ -18,6 +18,9 @@ Idle: a separate loop ext4 with 1,000 partitions x 100 segments (100k segments, 
 ``--idle-seconds`` is the ``cpu_times`` delta over wall time (psutil), RSS is sampled every
 second.
 
+``--baseline REV`` runs every measurement a second time in the same run with the daemon of
+commit ``REV`` (its ``daemon/`` exported with ``git archive``), on the same machine and trees.
+
 Writes ``bench/results/reaction.json``.
 """
 
@@ -59,6 +62,26 @@ from machine import RESULTS, ROOT, machine_info
 from support import configs, kafkagen
 
 DISKGUARD = ROOT / ".venv" / "bin" / "diskguard"
+#: How DaemonProcess starts the daemon: this checkout, or a baseline commit (``--baseline``).
+DAEMON_CMD: list[str] = [str(DISKGUARD)]
+DAEMON_ENV: dict[str, str] | None = None
+
+
+def use_baseline(rev: str, into: Path) -> None:
+    """Run the daemon of commit ``rev`` from here on: its ``daemon/`` exported with ``git
+    archive`` into ``into``, byte-compiled, on this venv's interpreter and libraries."""
+    global DAEMON_CMD, DAEMON_ENV
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "daemon"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    python = str(ROOT / ".venv" / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(into / "daemon")
+    subprocess.run([python, "-m", "compileall", "-q", str(into / "daemon")], env=env, check=True)
+    DAEMON_CMD, DAEMON_ENV = [python, "-m", "diskguard"], env
+
+
 MIB = 1024 * 1024
 INDEX_INTERVAL = 4096
 SEGMENT_INDEX_BYTES = 10 * MIB
@@ -255,7 +278,8 @@ class DaemonProcess:
 
     def __init__(self, config: Path) -> None:
         self.proc = subprocess.Popen(
-            [str(DISKGUARD), "run", "-c", str(config)],
+            [*DAEMON_CMD, "run", "-c", str(config)],
+            env=DAEMON_ENV,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -666,6 +690,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep (and reuse) the idle tree image")
     ap.add_argument("--only", choices=["reaction", "idle"])
     ap.add_argument("--out", default=str(RESULTS / "reaction.json"))
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="run every measurement again with the daemon of commit REV (same run, same trees)",
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_reaction needs root (loop mounts)", file=sys.stderr)
@@ -680,9 +709,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "idle"):
         print("idle: daemon watching the idle tree...", flush=True)
         out["idle"] = idle(args)
+    if args.baseline:
+        use_baseline(args.baseline, Path(tempfile.mkdtemp(prefix="diskguard-bench-baseline-")))
+        base: dict[str, Any] = {"commit": args.baseline}
+        if args.only in (None, "reaction"):
+            base["reaction"] = {}
+            for name in args.scenarios.split(","):
+                print(f"baseline {args.baseline} reaction [{name}]...", flush=True)
+                base["reaction"][name] = reaction(args, SCENARIOS[name])
+        if args.only in (None, "idle"):
+            print(f"baseline {args.baseline} idle...", flush=True)
+            base["idle"] = idle(args)
+        out["baseline"] = base
     out["machine"] = machine_info()
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print_summary(out)
+    if "baseline" in out:
+        print(f"-- baseline {out['baseline']['commit']}, same run:")
+        print_summary(out["baseline"])
     print(f"wrote {args.out}")
     return 0
 

@@ -10,7 +10,8 @@ import click
 from diskguard.cli import config_option, fail, load_or_exit, no_traceback
 from diskguard.errors import ExitCode
 from diskguard.logs import configure_logging
-from diskguard.retention.cycle import RetentionCycle, daemon_rates
+from diskguard.retention.cycle import RetentionCycle
+from diskguard.retention.daemonstate import daemon_rates
 from diskguard.retention.outcome import CycleOutcome
 from diskguard.units import format_bytes, plural
 

@@ -8,11 +8,9 @@ possible failure for a guard.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
-import socket
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -32,9 +30,13 @@ from pydantic import (
 from diskguard.configcheck import program_problem, state_dir_problem
 from diskguard.errors import ConfigError
 from diskguard.kafkalog.serverprops import read_server_properties
+from diskguard.pydanticplugins import skip_plugin_discovery
 from diskguard.units import parse_duration, parse_size
 
 DEFAULT_CONFIG_PATH = Path("/etc/diskguard/diskguard.toml")
+
+# Before the first model below is built (start-up: see the module).
+skip_plugin_discovery()
 
 
 def _not_boolean(value: Any) -> Any:
@@ -195,7 +197,8 @@ class SnapshotsConfig(_Section):
     topic: str | None = None
     spool_max_bytes: Size = 64 * 1024**2
     spool_file_bytes: Size = 4 * 1024**2
-    host: str = Field(default_factory=socket.gethostname)
+    #: gethostname(), read as glibc does (uname's nodename) without importing socket (start-up).
+    host: str = Field(default_factory=lambda: os.uname().nodename)
 
 
 class MetricsConfig(_Section):
@@ -265,6 +268,8 @@ def _unknown_key(loc: tuple[int | str, ...]) -> str:
     is close: a typo should cost one glance, not a trip to the README."""
     key = loc[-1] if loc else None
     if isinstance(key, str):
+        import difflib  # only on this error path: not worth its import at every start-up
+
         close = difflib.get_close_matches(key, _known_keys(loc[:-1]), n=1)
         if close:
             return f"unknown key (did you mean {close[0]}?)"

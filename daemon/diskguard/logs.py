@@ -27,16 +27,19 @@ _LEVELS = {
 _pending: tuple[str, str, TextIO] | None = None
 
 
-def configure_logging(fmt: str = "json", level: str = "info", stream: TextIO | None = None) -> None:
+def configure_logging(
+    fmt: str = "json", level: str = "info", stream: TextIO | None = None, eager: bool = False
+) -> None:
     """Set up structlog once per process; safe to call again (e.g. after a config reload).
 
-    Applied at once when structlog is already loaded (the daemon, tests), else at the first
-    event: the stream is fixed now either way.
+    Applied at once when structlog is already loaded (the daemon, tests) or ``eager`` (an
+    event stream such as ``enforce``: its first event must not pay structlog's import in the
+    middle of its deletions), else at the first event; the stream is fixed now either way.
     """
     global _pending
     out = stream if stream is not None else sys.stdout
     _pending = (fmt, level, out)
-    if "structlog" in sys.modules:
+    if eager or "structlog" in sys.modules:
         _structlog()
     _bridge_stdlib_logging(level)
 

@@ -4,7 +4,9 @@ What a one-shot command pays before it does any work: interpreter, imports, conf
 as the wall time of each command on a config whose one log dir is empty (nothing to scan), with
 byte-code compiled as an installed package has it, against a baseline: the same commands from
 another commit (``--baseline REV``, default the commit before lazy command loading), exported
-with ``git archive`` and run in alternation with this checkout's. Prints medians, writes
+with ``git archive`` and run in alternation with this checkout's; ``--also REV`` (repeatable)
+adds more commits to the same alternation (e.g. main before the start-up work). Prints
+medians, ``python -c pass`` (the interpreter's own floor) and the load average, writes
 ``bench/results/startup.json``.
 """
 
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--baseline", default=DEFAULT_BASELINE)
+    ap.add_argument("--also", action="append", default=[], metavar="REV", help="another baseline")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "startup.json"))
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="diskguard-bench-startup-"))
@@ -57,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         f'[broker]\nlog_dirs = ["{work / "logs"}"]\n[daemon]\nstate_dir = "{work / "state"}"\n'
     )
     trees = {"current": ROOT / "daemon", "baseline": _export(args.baseline, work)}
+    for rev in args.also:
+        (work / rev).mkdir()
+        trees[rev] = _export(rev, work / rev)
+    load_before = os.getloadavg()
     for tree in trees.values():  # byte-code, as pip install leaves it
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", str(tree)],
@@ -70,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         bare.append(time.perf_counter() - t)
-        for which in ("current", "baseline") if i % 2 == 0 else ("baseline", "current"):
+        for which in list(trees) if i % 2 == 0 else reversed(list(trees)):
             for name, cmd in COMMANDS.items():
                 t = time.perf_counter()
                 subprocess.run(
@@ -83,20 +90,35 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "startup",
         "baseline": args.baseline,
+        "also": args.also,
         "runs": args.runs,
         "python_bare_ms": round(statistics.median(bare) * 1000, 1),
         "median_ms": {
             w: {c: round(statistics.median(v) * 1000, 1) for c, v in cs.items()}
             for w, cs in times.items()
         },
+        # The least disturbed run: on a shared machine the most stable figure to compare.
+        "min_ms": {
+            w: {c: round(min(v) * 1000, 1) for c, v in cs.items()} for w, cs in times.items()
+        },
+        "load_average_before": load_before,
         "load_average": os.getloadavg(),
     }
     print(f"python -c pass: {result['python_bare_ms']} ms (median of {args.runs})")
+    print(f"load average before / after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}")
     for name in COMMANDS:
         cur, base = result["median_ms"]["current"][name], result["median_ms"]["baseline"][name]
-        print(
-            f"{name:14s} current {cur:6.1f} ms   baseline {base:6.1f} ms   ratio {cur / base:.2f}"
-        )
+        line = f"{name:14s} current {cur:6.1f} ms   baseline {base:6.1f} ms"
+        line += f"   ratio {cur / base:.2f}"
+        for rev in args.also:
+            other = result["median_ms"][rev][name]
+            line += f"   {rev} {other:6.1f} ms   ratio {cur / other:.2f}"
+        print(line)
+    best = result["min_ms"]
+    print(
+        "fastest run:",
+        ", ".join(f"{w} {' / '.join(str(v) for v in cs.values())}" for w, cs in best.items()),
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")

@@ -8,11 +8,9 @@ possible failure for a guard.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
-import socket
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -32,9 +30,20 @@ from pydantic import (
 from diskguard.configcheck import program_problem, state_dir_problem
 from diskguard.errors import ConfigError
 from diskguard.kafkalog.serverprops import read_server_properties
+from diskguard.pydanticplugins import skip_plugin_discovery
 from diskguard.units import parse_duration, parse_size
 
 DEFAULT_CONFIG_PATH = Path("/etc/diskguard/diskguard.toml")
+
+# Before the first model below is built (start-up: see the module).
+skip_plugin_discovery()
+
+
+def _no_items() -> list[Any]:
+    """The default of list keys. Not ``list`` itself: pydantic reads a factory's signature,
+    and a builtin's is parsed from text by the tokenizer, whose regexes then compile (~3 ms
+    of every command's start-up, issue 15)."""
+    return []
 
 
 def _not_boolean(value: Any) -> Any:
@@ -72,7 +81,7 @@ class _Section(BaseModel):
 
 
 class BrokerConfig(_Section):
-    log_dirs: list[Path] = Field(default_factory=list)
+    log_dirs: list[Path] = Field(default_factory=_no_items)
     server_properties: Path | None = None
     bootstrap_servers: str | None = None
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -89,10 +98,10 @@ class RetentionConfig(_Section):
     mode: Literal["auto", "broker", "offline", "dry-run"] = "auto"
     #: Regexes of topics never deleted, *in addition to* the internal topics (``__*``,
     #: ``_schemas``, ``_confluent-*``), which are always protected (``topicpolicy``).
-    protect_topics: list[str] = Field(default_factory=list)
+    protect_topics: list[str] = Field(default_factory=_no_items)
     #: Regexes of topics the operator knows to be ``cleanup.policy=delete`` (or accepts to
     #: trim although ``compact,delete``) while diskguard cannot learn their policy.
-    assume_delete_policy: list[str] = Field(default_factory=list)
+    assume_delete_policy: list[str] = Field(default_factory=_no_items)
     check_interval: CheckInterval = 5.0
     #: How often the daemon re-reads each filesystem's usage (one statvfs, microseconds) between
     #: inotify hints: what keeps the reaction time under a second even when events are lost.
@@ -133,7 +142,7 @@ class QuotaConfig(_Section):
     producer_byte_rate: Size = 1024
     #: Entities as Kafka names them, e.g. ``{"user" = "alice"}`` or ``{"client-id" = "app"}``;
     #: empty = the default entity for users and client ids.
-    entities: list[dict[str, str | None]] = Field(default_factory=list)
+    entities: list[dict[str, str | None]] = Field(default_factory=_no_items)
 
 
 class FlowControlConfig(_Section):
@@ -143,9 +152,9 @@ class FlowControlConfig(_Section):
     underfull_bytes: Size | None = None
     #: Hard floor on free space, like Redpanda's storage_min_free_bytes. None = min(5 GiB, 5%).
     min_free_bytes: Size | None = None
-    on_change: list[str] = Field(default_factory=list)
+    on_change: list[str] = Field(default_factory=_no_items)
     on_change_timeout: HookTimeout = 30.0
-    actuators: list[Literal["exec", "quota", "acl"]] = Field(default_factory=list)
+    actuators: list[Literal["exec", "quota", "acl"]] = Field(default_factory=_no_items)
     quota: QuotaConfig = Field(default_factory=QuotaConfig)
     #: ACL principal denied WRITE while overfull.
     acl_principal: str = "User:*"
@@ -195,7 +204,8 @@ class SnapshotsConfig(_Section):
     topic: str | None = None
     spool_max_bytes: Size = 64 * 1024**2
     spool_file_bytes: Size = 4 * 1024**2
-    host: str = Field(default_factory=socket.gethostname)
+    #: gethostname(), read as glibc does (uname's nodename) without importing socket (start-up).
+    host: str = Field(default_factory=lambda: os.uname().nodename)
 
 
 class MetricsConfig(_Section):
@@ -265,6 +275,8 @@ def _unknown_key(loc: tuple[int | str, ...]) -> str:
     is close: a typo should cost one glance, not a trip to the README."""
     key = loc[-1] if loc else None
     if isinstance(key, str):
+        import difflib  # only on this error path: not worth its import at every start-up
+
         close = difflib.get_close_matches(key, _known_keys(loc[:-1]), n=1)
         if close:
             return f"unknown key (did you mean {close[0]}?)"

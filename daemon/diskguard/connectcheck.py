@@ -14,7 +14,7 @@ from diskguard.broker.client import BrokerClient, describe_error
 from diskguard.capacity.topicconfigs import local_broker_id
 from diskguard.config import Config
 from diskguard.host import fsusage
-from diskguard.retention.cycle import daemon_rates
+from diskguard.retention.daemonstate import daemon_rates
 from diskguard.retention.planner import room_above_ceiling
 from diskguard.retention.reclaimwatch import reclaim_settings
 from diskguard.units import format_bytes, plural

@@ -2,15 +2,19 @@
 
 systemd's journal keeps stdout lines as they are, so JSON lines are both machine-readable
 (jq, Loki, Splunk) and greppable. ``console`` is for a person at a terminal.
+
+structlog is imported at the first event, not at import: importing it loads its dev module,
+asyncio and rich (~50 ms), which ``plan``/``status``/``check-config`` would pay on every run
+although they log nothing unless something goes wrong (issue 15). Until then
+:func:`configure_logging` only records what it was asked for.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from types import ModuleType
 from typing import Any, TextIO
-
-import structlog
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -19,10 +23,40 @@ _LEVELS = {
     "error": logging.ERROR,
 }
 
+#: The last configure_logging call not yet applied to structlog (it was not imported yet).
+_pending: tuple[str, str, TextIO] | None = None
 
-def configure_logging(fmt: str = "json", level: str = "info", stream: TextIO | None = None) -> None:
-    """Set up structlog once per process; safe to call again (e.g. after a config reload)."""
+
+def configure_logging(
+    fmt: str = "json", level: str = "info", stream: TextIO | None = None, eager: bool = False
+) -> None:
+    """Set up structlog once per process; safe to call again (e.g. after a config reload).
+
+    Applied at once when structlog is already loaded (the daemon, tests) or ``eager`` (an
+    event stream such as ``enforce``: its first event must not pay structlog's import in the
+    middle of its deletions), else at the first event; the stream is fixed now either way.
+    """
+    global _pending
     out = stream if stream is not None else sys.stdout
+    _pending = (fmt, level, out)
+    if eager or "structlog" in sys.modules:
+        _structlog()
+    _bridge_stdlib_logging(level)
+
+
+def _structlog() -> ModuleType:
+    """structlog, with the pending configuration applied first."""
+    global _pending
+    import structlog
+
+    if _pending is not None:
+        fmt, level, out = _pending
+        _pending = None
+        _apply(structlog, fmt, level, out)
+    return structlog
+
+
+def _apply(structlog: ModuleType, fmt: str, level: str, out: TextIO) -> None:
     renderer: Any
     if fmt == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
@@ -40,7 +74,6 @@ def configure_logging(fmt: str = "json", level: str = "info", stream: TextIO | N
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
-    _bridge_stdlib_logging(level)
 
 
 class _LibraryLogBridge(logging.Handler):
@@ -58,9 +91,7 @@ class _LibraryLogBridge(logging.Handler):
             message = str(record.msg)
         level = record.levelname.lower()
         method = level if level in _LEVELS else "warning"
-        getattr(structlog.get_logger(component="library"), method)(
-            "library_log", logger=record.name, message=message
-        )
+        getattr(get_logger("library"), method)("library_log", logger=record.name, message=message)
 
 
 _BRIDGE = _LibraryLogBridge()
@@ -74,6 +105,31 @@ def _bridge_stdlib_logging(level: str) -> None:
     root.setLevel(max(_LEVELS[level], logging.WARNING))
 
 
+class _Logger:
+    """What :func:`get_logger` returns: structlog's logger, looked up at each call.
+
+    Every attribute (``info``, ``warning``, ``bind``, ...) is structlog's, so callers see no
+    difference; only the import of structlog waits for the first event.
+    """
+
+    __slots__ = ("_component",)
+
+    def __init__(self, component: str | None) -> None:
+        self._component = component
+
+    def __getattr__(self, name: str) -> Any:
+        structlog = _structlog()
+        logger = (
+            structlog.get_logger(component=self._component)
+            if self._component
+            else structlog.get_logger()
+        )
+        return getattr(logger, name)
+
+    def __repr__(self) -> str:
+        return f"<diskguard logger component={self._component!r}>"
+
+
 def get_logger(name: str | None = None) -> Any:
     """A lazy structlog logger; ``name`` becomes the ``component`` key.
 
@@ -81,4 +137,4 @@ def get_logger(name: str | None = None) -> Any:
     runs; binding eagerly would freeze structlog's default (console) config into it. The key
     is not ``logger`` because that is ``wrap_logger``'s own first parameter.
     """
-    return structlog.get_logger(component=name) if name else structlog.get_logger()
+    return _Logger(name)

@@ -10,7 +10,8 @@ import click
 from diskguard.cli import config_option, fail, load_or_exit, no_traceback
 from diskguard.errors import ExitCode
 from diskguard.logs import configure_logging
-from diskguard.retention.cycle import RetentionCycle, daemon_rates
+from diskguard.retention.cycle import RetentionCycle
+from diskguard.retention.daemonstate import daemon_rates
 from diskguard.retention.outcome import CycleOutcome
 from diskguard.units import format_bytes, plural
 
@@ -39,10 +40,10 @@ def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
     human = sys.stdout.isatty() and not as_json
     if human:
         # A person: readable events on stderr, one summary line on stdout at the end.
-        configure_logging("console", config.logging.level, stream=sys.stderr)
+        configure_logging("console", config.logging.level, stream=sys.stderr, eager=True)
     else:
         # Cron, scripts, CI: the JSON event stream on stdout, as the daemon writes it.
-        configure_logging(config.logging.format, config.logging.level)
+        configure_logging(config.logging.format, config.logging.level, eager=True)
     with RetentionCycle(config) as retention:
         retention.daemon_rates = daemon_rates(config)
         outcome = retention.run(act=True)

@@ -7,14 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from diskguard.cli import config_option, load_or_exit, no_traceback
 from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
-from diskguard.retention.cycle import RetentionCycle, daemon_rates
+from diskguard.retention.cycle import RetentionCycle
+from diskguard.retention.daemonstate import daemon_rates
 from diskguard.retention.mode import DRY_RUN, REFUSED
 from diskguard.retention.planner import Deletion, Plan
 from diskguard.retention.report import dumps, plan_json
@@ -114,6 +112,11 @@ def render_plan(
     warnings: list[str],
     scanned: Sequence[Filesystem] = (),
 ) -> None:
+    # rich only for the table a person reads: --json does not pay for importing it.
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     console = Console(file=sys.stdout, width=max(Console().width, 120))
     fs_table = Table(title=f"Filesystems (mode: {mode} — {reason})", title_justify="left")
     for col in (

@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from diskguard.cli import config_option, load_or_exit, no_traceback
 from diskguard.config import Config
@@ -29,7 +26,7 @@ from diskguard.flow.state import FlowState, step
 from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
 from diskguard.kafkalog.model import usage_fields
 from diskguard.kafkalog.scan import scan
-from diskguard.retention.cycle import daemon_state
+from diskguard.retention.daemonstate import daemon_state
 from diskguard.retention.reclaimwatch import reclaim_settings
 from diskguard.retention.report import dumps
 from diskguard.units import format_bytes, plural
@@ -104,6 +101,11 @@ _ALERT_STYLES = {1: "yellow", 2: "bold red"}
 
 
 def _render(status: dict[str, Any]) -> None:
+    # rich only for the table a person reads: --json does not pay for importing it.
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     console = Console(file=sys.stdout, width=max(Console().width, 120))
     running = "running" if status["daemon_running"] else "NOT running"
     table = Table(title=f"diskguard status (daemon {running})", title_justify="left")

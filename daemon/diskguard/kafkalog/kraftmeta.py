@@ -31,8 +31,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import crc32c
-
 from diskguard.kafkalog import recordbatch
 from diskguard.kafkalog.model import parse_segment_file
 from diskguard.kafkalog.topicpolicy import SOURCE_KRAFT, TopicPolicy, normalize_policy
@@ -166,7 +164,7 @@ def _iter_file_records(path: str, state: _State) -> Iterator[tuple[int, bytes]]:
                 header.size_in_bytes - recordbatch.CRC_START,
                 header.position + recordbatch.CRC_START,
             )
-            if crc32c.crc32c(raw) != header.crc:
+            if recordbatch.checksum(raw) != header.crc:
                 raise MetadataCorrupt(f"{where}: CRC32C mismatch")
             if header.is_control:
                 state.control_batches += 1

@@ -35,9 +35,11 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from diskguard.retention.planner import Deletion
+if TYPE_CHECKING:
+    # Types only: status reads the audit log without importing the planner (start-up).
+    from diskguard.retention.planner import Deletion
 
 AUDIT_FILE = "audit.jsonl"
 RESERVE_FILE = "audit.reserve"

@@ -9,7 +9,6 @@ mode's ``Executor`` (broker: DeleteRecords; offline: files), measure again, log.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +19,6 @@ from diskguard.broker.client import BrokerClient
 from diskguard.capacity.topicconfigs import local_broker_id
 from diskguard.config import Config
 from diskguard.host import fsusage
-from diskguard.host.atomicfile import read_json
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.dating import SegmentFileReader, warm_heads
 from diskguard.kafkalog.model import FilesystemUsage
@@ -41,47 +39,6 @@ from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.stuck import StuckTracker
 
 log = get_logger("diskguard.retention")
-
-
-#: The daemon's state file (flow state, last deletion, growth rate, reclaim latency).
-STATE_FILE = "state.json"
-
-
-def daemon_state(config: Config) -> dict[str, Any] | None:
-    """What a *running* daemon last wrote to ``state.json`` (None if none is running)."""
-    try:
-        state = read_json(Path(config.daemon.state_dir) / STATE_FILE, None)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(state, dict):
-        return None
-    pid = state.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return state
-
-
-def daemon_rates(config: Config, max_age: float = 60.0) -> dict[str, float]:
-    """mount -> write rate the running daemon measured, if it wrote one recently.
-
-    ``plan`` and ``enforce --once`` have no usage history of their own; without this their
-    broker-mode forecast would assume no growth at all.
-    """
-    state = daemon_state(config)
-    if state is None or time.time() - float(state.get("updated", 0)) > max_age:
-        return {}
-    out: dict[str, float] = {}
-    for mount, fs in (state.get("filesystems") or {}).items():
-        rate = ((fs or {}).get("reclaim") or {}).get("growth_bytes_per_s")
-        if isinstance(rate, int | float) and rate >= 0:
-            out[str(mount)] = float(rate)
-    return out
 
 
 class RetentionCycle:

@@ -16,18 +16,22 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from diskguard.config import Config
 from diskguard.kafkalog.model import DELETED_SUFFIX
 from diskguard.kafkalog.serverprops import read_properties
 from diskguard.logs import get_logger
-from diskguard.retention.planner import Deletion
 from diskguard.retention.reclaim import (
     KAFKA_CHECK_INTERVAL_S,
     KAFKA_DELETE_DELAY_S,
     ReclaimModel,
     ReclaimSettings,
 )
+
+if TYPE_CHECKING:
+    # Types only: status reads reclaim_settings() without importing the planner (start-up).
+    from diskguard.retention.planner import Deletion
 
 __all__ = ["ReclaimWatch", "reclaim_settings", "settings_from_values"]
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diskguard.kafkalog.model import usage_fields
-from diskguard.retention.planner import FilesystemPlan, Plan
+
+if TYPE_CHECKING:
+    # Types only: status's --json uses dumps() without importing the planner (start-up).
+    from diskguard.retention.planner import FilesystemPlan, Plan
 
 
 def plan_json(outcome_plan: Plan) -> dict[str, Any]:

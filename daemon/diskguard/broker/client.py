@@ -16,7 +16,6 @@ futures shaped like confluent-kafka's.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import time
@@ -27,6 +26,8 @@ from diskguard.logs import get_logger
 from diskguard.retention.planner import NO_OFFSET, Deletion, DeletionResult
 
 if TYPE_CHECKING:
+    import concurrent.futures
+
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 # confluent_kafka (librdkafka) is imported where a broker is really asked: ``plan``, ``status``
@@ -85,7 +86,8 @@ def describe_error(exc: BaseException) -> str:
         hint = _HINTS.get(name)
         text = f"{name}: {err.str()}"
         return f"{text} ({hint})" if hint else text
-    if isinstance(exc, concurrent.futures.TimeoutError | TimeoutError):
+    # concurrent.futures.TimeoutError is this builtin since Python 3.11.
+    if isinstance(exc, TimeoutError):
         return "timed out waiting for the broker's answer"
     return f"{type(exc).__name__}: {exc}"
 

@@ -59,7 +59,8 @@ def _alive_workers(webui: int) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=2) as r:
             return int(json.load(r).get("aliveworkers", 0))
-    except OSError:
+    except (OSError, ValueError):
+        # Not up yet: refused, or (seen once in CI) an empty body while the master starts.
         return 0
 
 

@@ -154,6 +154,9 @@ def test_kill_9_during_offline_deletion_then_restart(disk: Path, tmp_path: Path)
         else:
             assert rc == 0, (i, rc, err[-2000:])
             stats["finished_before_kill"] += 1
+            # This run was faster than the reference (load varies): aim the next ones earlier,
+            # or a busy machine could leave too few kills inside a deletion.
+            window *= 0.6
         crashed = segment_state(log_dir)
         if any(seg(files) not in (seg(before[k]), set()) for k, files in crashed.items()):
             stats["partial_seen"] += 1

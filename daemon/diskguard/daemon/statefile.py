@@ -17,10 +17,10 @@ from diskguard.flow.state import FlowState
 from diskguard.host.atomicfile import write_json_atomic
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
+from diskguard.retention.daemonstate import STATE_FILE
 
 log = get_logger("diskguard.daemon")
 
-STATE_FILE = "state.json"
 #: state.json is rewritten at least this often (seconds) while the daemon runs.
 STATE_EVERY_S = 5.0
 

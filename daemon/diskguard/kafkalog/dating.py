@@ -42,12 +42,11 @@ class AgeCache:
             self._used.add(key)
         return value
 
-    def put(self, key: _Key, value: tuple[int, str]) -> None:
+    def put(self, key: _Key, value: tuple[int, str], segment: tuple[str, int]) -> None:
+        """``segment``: the (partition dir, base offset) whose files ``key`` identifies."""
         self._entries[key] = value
         self._used.add(key)
-        segment = _segment_of(key)
-        if segment is not None:
-            self._segments[segment] = key
+        self._segments[segment] = key
 
     def has_segment(self, partition_dir: str, base_offset: int) -> bool:
         return (partition_dir, base_offset) in self._segments
@@ -61,18 +60,6 @@ class AgeCache:
         self._entries = {k: v for k, v in self._entries.items() if k in keep}
         self._segments = {s: k for s, k in self._segments.items() if k in self._entries}
         self._used = set()
-
-
-def _segment_of(key: _Key) -> tuple[str, int] | None:
-    """The (partition dir, base offset) whose files ``key`` identifies."""
-    if not key:
-        return None
-    path = key[0][0]
-    name = os.path.basename(path)
-    try:
-        return os.path.dirname(path), int(name[:20])
-    except ValueError:
-        return None
 
 
 def warm_heads(
@@ -161,7 +148,7 @@ class SegmentFileReader:
             if found is None:
                 source = "mtime"
             if self.ages is not None:
-                self.ages.put(key, (ts, source))
+                self.ages.put(key, (ts, source), (partition.path, base_offset))
         return SegmentInfo(
             bytes=tally.freeable,
             max_timestamp_ms=ts,

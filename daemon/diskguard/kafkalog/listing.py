@@ -128,10 +128,6 @@ class PartitionListing:
     #: lists only partition dirs that have some.
     deleted_files: int = 0
 
-    @property
-    def has_deleted(self) -> bool:
-        return self.deleted_bytes > 0 or any(f.deleted for f in self.linked)
-
 
 def list_partition(path: str, full: bool) -> PartitionListing:
     bases: set[int] = set()

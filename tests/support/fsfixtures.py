@@ -58,7 +58,16 @@ def loop_ext4(size_bytes: int, reserved_percent: float = 0, name: str = "mnt") -
     ``reserved_percent`` is ``mkfs.ext4 -m`` (root-reserved blocks); 0 by default so that
     df's used + available is the whole data area and test arithmetic stays simple.
     """
-    workdir = Path(tempfile.mkdtemp(prefix="diskguard-ext4-"))
+    mkfs = ["mkfs.ext4", "-q", "-F", "-m", str(reserved_percent)]
+    with loop_fs(size_bytes, mkfs, "ext4", name) as mount_point:
+        yield mount_point
+
+
+@contextlib.contextmanager
+def loop_fs(size_bytes: int, mkfs: list[str], fstype: str, name: str = "mnt") -> Iterator[Path]:
+    """``loop_ext4`` with any ``mkfs`` command line (the image path is appended) and type:
+    e.g. ext2, or ext4 without a journal (``-O ^has_journal``)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"diskguard-{fstype}-"))
     image = workdir / "disk.img"
     mount_point = workdir / name
     device: str | None = None
@@ -67,9 +76,9 @@ def loop_ext4(size_bytes: int, reserved_percent: float = 0, name: str = "mnt") -
         mount_point.mkdir()
         with open(image, "wb") as handle:
             handle.truncate(size_bytes)
-        _run(["mkfs.ext4", "-q", "-F", "-m", str(reserved_percent), str(image)], "mkfs.ext4")
+        _run([*mkfs, str(image)], mkfs[0])
         device = _run(["losetup", "--find", "--show", str(image)], "losetup").strip()
-        _run(["mount", "-t", "ext4", device, str(mount_point)], "mount ext4")
+        _run(["mount", "-t", fstype, device, str(mount_point)], f"mount {fstype}")
         mounted = True
         yield mount_point
     finally:

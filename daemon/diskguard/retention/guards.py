@@ -95,6 +95,10 @@ class SegmentDirListing:
         i = bisect.bisect_left(self.logs, base)
         return i < len(self.logs) and self.logs[i] == base
 
+    def logs_from(self, low: int) -> list[int]:
+        """Base offsets of ``.log`` files at or after ``low``."""
+        return self.logs[bisect.bisect_left(self.logs, low) :]
+
     def logs_between(self, low: int, high: int) -> list[int]:
         """Base offsets of ``.log`` files strictly between ``low`` and ``high``."""
         return self.logs[bisect.bisect_right(self.logs, low) : bisect.bisect_left(self.logs, high)]
@@ -106,12 +110,19 @@ class SegmentDirListing:
             del self.logs[bisect.bisect_left(self.logs, seg[0])]
 
 
-def check_deletion(d: Deletion, listings: dict[str, SegmentDirListing] | None = None) -> Checked:
+def check_deletion(
+    d: Deletion,
+    listings: dict[str, SegmentDirListing] | None = None,
+    next_removed: bool = False,
+) -> Checked:
     """The guard rails, on disk, right now; raises ``Refused`` naming the rule.
 
     ``listings`` lets one ``execute`` list each partition dir once for all its deletions
     (it holds the ``.lock``, so only the broker could change the dir, and it cannot run):
     without it, deleting n segments of one partition listed the dir n times.
+    ``next_removed`` (recovery closing a hole): the segment at the next offset is one the
+    same journal batch removed already, so the proof that this one is closed is a ``.log``
+    at or after the next offset instead of exactly at it.
     """
     log_dir_real = os.path.realpath(d.log_dir)
     if not os.path.isdir(log_dir_real):
@@ -149,7 +160,12 @@ def check_deletion(d: Deletion, listings: dict[str, SegmentDirListing] | None = 
         if listings is not None:
             listings[part_dir] = listing
     kinds = {name: listing.modes[name] for name in wanted if name in listing.modes}
-    if not listing.has_log(d.next_offset):
+    if next_removed and not listing.logs_from(d.next_offset):
+        raise Refused(
+            f"{part_name}: no segment at or after next offset {d.next_offset}: segment "
+            f"{d.base_offset} may be the active one"
+        )
+    if not next_removed and not listing.has_log(d.next_offset):
         raise Refused(
             f"{part_name}: no segment starts at next offset {d.next_offset}: segment "
             f"{d.base_offset} may be the active one (stale plan?)"

@@ -4,8 +4,11 @@ Nothing is renamed before the audit intent is durable, so an entry whose files a
 in place (a crash before the first rename) is *cancelled* — audit ``failed``, the segment kept
 and simply planned again — and one whose deletion visibly started is finished. A batch is
 resolved segment by segment: started ones (a prefix of the plan) are finished, untouched ones
-cancelled. ``recover`` runs at daemon start-up and in offline cycles; the next ``execute`` in
-the same log dir does the same for that dir, so ``enforce --once`` from cron heals too.
+cancelled, except one that a later started segment of its partition follows: a power loss may
+keep a later rename or unlink and lose an earlier one (a batch fsyncs its partition dirs once,
+after the unlinks), and leaving it would be a hole, so it is finished too (``_holes``).
+``recover`` runs at daemon start-up and in offline cycles; the next ``execute`` in the same
+log dir does the same for that dir, so ``enforce --once`` from cron heals too.
 """
 
 from __future__ import annotations
@@ -129,8 +132,9 @@ class Recovery:
             res = self._recover_one(entry)
             return [] if res is None else [res]
         results: list[DeletionResult] = []
-        for sub in batch_subs(entry):
-            res = self._recover_one(sub)
+        subs = batch_subs(entry)
+        for sub, hole in zip(subs, _holes(subs), strict=True):
+            res = self._recover_one(sub, close_hole=hole)
             if res is not None:
                 results.append(res)
         self.journal.close(entry)
@@ -149,10 +153,14 @@ class Recovery:
         self.journal.close(entry, abandoned=why)
         return results
 
-    def _recover_one(self, entry: dict[str, Any]) -> DeletionResult | None:
+    def _recover_one(
+        self, entry: dict[str, Any], close_hole: bool = False
+    ) -> DeletionResult | None:
         """Finish (or cancel) one claimed entry; the caller holds its log dir's ``.lock``.
         A segment entry gives a result; sweep entries give None (they are audited, and the
-        runtime reports what recovery did per segment)."""
+        runtime reports what recovery did per segment). ``close_hole``: a later segment of
+        this partition in the same batch was started, so this one is finished even if
+        untouched (see ``_holes``)."""
         kind = str(entry.get("kind", SEGMENT))
         if kind != SWEEP:
             outcome = self.audit.outcome_of(
@@ -168,7 +176,7 @@ class Recovery:
                 error = None if ok else str(outcome.get("error"))
                 return DeletionResult(deletion_from_entry(entry), ok, freed, MODE, error)
         if kind == SEGMENT:
-            return self._recover_segment(entry)
+            return self._recover_segment(entry, close_hole)
         if kind == SWEEP:
             # The crashed sweep is done again now (what is left of it), then its entry closes
             # (claimed entries come sweep sessions last: their items are finished first).
@@ -194,13 +202,17 @@ class Recovery:
         partition_dir = str(entry.get("partition_dir", ""))
         return os.path.lexists(partition_dir) and started(partition_dir, names)
 
-    def _recover_segment(self, entry: dict[str, Any]) -> DeletionResult:
+    def _recover_segment(self, entry: dict[str, Any], close_hole: bool = False) -> DeletionResult:
         d = deletion_from_entry(entry)
         partition_dir = str(entry.get("partition_dir", ""))
         names = [str(n) for n in entry.get("names", [])]
         try:
             check_journal_entry(str(entry.get("log_dir_real", "")), partition_dir, names)
-            if os.path.lexists(partition_dir) and not started(partition_dir, names):
+            if (
+                not close_hole
+                and os.path.lexists(partition_dir)
+                and not started(partition_dir, names)
+            ):
                 # Crashed between the journal entry and the first rename: the audit intent
                 # may or may not have been written, so nothing may be removed on its word.
                 why = CANCELLED
@@ -214,8 +226,10 @@ class Recovery:
             if log_name is not None and os.path.lexists(os.path.join(partition_dir, log_name)):
                 # The segment is still whole to Kafka's eyes: if a broker ran since the crash
                 # it may have been taken back, rolled or re-created; act only if it still
-                # passes every guard rail (closed, next segment where the plan said).
-                check_deletion(d)
+                # passes every guard rail (closed, next segment where the plan said; when
+                # closing a hole, that next segment is one this batch removed already, so a
+                # newer segment must exist instead).
+                check_deletion(d, next_removed=close_hole)
         except Refused as exc:
             return self._abandon(entry, f"abandoned: {exc}")
         except OSError as exc:
@@ -250,3 +264,25 @@ class Recovery:
     def _abandon(self, entry: dict[str, Any], why: str) -> DeletionResult:
         self.journal.abandon(entry, why)
         return DeletionResult(deletion_from_entry(entry), False, 0, MODE, why)
+
+
+def _holes(subs: list[dict[str, Any]]) -> list[bool]:
+    """Per segment of a batch (plan order): is it untouched while a later segment of its
+    partition dir was started? Such a segment is finished with the started ones: its intent
+    was durable before anything moved, and keeping it would leave its partition with a hole.
+    A ``kill -9`` never gives this (renames and unlinks run in plan order); a power loss on a
+    filesystem that does not keep directory operations in order could."""
+    touched = [
+        os.path.lexists(str(sub.get("partition_dir", "")))
+        and started(str(sub.get("partition_dir", "")), [str(n) for n in sub.get("names", [])])
+        for sub in subs
+    ]
+    holes = [False] * len(subs)
+    later_started: set[str] = set()
+    for k in range(len(subs) - 1, -1, -1):
+        pd = str(subs[k].get("partition_dir", ""))
+        if touched[k]:
+            later_started.add(pd)
+        elif pd in later_started:
+            holes[k] = True
+    return holes

@@ -1,5 +1,5 @@
 """Removing a segment's files crash-safely: rename each to ``<name>.deleted`` (``.log``
-first), fsync the partition dir, unlink, fsync again.
+first), unlink, fsync the partition dir (a single ``remove`` fsyncs after the renames too).
 
 ``.log`` goes first because from that moment Kafka no longer sees the segment: if the broker
 starts before recovery has run, its log loading deletes ``*.deleted`` files and orphaned index
@@ -18,6 +18,7 @@ import stat
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from diskguard.host.fsjournal import commits_in_order
 from diskguard.kafkalog.model import DELETED_SUFFIX
 
 #: Test hook: called with a step name before each step that changes the disk.
@@ -31,21 +32,35 @@ class SegmentRemover:
 
     def __init__(self, on_step: StepHook | None = None) -> None:
         self._on_step = on_step
+        self._in_order: dict[int, bool] = {}
+
+    def _commits_in_order(self, dev: int) -> bool:
+        """``fsjournal.commits_in_order``, asked once per device."""
+        if dev not in self._in_order:
+            self._in_order[dev] = commits_in_order(dev)
+        return self._in_order[dev]
 
     def remove_batch(self, subs: Sequence[Mapping[str, Any]]) -> list[tuple[int, str | None, bool]]:
-        """``remove`` for a whole batch: every rename (plan order), one fsync per partition
-        dir, every unlink, one fsync per partition dir; ``(freed, error, untouched)`` per
-        segment.
+        """``remove`` for a whole batch: every rename (plan order), every unlink, then one
+        fsync per partition dir — or, on a filesystem that commits its journal in order
+        (ext4, XFS: ``fsjournal``), one fsync of the dir changed last, which commits them
+        all; ``(freed, error, untouched)`` per segment.
 
-        An I/O error renaming one segment stops that partition's later segments (never a
-        hole): they are left untouched. A segment that failed once started is left to
-        ``recover``, which finishes it."""
+        No fsync between the renames and the unlinks (issue 15): the batch is durably
+        intended before anything moves (journal entry and audit intents fsync'd), so a
+        power loss may leave any mix of renamed and unlinked files of it and recovery
+        finishes the started segments, closing each partition's started set to a prefix
+        (``recovery``). That fsync was the one a crossing waited on before any space came
+        back: behind a writer it waits for the filesystem's journal commit. An I/O error
+        renaming one segment stops that partition's later segments (never a hole): they
+        are left untouched. A segment that failed once started is left to ``recover``,
+        which finishes it."""
         freed = [0] * len(subs)
         errors: list[str | None] = [None] * len(subs)
         untouched = [False] * len(subs)
         fds: dict[str, int] = {}
+        touched: dict[str, None] = {}  # partition dirs, the one changed last at the end
         stopped: dict[str, str] = {}  # partition dir -> the rename error that stopped it
-        unsynced: dict[str, str] = {}  # partition dir -> its failed fsync after the renames
         renamed: list[list[tuple[str, bool]]] = [[] for _ in subs]  # (name, unlinked already)
         try:
             for k, sub in enumerate(subs):
@@ -61,18 +76,11 @@ class SegmentRemover:
                     freed[k] = self.rename_all(fds[pd], sub["names"], renamed[k])
                 except OSError as exc:
                     errors[k] = stopped[pd] = f"{exc.strerror or exc} ({exc.filename or pd})"
-            for pd, dfd in fds.items():
-                self.step("fsync-renamed")
-                try:
-                    os.fsync(dfd)
-                except OSError as exc:
-                    unsynced[pd] = f"{exc.strerror or exc} ({pd})"
+                finally:
+                    _touch(touched, pd)
             for k, sub in enumerate(subs):
                 pd = str(sub["partition_dir"])
                 if errors[k] is not None:
-                    continue
-                if pd in unsynced:
-                    errors[k] = unsynced[pd]
                     continue
                 try:
                     for name, unlinked in renamed[k]:
@@ -84,7 +92,16 @@ class SegmentRemover:
                 except OSError as exc:
                     # Its .log is renamed already: to Kafka it is gone, like the later ones.
                     errors[k] = f"{exc.strerror or exc} ({exc.filename or pd})"
-            for pd, dfd in fds.items():
+                finally:
+                    _touch(touched, pd)
+            # The dir changed last first: on a filesystem that commits in order, its fsync
+            # makes every earlier change on that filesystem durable (``fsjournal``).
+            committed: set[int] = set()
+            for pd in reversed(list(touched)):
+                dfd = fds[pd]
+                dev = os.fstat(dfd).st_dev
+                if dev in committed:
+                    continue
                 self.step("fsync-unlinked")
                 try:
                     os.fsync(dfd)
@@ -92,6 +109,9 @@ class SegmentRemover:
                     for k, sub in enumerate(subs):
                         if sub["partition_dir"] == pd and errors[k] is None:
                             errors[k] = f"{exc.strerror or exc} ({pd})"
+                    continue
+                if self._commits_in_order(dev):
+                    committed.add(dev)
         finally:
             for dfd in fds.values():
                 os.close(dfd)
@@ -160,6 +180,12 @@ class SegmentRemover:
     def step(self, name: str) -> None:
         if self._on_step is not None:
             self._on_step(name)
+
+
+def _touch(touched: dict[str, None], partition_dir: str) -> None:
+    """Move ``partition_dir`` to the end of ``touched`` (insertion order = last change)."""
+    touched.pop(partition_dir, None)
+    touched[partition_dir] = None
 
 
 def unlink_regular(dfd: int, names: Sequence[str]) -> tuple[int, bool]:

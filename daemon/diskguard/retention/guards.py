@@ -60,8 +60,8 @@ def is_deleted_leftover(name: str) -> bool:
 
 
 class SegmentDirListing:
-    """Segment-named entries of one partition dir with their ``st_mode`` (not following
-    links), and the base offsets of its regular ``.log`` files, sorted.
+    """Segment-named entries of one partition dir with their file type (``st_mode`` type
+    bits, links not followed), and the base offsets of its regular ``.log`` files, sorted.
 
     Listed once per partition for all of an ``execute``'s deletions and kept in step with
     each removal (``remove``): checking n deletions against it costs n binary searches, not
@@ -80,13 +80,18 @@ class SegmentDirListing:
 
     @classmethod
     def of(cls, part_dir: str) -> SegmentDirListing:
+        """The file type of each entry comes from the directory itself (``d_type``), not a
+        ``stat`` per entry: a writer's partition holds hundreds of segments and the guard
+        rails list it on every cycle (issue 15). Where the filesystem does not give types
+        (``DT_UNKNOWN``), ``DirEntry`` falls back to ``lstat`` by itself. Only the type bits
+        are kept: all the rails ask is "a regular file?"."""
         modes: dict[str, int] = {}
         with os.scandir(part_dir) as entries:
             for entry in entries:
                 if parse_segment_file(entry.name) is None:
                     continue
                 try:
-                    modes[entry.name] = entry.stat(follow_symlinks=False).st_mode
+                    modes[entry.name] = _file_type(entry)
                 except FileNotFoundError:
                     continue
         return cls(modes)
@@ -108,6 +113,18 @@ class SegmentDirListing:
         seg = parse_segment_file(name)
         if mode is not None and seg is not None and seg[1] == ".log" and self.has_log(seg[0]):
             del self.logs[bisect.bisect_left(self.logs, seg[0])]
+
+
+def _file_type(entry: os.DirEntry[str]) -> int:
+    """``S_IFREG``/``S_IFDIR``/``S_IFLNK`` for what ``entry`` is (links not followed), 0 for
+    anything else (a FIFO, a socket, a device: never a segment file)."""
+    if entry.is_symlink():
+        return stat.S_IFLNK
+    if entry.is_file(follow_symlinks=False):
+        return stat.S_IFREG
+    if entry.is_dir(follow_symlinks=False):
+        return stat.S_IFDIR
+    return 0
 
 
 def check_deletion(

@@ -10,13 +10,14 @@ Crash safety (borg-style: say what you will do, durably, then do it):
 1. a journal entry naming the exact files (``<state_dir>/offline-journal.jsonl``), then the
    audit ``intent`` lines, both fsync'd;
 2. rename the segments' own files — ``.log`` first, then ``.index``, ``.timeindex``,
-   ``.txnindex``, nothing else — to ``<name>.deleted``, fsync the partition dirs;
+   ``.txnindex``, nothing else — to ``<name>.deleted``;
 3. unlink the ``.deleted`` files, fsync the dirs, audit ``done`` lines, journal ``done``.
 
 Deletions are *batched* (up to ``BATCH_MAX`` per log dir and lock hold): one journal entry
 (kind ``batch``) names every segment's files, the audit log still gets one intent and one
 outcome line per segment but each set is made durable by one fsync, renames run in plan
-order, and each partition dir is fsync'd once after the renames and once after the unlinks.
+order, and each partition dir is fsync'd once, after the unlinks — on ext4 with its journal
+and XFS only the dir changed last, whose commit covers the others (``removal``).
 A segment costs a few renames and unlinks instead of six fsyncs. Recovery resolves a batch
 segment by segment: started ones (a prefix of the plan) are finished, untouched ones are
 cancelled exactly like an interrupted single entry. Once a deletion of a partition is
@@ -183,8 +184,8 @@ class FileExecutor:
 
         Guard rails first, per segment (a refusal stops that partition's later segments);
         then one journal intent naming every file of the batch, one audit intent line per
-        segment made durable with one fsync, the renames in plan order, one fsync per
-        partition dir, the unlinks, one fsync per partition dir, the audit outcomes (one
+        segment made durable with one fsync, the renames in plan order, the unlinks, the
+        partition dirs' fsync (``SegmentRemover.remove_batch``), the audit outcomes (one
         fsync), and the journal's ``done``. Renames run in plan order, so whatever a crash
         interrupts, the segments already started form a prefix of the plan and recovery
         finishes exactly those (the others are untouched: cancelled, planned again).

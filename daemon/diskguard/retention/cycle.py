@@ -13,9 +13,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from diskguard.broker.client import BrokerClient
 from diskguard.capacity.topicconfigs import local_broker_id
 from diskguard.config import Config
 from diskguard.host import fsusage
@@ -25,9 +24,6 @@ from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult, still_listed
 from diskguard.logs import get_logger
 from diskguard.retention.audit import AuditLog
-from diskguard.retention.brokerexecutor import BrokerExecutor
-from diskguard.retention.executor import Executor
-from diskguard.retention.fileexecutor import FileExecutor
 from diskguard.retention.inputs import PlanInputs
 from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision, decide_mode
 from diskguard.retention.outcome import CycleOutcome, log_cycle
@@ -37,6 +33,11 @@ from diskguard.retention.reclaim import Forecast, GrowthEstimator
 from diskguard.retention.reclaimwatch import ReclaimWatch, reclaim_settings
 from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.stuck import StuckTracker
+
+if TYPE_CHECKING:
+    from diskguard.broker.client import BrokerClient
+    from diskguard.retention.executor import Executor
+    from diskguard.retention.fileexecutor import FileExecutor
 
 log = get_logger("diskguard.retention")
 
@@ -57,6 +58,8 @@ class RetentionCycle:
         self.requested = RequestedLogStart(state_dir / "requested-log-start.json")
         self.broker: BrokerClient | None = None
         if config.broker.bootstrap_servers:
+            from diskguard.broker.client import BrokerClient  # only where a broker is set
+
             self.broker = BrokerClient(
                 config.broker.bootstrap_servers, dict(config.broker.client), timeout=5.0
             )
@@ -64,9 +67,7 @@ class RetentionCycle:
         self.inputs = PlanInputs(
             config, self.requested, policies=PolicyStore(state_dir / CACHE_FILE, not read_only)
         )
-        # The sweep before each offline plan reads the scan's listings: only partition dirs
-        # that hold ``*.deleted`` files (or changed since) are listed again.
-        self.files = FileExecutor(state_dir, self.audit, listings=self.inputs.cache)
+        self._files: FileExecutor | None = None
         self.inputs.forecast_for = self.forecast
         self._reachable_cache: tuple[float, bool] | None = None
         # Broker reclaim latency: settings now from server.properties/defaults, from the broker
@@ -81,6 +82,19 @@ class RetentionCycle:
         #: cycle events are logged when that begins or changes, not on every cycle.
         self.stuck: StuckTracker | None = None
         self._quiet: frozenset[str] = frozenset()
+
+    @property
+    def files(self) -> FileExecutor:
+        """The offline executor, built at first use: ``plan`` (a dry run) never deletes,
+        and need not load the journal, recovery and removal code (issue 15: start-up).
+        The sweep before each offline plan reads the scan's listings: only partition dirs
+        that hold ``*.deleted`` files (or changed since) are listed again."""
+        if self._files is None:
+            from diskguard.retention.fileexecutor import FileExecutor
+
+            state_dir = Path(self.config.daemon.state_dir)
+            self._files = FileExecutor(state_dir, self.audit, listings=self.inputs.cache)
+        return self._files
 
     def __enter__(self) -> RetentionCycle:
         return self
@@ -205,6 +219,8 @@ class RetentionCycle:
         if mode == OFFLINE:
             return self.files
         if mode == BROKER and self.broker is not None:
+            from diskguard.retention.brokerexecutor import BrokerExecutor
+
             return BrokerExecutor(self.broker, self.audit, self.requested, self.reclaim)
         return None
 

@@ -180,6 +180,9 @@ class Partition:
     protected_reason: str | None = None
     #: The partition dir holds tiered-storage state (a ``remote_log_snapshot`` entry).
     remote_log_state: bool = False
+    #: The listing saw a ``*.txnindex`` file (False: dating a segment skips looking for its
+    #: own, an ``lstat`` that fails for nearly every segment). Not part of the identity.
+    txn_indexes: bool = field(default=True, compare=False, repr=False)
 
     #: How many leading segments are ``reclaiming``, counted once: the planner walks the
     #: candidates by index (``candidate``) at every head it pops; rebuilding the candidates

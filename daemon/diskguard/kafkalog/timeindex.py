@@ -23,6 +23,7 @@ __all__ = [
     "entries",
     "last_entry",
     "read_tail",
+    "tail_of",
 ]
 
 ENTRY_SIZE = 12
@@ -70,16 +71,34 @@ def last_entry(path: str | os.PathLike[str]) -> TimeIndexEntry | None:
 
 def read_tail(path: str | os.PathLike[str]) -> TimeIndexTail:
     """``last_entry`` plus the used slots and file size, from one open of the file."""
-    fd = safeopen.open_regular(path)
+    fd, st = safeopen.open_regular_stat(path)
     try:
-        size = os.fstat(fd).st_size
-        count = used_slots(fd, ENTRY_SIZE)
-        if count == 0:
-            return TimeIndexTail(None, 0, size)
-        last = _decode(read_slot(fd, count - 1, ENTRY_SIZE))
-        first = _decode(read_slot(fd, 0, ENTRY_SIZE)) if count > 1 else last
+        return tail_of(fd, st.st_size, path)
     finally:
         os.close(fd)
+
+
+#: An index up to this size is read in one ``pread`` and searched in memory (a closed
+#: segment's is usually a few entries); a larger one is probed slot by slot.
+_READ_WHOLE = 4096
+
+
+def tail_of(fd: int, size: int, path: str | os.PathLike[str]) -> TimeIndexTail:
+    """``read_tail`` of an index already open as ``fd`` (``size``: its ``fstat`` size).
+
+    Why separate: the dating of a segment opens its ``.timeindex`` once, and takes the
+    file's identity from that descriptor's ``fstat`` instead of an ``lstat`` of its own.
+    """
+    data = os.pread(fd, size, 0) if 0 < size <= _READ_WHOLE else None
+    count = used_slots(fd, ENTRY_SIZE, size=size, data=data)
+    if count == 0:
+        return TimeIndexTail(None, 0, size)
+    if data is not None and len(data) >= count * ENTRY_SIZE:
+        last = _decode(data[(count - 1) * ENTRY_SIZE : count * ENTRY_SIZE])
+        first = _decode(data[:ENTRY_SIZE]) if count > 1 else last
+    else:
+        last = _decode(read_slot(fd, count - 1, ENTRY_SIZE))
+        first = _decode(read_slot(fd, 0, ENTRY_SIZE)) if count > 1 else last
     name = os.fspath(path)
     if last.timestamp_ms < first.timestamp_ms:
         raise IndexCorrupt(

@@ -28,17 +28,19 @@ def read_slot(fd: int, slot: int, entry_size: int) -> bytes:
     return data
 
 
+_SEEK_HOLE: int | None = getattr(os, "SEEK_HOLE", None)
+
+
 def _data_end(fd: int, size: int) -> int:
     """Offset where the file's data ends and a trailing hole begins (``size`` if unknown).
 
     Only an upper bound on the non-zero prefix: a filesystem may report the whole file as
     data, and a written block may hold zeros. The binary search below stays the authority.
     """
-    seek_hole = getattr(os, "SEEK_HOLE", None)
-    if seek_hole is None or size == 0:
+    if _SEEK_HOLE is None or size == 0:
         return size
     try:
-        return min(size, os.lseek(fd, 0, seek_hole))
+        return min(size, os.lseek(fd, 0, _SEEK_HOLE))
     except OSError:
         return size
 

@@ -93,24 +93,26 @@ def tail_of(fd: int, size: int, path: str | os.PathLike[str]) -> TimeIndexTail:
     count = used_slots(fd, ENTRY_SIZE, size=size, data=data)
     if count == 0:
         return TimeIndexTail(None, 0, size)
-    if data is not None and len(data) >= count * ENTRY_SIZE:
-        last = _decode(data[(count - 1) * ENTRY_SIZE : count * ENTRY_SIZE])
-        first = _decode(data[:ENTRY_SIZE]) if count > 1 else last
+    if data is None or len(data) < count * ENTRY_SIZE:
+        data = read_slot(fd, count - 1, ENTRY_SIZE)
+        if count > 1:
+            data = read_slot(fd, 0, ENTRY_SIZE) + data
+        count_at = 0 if count == 1 else ENTRY_SIZE
     else:
-        last = _decode(read_slot(fd, count - 1, ENTRY_SIZE))
-        first = _decode(read_slot(fd, 0, ENTRY_SIZE)) if count > 1 else last
-    name = os.fspath(path)
-    if last.timestamp_ms < first.timestamp_ms:
+        count_at = (count - 1) * ENTRY_SIZE
+    last_ts, last_rel = _ENTRY.unpack_from(data, count_at)
+    first_ts, first_rel = _ENTRY.unpack_from(data, 0) if count > 1 else (last_ts, last_rel)
+    if last_ts < first_ts:
         raise IndexCorrupt(
-            f"{name}: corrupt time index: last timestamp {last.timestamp_ms} (entry {count - 1})"
-            f" is lower than the first {first.timestamp_ms}"
+            f"{os.fspath(path)}: corrupt time index: last timestamp {last_ts}"
+            f" (entry {count - 1}) is lower than the first {first_ts}"
         )
-    if last.relative_offset < 0 or last.relative_offset < first.relative_offset:
+    if last_rel < 0 or last_rel < first_rel:
         raise IndexCorrupt(
-            f"{name}: corrupt time index: last relative offset {last.relative_offset}"
-            f" (entry {count - 1}) is below the first {first.relative_offset}"
+            f"{os.fspath(path)}: corrupt time index: last relative offset {last_rel}"
+            f" (entry {count - 1}) is below the first {first_rel}"
         )
-    return TimeIndexTail(last, count, size)
+    return TimeIndexTail(TimeIndexEntry(last_ts, last_rel), count, size)
 
 
 def entries(path: str | os.PathLike[str]) -> list[TimeIndexEntry]:

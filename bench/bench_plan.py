@@ -57,12 +57,14 @@ class Run:
     max_rss_mb: float
     returncode: int
     cold: bool
+    #: User + system CPU seconds (GNU time): steadier than wall time on a shared machine.
+    cpu_s: float = 0.0
 
 
 def timed(
     cmd: list[str], stdout: Any, stderr: Any, cold: bool, env: dict[str, str] | None = None
 ) -> Run:
-    """Wall time and peak RSS of one command.
+    """Wall time, CPU time and peak RSS of one command.
 
     RSS comes from GNU time (``%M``), a tiny parent: a child forked from this Python process
     would report this process's RSS as its own peak (Linux keeps the pre-exec high-water mark).
@@ -70,7 +72,7 @@ def timed(
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         started = time.perf_counter()
         proc = subprocess.run(
-            [TIME, "-f", "%M", "-o", tf.name, *cmd],
+            [TIME, "-f", "%M %U %S", "-o", tf.name, *cmd],
             stdout=stdout,
             stderr=stderr,
             check=False,
@@ -78,13 +80,16 @@ def timed(
         )
         wall = time.perf_counter() - started
         lines = [ln for ln in tf.read().splitlines() if ln.strip()]
-    rss_kb = int(lines[-1]) if lines and lines[-1].strip().isdigit() else 0
+    fields = lines[-1].split() if lines else []
+    rss_kb = int(fields[0]) if len(fields) == 3 and fields[0].isdigit() else 0
+    cpu = float(fields[1]) + float(fields[2]) if len(fields) == 3 and rss_kb else 0.0
     return Run(
         command=os.path.basename(cmd[0]),
         wall_s=wall,
         max_rss_mb=rss_kb / 1024.0,
         returncode=proc.returncode,
         cold=cold,
+        cpu_s=cpu,
     )
 
 
@@ -396,17 +401,24 @@ def warm_run(
                 outputs[which] = work / f"{which}.out"
                 with open(outputs[which], "w") as out, open(work / f"{which}.err", "w") as err:
                     r = timed(cmd, out, err, False, env=env)
-                runs.append(Run(which, r.wall_s, r.max_rss_mb, r.returncode, False))
-                print(f"  run {i + 1} {which:8}: {r.wall_s:6.2f} s  rss {r.max_rss_mb:6.1f} MB")
+                runs.append(Run(which, r.wall_s, r.max_rss_mb, r.returncode, False, r.cpu_s))
+                print(
+                    f"  run {i + 1} {which:8}: {r.wall_s:6.2f} s  cpu {r.cpu_s:6.2f} s"
+                    f"  rss {r.max_rss_mb:6.1f} MB"
+                )
         du_med = median([r.wall_s for r in runs if r.command == "du"])
+        du_cpu = median([r.cpu_s for r in runs if r.command == "du"])
         for which in commands:
             if which == "du":
                 continue
             mine = [r for r in runs if r.command == which]
             med = median([r.wall_s for r in mine])
+            cpu = median([r.cpu_s for r in mine])
             figures = {
                 "plan_median_s": round(med, 3),
                 "ratio_plan_over_du": round(med / du_med, 3),
+                "plan_cpu_median_s": round(cpu, 3),
+                "cpu_ratio_plan_over_du": round(cpu / du_cpu, 3) if du_cpu else None,
                 "plan_peak_rss_mb": round(max(r.max_rss_mb for r in mine), 1),
                 "plan_check": verify_plan(
                     json.loads(outputs[which].read_text()), parts, segs, want
@@ -421,6 +433,7 @@ def warm_run(
             limit_percent=limit,
             runs=[asdict(r) for r in runs],
             du_median_s=round(du_med, 3),
+            du_cpu_median_s=round(du_cpu, 3),
             targets={"warm_plan_at_most_du": result["plan_median_s"] <= du_med},
         )
     finally:
@@ -436,12 +449,17 @@ def print_warm(r: dict[str, Any]) -> None:
         f" ratio plan/du = {r['ratio_plan_over_du']:.2f} (target <= 1);"
         f" chose {r['plan_check']['chosen_segments']}, ok={r['plan_check']['ok']}"
     )
+    print(
+        f"  CPU (user+sys) medians: du {r['du_cpu_median_s']:.2f} s,"
+        f" plan {r['plan_cpu_median_s']:.2f} s, ratio {r['cpu_ratio_plan_over_du']:.2f}"
+    )
     base = r.get("baseline")
     if base:
         print(
             f"  baseline {base['commit']}, same run: plan {base['plan_median_s']:.2f} s"
             f" (rss {base['plan_peak_rss_mb']:.0f} MB), ratio plan/du ="
-            f" {base['ratio_plan_over_du']:.2f}; ok={base['plan_check']['ok']}"
+            f" {base['ratio_plan_over_du']:.2f}; CPU {base['plan_cpu_median_s']:.2f} s,"
+            f" ratio {base['cpu_ratio_plan_over_du']:.2f}; ok={base['plan_check']['ok']}"
         )
 
 

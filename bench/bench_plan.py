@@ -19,6 +19,8 @@ Writes ``bench/results/plan.json``. ``--partitions 100 --segments 100`` is a one
 ``--runs`` times after one untimed run of each, medians and the ratio are reported and written
 to ``bench/results/plan-warm-<partitions>x<segments>.json``. ``--scaling`` runs the warm
 scenario at 10k, 100k and 1M segments (1,000 partitions) for the scaling table.
+``--baseline REV`` (with ``--warm``/``--scaling``) times commit REV's plan in the same
+alternation (exported with ``git archive``), both plans as ``python -m diskguard``.
 """
 
 from __future__ import annotations
@@ -55,10 +57,14 @@ class Run:
     max_rss_mb: float
     returncode: int
     cold: bool
+    #: User + system CPU seconds (GNU time): steadier than wall time on a shared machine.
+    cpu_s: float = 0.0
 
 
-def timed(cmd: list[str], stdout: Any, stderr: Any, cold: bool) -> Run:
-    """Wall time and peak RSS of one command.
+def timed(
+    cmd: list[str], stdout: Any, stderr: Any, cold: bool, env: dict[str, str] | None = None
+) -> Run:
+    """Wall time, CPU time and peak RSS of one command.
 
     RSS comes from GNU time (``%M``), a tiny parent: a child forked from this Python process
     would report this process's RSS as its own peak (Linux keeps the pre-exec high-water mark).
@@ -66,17 +72,24 @@ def timed(cmd: list[str], stdout: Any, stderr: Any, cold: bool) -> Run:
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         started = time.perf_counter()
         proc = subprocess.run(
-            [TIME, "-f", "%M", "-o", tf.name, *cmd], stdout=stdout, stderr=stderr, check=False
+            [TIME, "-f", "%M %U %S", "-o", tf.name, *cmd],
+            stdout=stdout,
+            stderr=stderr,
+            check=False,
+            env=env,
         )
         wall = time.perf_counter() - started
         lines = [ln for ln in tf.read().splitlines() if ln.strip()]
-    rss_kb = int(lines[-1]) if lines and lines[-1].strip().isdigit() else 0
+    fields = lines[-1].split() if lines else []
+    rss_kb = int(fields[0]) if len(fields) == 3 and fields[0].isdigit() else 0
+    cpu = float(fields[1]) + float(fields[2]) if len(fields) == 3 and rss_kb else 0.0
     return Run(
         command=os.path.basename(cmd[0]),
         wall_s=wall,
         max_rss_mb=rss_kb / 1024.0,
         returncode=proc.returncode,
         cold=cold,
+        cpu_s=cpu,
     )
 
 
@@ -309,10 +322,38 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"  problem: {p}")
 
 
+def checkout_plan(rev: str | None, into: Path) -> tuple[list[str], dict[str, str]]:
+    """``plan`` of this checkout's ``daemon/`` (``rev`` None) or of commit ``rev`` exported
+    with ``git archive`` into ``into``: ``python -m diskguard`` on this interpreter and its
+    libraries, byte-compiled first (an installed package has byte-code), so a baseline and
+    this code start the same way."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    daemon = ROOT / "daemon"
+    if rev is not None:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev, "daemon"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+        daemon = into / "daemon"
+    env["PYTHONPATH"] = str(daemon)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(daemon)], env=env, check=True)
+    return [sys.executable, "-m", "diskguard", "plan"], env
+
+
 def warm_run(
-    parts: int, segs: int, n_runs: int, choose: int | None, workers: int
+    parts: int,
+    segs: int,
+    n_runs: int,
+    choose: int | None,
+    workers: int,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
-    """Warm plan vs warm du on a tmpfs of its own (issue 15's scenario)."""
+    """Warm plan vs warm du on a tmpfs of its own (issue 15's scenario).
+
+    With ``baseline``: that commit's plan runs too, in the same alternation (du, plan,
+    baseline; reversed every other round), and both plans run as ``python -m diskguard``
+    (``checkout_plan``); without, the installed ``diskguard`` script is timed.
+    """
     n_segments = parts * segs
     want = choose if choose is not None else max(1, n_segments // 10)
     mnt = Path(tempfile.mkdtemp(prefix="diskguard-bench-plan-warm-"))
@@ -337,35 +378,63 @@ def warm_run(
         work = Path(tempfile.mkdtemp(prefix="diskguard-bench-plan-"))
         config = work / "diskguard.toml"
         write_config(config, tree, limit, work / "state")
-        plan_out, plan_err = work / "plan.json", work / "plan.err"
-        du_cmd = ["du", "-s", str(tree)]
-        plan_cmd = [str(DISKGUARD), "plan", "-c", str(config), "--json"]
-        # One untimed run of each: the dentry/inode caches are warm for both.
-        subprocess.run(du_cmd, stdout=subprocess.DEVNULL, check=False)
-        subprocess.run(plan_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        plan_args = ["-c", str(config), "--json"]
+        commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
+            "du": (["du", "-s", str(tree)], None)
+        }
+        if baseline is None:
+            commands["plan"] = ([str(DISKGUARD), "plan", *plan_args], None)
+        else:
+            cmd, env = checkout_plan(None, work)
+            commands["plan"] = ([*cmd, *plan_args], env)
+            cmd, env = checkout_plan(baseline, work)
+            commands["baseline"] = ([*cmd, *plan_args], env)
+        # One untimed run of each: the dentry/inode caches are warm for all.
+        for cmd, env in commands.values():
+            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         runs: list[Run] = []
+        outputs: dict[str, Path] = {}
         for i in range(n_runs):
-            for which in ("du", "plan") if i % 2 == 0 else ("plan", "du"):
-                if which == "du":
-                    r = timed(du_cmd, subprocess.DEVNULL, subprocess.DEVNULL, False)
-                else:
-                    with open(plan_out, "w") as out, open(plan_err, "w") as err:
-                        r = timed(plan_cmd, out, err, False)
-                runs.append(r)
-                print(f"  run {i + 1} {which:4}: {r.wall_s:6.2f} s  rss {r.max_rss_mb:6.1f} MB")
-        output = json.loads(plan_out.read_text())
+            order = list(commands) if i % 2 == 0 else list(reversed(commands))
+            for which in order:
+                cmd, env = commands[which]
+                outputs[which] = work / f"{which}.out"
+                with open(outputs[which], "w") as out, open(work / f"{which}.err", "w") as err:
+                    r = timed(cmd, out, err, False, env=env)
+                runs.append(Run(which, r.wall_s, r.max_rss_mb, r.returncode, False, r.cpu_s))
+                print(
+                    f"  run {i + 1} {which:8}: {r.wall_s:6.2f} s  cpu {r.cpu_s:6.2f} s"
+                    f"  rss {r.max_rss_mb:6.1f} MB"
+                )
         du_med = median([r.wall_s for r in runs if r.command == "du"])
-        plan_med = median([r.wall_s for r in runs if r.command != "du"])
+        du_cpu = median([r.cpu_s for r in runs if r.command == "du"])
+        for which in commands:
+            if which == "du":
+                continue
+            mine = [r for r in runs if r.command == which]
+            med = median([r.wall_s for r in mine])
+            cpu = median([r.cpu_s for r in mine])
+            figures = {
+                "plan_median_s": round(med, 3),
+                "ratio_plan_over_du": round(med / du_med, 3),
+                "plan_cpu_median_s": round(cpu, 3),
+                "cpu_ratio_plan_over_du": round(cpu / du_cpu, 3) if du_cpu else None,
+                "plan_peak_rss_mb": round(max(r.max_rss_mb for r in mine), 1),
+                "plan_check": verify_plan(
+                    json.loads(outputs[which].read_text()), parts, segs, want
+                ),
+            }
+            if which == "plan":
+                result.update(figures)
+            else:
+                result["baseline"] = {"commit": baseline, **figures}
         result.update(
             usage_percent=round(pct, 3),
             limit_percent=limit,
             runs=[asdict(r) for r in runs],
             du_median_s=round(du_med, 3),
-            plan_median_s=round(plan_med, 3),
-            ratio_plan_over_du=round(plan_med / du_med, 3),
-            plan_peak_rss_mb=round(max(r.max_rss_mb for r in runs if r.command != "du"), 1),
-            plan_check=verify_plan(output, parts, segs, want),
-            targets={"warm_plan_at_most_du": plan_med <= du_med},
+            du_cpu_median_s=round(du_cpu, 3),
+            targets={"warm_plan_at_most_du": result["plan_median_s"] <= du_med},
         )
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
@@ -380,6 +449,18 @@ def print_warm(r: dict[str, Any]) -> None:
         f" ratio plan/du = {r['ratio_plan_over_du']:.2f} (target <= 1);"
         f" chose {r['plan_check']['chosen_segments']}, ok={r['plan_check']['ok']}"
     )
+    print(
+        f"  CPU (user+sys) medians: du {r['du_cpu_median_s']:.2f} s,"
+        f" plan {r['plan_cpu_median_s']:.2f} s, ratio {r['cpu_ratio_plan_over_du']:.2f}"
+    )
+    base = r.get("baseline")
+    if base:
+        print(
+            f"  baseline {base['commit']}, same run: plan {base['plan_median_s']:.2f} s"
+            f" (rss {base['plan_peak_rss_mb']:.0f} MB), ratio plan/du ="
+            f" {base['ratio_plan_over_du']:.2f}; CPU {base['plan_cpu_median_s']:.2f} s,"
+            f" ratio {base['cpu_ratio_plan_over_du']:.2f}; ok={base['plan_check']['ok']}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,6 +476,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS / "plan.json"))
     ap.add_argument("--warm", action="store_true", help="warm plan vs du on tmpfs (issue 15)")
     ap.add_argument("--scaling", action="store_true", help="--warm at 10k, 100k and 1M segments")
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="--warm/--scaling: also time commit REV's plan in the same alternation",
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_plan needs root (loop mounts, drop_caches)", file=sys.stderr)
@@ -409,13 +495,17 @@ def main(argv: list[str] | None = None) -> int:
         choose = None if args.scaling or "--choose" not in (argv or sys.argv) else args.choose
         ok = True
         for parts, segs in sizes:
-            r = warm_run(parts, segs, args.runs, choose, args.workers)
+            r = warm_run(parts, segs, args.runs, choose, args.workers, args.baseline)
             r["machine"] = machine_info()
             out = RESULTS / f"plan-warm-{parts}x{segs}.json"
             out.write_text(json.dumps(r, indent=2) + "\n")
             print_warm(r)
             print(f"wrote {out}")
-            ok = ok and r["plan_check"]["ok"]
+            ok = (
+                ok
+                and r["plan_check"]["ok"]
+                and r.get("baseline", {}).get("plan_check", {}).get("ok", True)
+            )
         return 0 if ok else 1
     result = run(args)
     result["machine"] = machine_info()

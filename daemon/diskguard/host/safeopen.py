@@ -21,7 +21,14 @@ import errno
 import os
 import stat
 
-__all__ = ["NotRegularFile", "open_regular", "read_bytes", "read_text", "what_is"]
+__all__ = [
+    "NotRegularFile",
+    "open_regular",
+    "open_regular_stat",
+    "read_bytes",
+    "read_text",
+    "what_is",
+]
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -57,6 +64,12 @@ def open_regular(path: str | os.PathLike[str]) -> int:
     """A read-only descriptor of the regular file ``path``; never blocks, never follows a
     symlink. Raises :class:`NotRegularFile` for anything else, OSError if it cannot be
     opened (FileNotFoundError when missing). The caller closes the descriptor."""
+    return open_regular_stat(path)[0]
+
+
+def open_regular_stat(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """:func:`open_regular`, plus the ``fstat`` it checked the descriptor with: a caller that
+    needs the file's size or identity has it without another system call."""
     try:
         fd = os.open(path, _FLAGS)
     except OSError as exc:
@@ -64,14 +77,14 @@ def open_regular(path: str | os.PathLike[str]) -> int:
             raise NotRegularFile(path, "symlink") from None
         raise
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
     except OSError:
         os.close(fd)
         raise
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise NotRegularFile(path, what_is(mode))
-    return fd
+        raise NotRegularFile(path, what_is(st.st_mode))
+    return fd, st
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:

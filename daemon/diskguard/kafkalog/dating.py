@@ -15,10 +15,18 @@ from collections.abc import Callable, Iterable
 
 from diskguard.host import safeopen
 from diskguard.kafkalog import offsetindex, recordbatch, timeindex
-from diskguard.kafkalog.listing import InodeTally, segment_paths
-from diskguard.kafkalog.model import Partition, SegmentInfo, segment_file_name
+from diskguard.kafkalog.listing import InodeTally
+from diskguard.kafkalog.model import (
+    SEGMENT_FILE_SUFFIXES,
+    Partition,
+    SegmentInfo,
+    segment_file_name,
+)
 
 _Key = tuple[tuple[str, int, int, int], ...]
+#: A segment's files when its partition dir has no ``.txnindex`` at all (the common case).
+_NO_TXN_SUFFIXES = tuple(s for s in SEGMENT_FILE_SUFFIXES if s != ".txnindex")
+_TIMEINDEX = ".timeindex"
 
 
 class AgeCache:
@@ -105,29 +113,76 @@ class SegmentFileReader:
         self.warnings: list[str] = []
         self.reads = 0
         self.ages = ages
+        #: ``(stem, fd, fstat)`` of the open ``.timeindex`` of the segment being dated, for
+        #: ``_max_timestamp``.
+        self._ti: tuple[str, int, os.stat_result] | None = None
 
     def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo:
         self.reads += 1
-        files: list[str] = []
-        tally = InodeTally()
-        inodes: dict[str, tuple[int, int]] = {}
-        log_mtime_ms = 0
-        identity: list[tuple[str, int, int, int]] = []
-        for path in segment_paths(partition.path, base_offset):
+        stem = os.path.join(partition.path, segment_file_name(base_offset, ""))
+        ages = self.ages
+        ti = None
+        if ages is None or not ages.has_segment(partition.path, base_offset):
+            # To be dated (not in the age cache): open the .timeindex now and let its fstat
+            # stand in for the lstat the segment's identity needs; read it through that
+            # descriptor below. If it cannot be opened (missing, not regular, ...), it is
+            # lstat'ed like the others, and reading it the usual way says why.
             try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                continue
+                fd, st = safeopen.open_regular_stat(stem + _TIMEINDEX)
+                ti = (stem, fd, st)
+            except OSError:
+                pass
+        try:
+            return self._read(partition, base_offset, stem, ti)
+        finally:
+            if ti is not None:
+                os.close(ti[1])
+
+    def _read(
+        self,
+        partition: Partition,
+        base_offset: int,
+        stem: str,
+        ti: tuple[str, int, os.stat_result] | None,
+    ) -> SegmentInfo:
+        files: list[str] = []
+        stats: list[os.stat_result] = []
+        identity: list[tuple[str, int, int, int]] = []
+        blocks = 0
+        linked = False
+        log_mtime_ms = 0
+        for sfx in SEGMENT_FILE_SUFFIXES if partition.txn_indexes else _NO_TXN_SUFFIXES:
+            path = stem + sfx
+            if ti is not None and sfx == _TIMEINDEX:
+                st = ti[2]
+            else:
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
             files.append(path)
-            tally.add(st)
-            inodes[path] = (st.st_dev, st.st_ino)
+            stats.append(st)
             identity.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
-            if path.endswith(".log"):
+            blocks += st.st_blocks
+            if st.st_nlink > 1:
+                linked = True
+            if sfx == ".log":
                 log_mtime_ms = st.st_mtime_ns // 1_000_000
-        outside = tally.shared()
-        shared = tuple(path for path in files if inodes[path] in outside)
+        shared: tuple[str, ...] = ()
+        freeable = blocks * 512  # allocated_bytes of each file: no other links
+        if linked:
+            tally = InodeTally()
+            for st in stats:
+                tally.add(st)
+            outside = tally.shared()
+            shared = tuple(
+                path
+                for path, st in zip(files, stats, strict=True)
+                if (st.st_dev, st.st_ino) in outside
+            )
+            freeable = tally.freeable
         if shared:
             self.warnings.append(
                 f"{partition.path}/{base_offset:020d}: "
@@ -137,20 +192,25 @@ class SegmentFileReader:
                 f"{partition.partition} is not trimmed past it this cycle"
             )
         key = tuple(identity)
-        cached = self.ages.get(key) if self.ages is not None else None
+        ages = self.ages
+        cached = ages.get(key) if ages is not None else None
         if cached is not None:
             ts, source = cached
         else:
-            found, source = self._max_timestamp(
-                partition.path, base_offset, _next_base(partition, base_offset)
-            )
+            self._ti = ti
+            try:
+                found, source = self._max_timestamp(
+                    partition.path, base_offset, _next_base(partition, base_offset)
+                )
+            finally:
+                self._ti = None
             ts = log_mtime_ms if found is None else found
             if found is None:
                 source = "mtime"
-            if self.ages is not None:
-                self.ages.put(key, (ts, source), (partition.path, base_offset))
+            if ages is not None:
+                ages.put(key, (ts, source), (partition.path, base_offset))
         return SegmentInfo(
-            bytes=tally.freeable,
+            bytes=freeable,
             max_timestamp_ms=ts,
             timestamp_source=source,
             files=tuple(files),
@@ -172,12 +232,16 @@ class SegmentFileReader:
         unknown) reads the ``.log`` tail as well. Only regular files are opened: a FIFO named
         like an index would block forever.
         """
-        stem = os.path.join(partition_dir, segment_file_name(base, ""))
-        ti_path, log_path, idx_path = stem + ".timeindex", stem + ".log", stem + ".index"
+        ti = self._ti  # (stem, fd, fstat) of this segment's .timeindex, opened by __call__
+        stem = ti[0] if ti is not None else os.path.join(partition_dir, segment_file_name(base, ""))
+        ti_path, log_path, idx_path = stem + _TIMEINDEX, stem + ".log", stem + ".index"
         problem = ""
         ti_ts: int | None = None
         try:
-            tail = timeindex.read_tail(ti_path)
+            if ti is not None:
+                tail = timeindex.tail_of(ti[1], ti[2].st_size, ti_path)
+            else:
+                tail = timeindex.read_tail(ti_path)
             if tail.file_size % timeindex.ENTRY_SIZE:
                 problem = "size is not a whole number of entries (truncated)"
             elif tail.entry is not None and tail.entry.timestamp_ms >= 0:

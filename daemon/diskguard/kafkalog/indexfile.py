@@ -28,22 +28,31 @@ def read_slot(fd: int, slot: int, entry_size: int) -> bytes:
     return data
 
 
+_SEEK_HOLE: int | None = getattr(os, "SEEK_HOLE", None)
+
+
 def _data_end(fd: int, size: int) -> int:
     """Offset where the file's data ends and a trailing hole begins (``size`` if unknown).
 
     Only an upper bound on the non-zero prefix: a filesystem may report the whole file as
     data, and a written block may hold zeros. The binary search below stays the authority.
     """
-    seek_hole = getattr(os, "SEEK_HOLE", None)
-    if seek_hole is None or size == 0:
+    if _SEEK_HOLE is None or size == 0:
         return size
     try:
-        return min(size, os.lseek(fd, 0, seek_hole))
+        return min(size, os.lseek(fd, 0, _SEEK_HOLE))
     except OSError:
         return size
 
 
-def used_slots(fd: int, entry_size: int, *, first_may_be_zero: bool = False) -> int:
+def used_slots(
+    fd: int,
+    entry_size: int,
+    *,
+    first_may_be_zero: bool = False,
+    size: int | None = None,
+    data: bytes | None = None,
+) -> int:
     """How many leading slots of the open index hold entries.
 
     Kafka writes entries front to back and never leaves a gap, so "slot is non-zero" is true
@@ -51,35 +60,45 @@ def used_slots(fd: int, entry_size: int, *, first_may_be_zero: bool = False) -> 
     offset index, whose first entry may legitimately be ``(0, 0)``: slot 0 then counts
     only if slot 1 is non-zero (a file of nothing but zeros has no entries).
     A size that is not a multiple of ``entry_size`` is treated as Kafka treats it: only
-    whole entries count.
+    whole entries count. ``size``: the file's size if the caller has just ``fstat``'ed it;
+    ``data``: the file's bytes from offset 0 if the caller has read them (a small index in
+    one ``pread``): the same search then probes them instead of the file.
     """
-    size = os.fstat(fd).st_size
+    if size is None:
+        size = os.fstat(fd).st_size
     total = size // entry_size
     if total == 0:
         return 0
     zero = bytes(entry_size)
+
+    def slot(i: int) -> bytes:
+        if data is None:
+            return read_slot(fd, i, entry_size)
+        chunk = data[i * entry_size : (i + 1) * entry_size]
+        return chunk if len(chunk) == entry_size else zero  # shrank: as read_slot
+
     data_end = _data_end(fd, size)
     # Slots starting at or after data_end lie in a hole: all zeros. Trust the filesystem's
     # answer only after checking the first slot it calls a hole (one read), so a filesystem
     # that misreports holes costs speed, never a missed entry.
     hi = min(total, -(-data_end // entry_size))
-    if hi < total and read_slot(fd, hi, entry_size) != zero:
+    if hi < total and slot(hi) != zero:
         hi = total
     lo = 1 if first_may_be_zero else 0
     if hi <= lo:
         # Nothing or only slot 0 can hold data (a lone all-zero slot 0 is not an entry).
         if hi == 0:
             return 0
-        return 1 if read_slot(fd, 0, entry_size) != zero else 0
+        return 1 if slot(0) != zero else 0
     # Invariant: every slot < lo is "in" (or slot 0 under first_may_be_zero), every slot
     # >= hi is zero. Find the first zero slot in [lo, hi).
     while lo < hi:
         mid = (lo + hi) // 2
-        if read_slot(fd, mid, entry_size) != zero:
+        if slot(mid) != zero:
             lo = mid + 1
         else:
             hi = mid
     if first_may_be_zero and lo == 1:
         # Slot 1 is zero: slot 0 is an entry only if it is non-zero itself.
-        return 1 if read_slot(fd, 0, entry_size) != zero else 0
+        return 1 if slot(0) != zero else 0
     return lo

@@ -9,6 +9,7 @@ files once per inode. Symlinks are never followed and vanishing files are fine.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from dataclasses import dataclass
@@ -24,6 +25,12 @@ from diskguard.kafkalog.model import (
 
 #: An entry a broker with tiered storage keeps in the partition dir (remote log metadata).
 REMOTE_LOG_SNAPSHOT = "remote_log_snapshot"
+_TXN_INDEX = ".txnindex"
+#: Opening a partition dir to list it: followed like ``os.scandir(path)`` would.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+#: A segment's ``.log`` in a "/"-joined listing: ``parse_segment_base``'s rule (20 ASCII
+#: digits, then ``.log``, the whole name), applied to all names at once.
+_SEGMENT_LOG = re.compile(r"/([0-9]{20})\.log(?=/)")
 
 
 @dataclass(frozen=True)
@@ -127,15 +134,75 @@ class PartitionListing:
     #: Regular files named ``*.deleted`` (any size, any link count): the offline sweep
     #: lists only partition dirs that have some.
     deleted_files: int = 0
+    #: Some regular file is named ``*.txnindex`` (Kafka writes one only for a segment with
+    #: aborted transactions): without any, dating a head need not look for its own.
+    txn_indexes: bool = True
 
 
 def list_partition(path: str, full: bool) -> PartitionListing:
+    if full:
+        return _list_full(path)
+    # Names only, filtered in C: one comprehension keeps the regular files (``d_type`` from
+    # ``getdents``, as ``ls`` sees them: a symlink, dir or FIFO named like a segment is never
+    # ours), one regex over them finds the segments. A Python loop over every entry was the
+    # listing's cost at 300k entries (issue 15); this is the same rule in a third of the time.
+    # Through a descriptor of the dir: entries then carry no joined path (one string less
+    # per name), and the few lstats below are relative to it.
+    dir_fd = os.open(path, _DIR_FLAGS)
+    try:
+        with os.scandir(dir_fd) as entries:
+            regular = [e.name for e in entries if e.is_file(follow_symlinks=False)]
+        # "/" cannot occur in a file name, so it delimits names exactly (a name may hold "\n").
+        joined = "/" + "/".join(regular) + "/"
+        logs = _SEGMENT_LOG.findall(joined)
+        logs.sort()  # 20 digits each: text order is numeric order
+        deleted = 0
+        deleted_files = 0
+        linked: list[_Linked] = []
+        if DELETED_SUFFIX + "/" in joined:
+            for name in regular:
+                if not name.endswith(DELETED_SUFFIX):
+                    continue
+                try:
+                    st = os.lstat(name, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    continue
+                deleted_files += 1
+                if st.st_nlink > 1:
+                    linked.append(_Linked.of(name, st, deleted=True))
+                else:
+                    deleted += allocated_bytes(st)
+        # Any kind of entry (it is a directory on a real broker): one lstat, not a second
+        # pass over every name.
+        try:
+            os.lstat(REMOTE_LOG_SNAPSHOT, dir_fd=dir_fd)
+            remote = True
+        except OSError:
+            remote = False
+    finally:
+        os.close(dir_fd)
+    return PartitionListing(
+        tuple(map(int, logs)),
+        deleted,
+        0,
+        (),
+        False,
+        tuple(linked),
+        remote,
+        deleted_files,
+        _TXN_INDEX + "/" in joined,
+    )
+
+
+def _list_full(path: str) -> PartitionListing:
+    """A listing with every regular file stat'ed (snapshots, ``max_bytes``)."""
     bases: set[int] = set()
     deleted = 0
     deleted_files = 0
     linked: list[_Linked] = []
     stats: dict[str, os.stat_result] = {}
     remote = False
+    txn_indexes = False
     with os.scandir(path) as entries:
         for entry in entries:
             name = entry.name
@@ -156,8 +223,9 @@ def list_partition(path: str, full: bool) -> PartitionListing:
                     # A symlink or dir named like a segment is never ours.
                     if base is not None and entry.is_file(follow_symlinks=False):
                         bases.add(base)
-                if full and entry.is_file(follow_symlinks=False):
+                if entry.is_file(follow_symlinks=False):
                     stats[name] = entry.stat(follow_symlinks=False)
+                    txn_indexes = txn_indexes or name.endswith(_TXN_INDEX)
             except FileNotFoundError:
                 continue
     active = max(bases) if bases else None
@@ -183,10 +251,11 @@ def list_partition(path: str, full: bool) -> PartitionListing:
         deleted,
         settled,
         active_files,
-        full,
+        True,
         tuple(linked),
         remote,
         deleted_files,
+        txn_indexes,
     )
 
 

@@ -47,6 +47,14 @@ class PartitionDirName:
     kind: PartitionDirKind
 
 
+#: (kind, "-<kind>") for dirs named without a unique id; built once (an enum's ``.value``
+#: is a slow property, and every partition dir name of a cold scan is parsed).
+_OLD_STYLE_SUFFIXES: tuple[tuple[PartitionDirKind, str], ...] = tuple(
+    (kind, f"-{kind.value}")
+    for kind in (PartitionDirKind.DELETE, PartitionDirKind.FUTURE, PartitionDirKind.STRAY)
+)
+
+
 @lru_cache(maxsize=65536)
 def parse_partition_dir(name: str) -> PartitionDirName | None:
     """``orders-3`` -> live partition; ``orders-3.<uuid>-delete`` -> a dir on its way out.
@@ -61,8 +69,7 @@ def parse_partition_dir(name: str) -> PartitionDirName | None:
             match["topic"], int(match["partition"]), PartitionDirKind(match["kind"])
         )
     # Older brokers name future/delete dirs without the unique id ("topic-0-delete").
-    for kind in (PartitionDirKind.DELETE, PartitionDirKind.FUTURE, PartitionDirKind.STRAY):
-        suffix = f"-{kind.value}"
+    for kind, suffix in _OLD_STYLE_SUFFIXES:
         if name.endswith(suffix):
             inner = _PARTITION_DIR.match(name.removesuffix(suffix))
             if inner:
@@ -180,6 +187,9 @@ class Partition:
     protected_reason: str | None = None
     #: The partition dir holds tiered-storage state (a ``remote_log_snapshot`` entry).
     remote_log_state: bool = False
+    #: The listing saw a ``*.txnindex`` file (False: dating a segment skips looking for its
+    #: own, an ``lstat`` that fails for nearly every segment). Not part of the identity.
+    txn_indexes: bool = field(default=True, compare=False, repr=False)
 
     #: How many leading segments are ``reclaiming``, counted once: the planner walks the
     #: candidates by index (``candidate``) at every head it pops; rebuilding the candidates

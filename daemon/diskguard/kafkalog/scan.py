@@ -169,6 +169,7 @@ def scan_log_dir(
             protected=reason is not None,
             protected_reason=reason,
             remote_log_state=listing.remote_log_state,
+            txn_indexes=listing.txn_indexes,
         )
         if use_log_start:
             # A running broker removes ``*.deleted`` files after its delete delay. Offline

@@ -23,6 +23,7 @@ __all__ = [
     "entries",
     "last_entry",
     "read_tail",
+    "tail_of",
 ]
 
 ENTRY_SIZE = 12
@@ -70,28 +71,48 @@ def last_entry(path: str | os.PathLike[str]) -> TimeIndexEntry | None:
 
 def read_tail(path: str | os.PathLike[str]) -> TimeIndexTail:
     """``last_entry`` plus the used slots and file size, from one open of the file."""
-    fd = safeopen.open_regular(path)
+    fd, st = safeopen.open_regular_stat(path)
     try:
-        size = os.fstat(fd).st_size
-        count = used_slots(fd, ENTRY_SIZE)
-        if count == 0:
-            return TimeIndexTail(None, 0, size)
-        last = _decode(read_slot(fd, count - 1, ENTRY_SIZE))
-        first = _decode(read_slot(fd, 0, ENTRY_SIZE)) if count > 1 else last
+        return tail_of(fd, st.st_size, path)
     finally:
         os.close(fd)
-    name = os.fspath(path)
-    if last.timestamp_ms < first.timestamp_ms:
+
+
+#: An index up to this size is read in one ``pread`` and searched in memory (a closed
+#: segment's is usually a few entries); a larger one is probed slot by slot.
+_READ_WHOLE = 4096
+
+
+def tail_of(fd: int, size: int, path: str | os.PathLike[str]) -> TimeIndexTail:
+    """``read_tail`` of an index already open as ``fd`` (``size``: its ``fstat`` size).
+
+    Why separate: the dating of a segment opens its ``.timeindex`` once, and takes the
+    file's identity from that descriptor's ``fstat`` instead of an ``lstat`` of its own.
+    """
+    data = os.pread(fd, size, 0) if 0 < size <= _READ_WHOLE else None
+    count = used_slots(fd, ENTRY_SIZE, size=size, data=data)
+    if count == 0:
+        return TimeIndexTail(None, 0, size)
+    if data is None or len(data) < count * ENTRY_SIZE:
+        data = read_slot(fd, count - 1, ENTRY_SIZE)
+        if count > 1:
+            data = read_slot(fd, 0, ENTRY_SIZE) + data
+        count_at = 0 if count == 1 else ENTRY_SIZE
+    else:
+        count_at = (count - 1) * ENTRY_SIZE
+    last_ts, last_rel = _ENTRY.unpack_from(data, count_at)
+    first_ts, first_rel = _ENTRY.unpack_from(data, 0) if count > 1 else (last_ts, last_rel)
+    if last_ts < first_ts:
         raise IndexCorrupt(
-            f"{name}: corrupt time index: last timestamp {last.timestamp_ms} (entry {count - 1})"
-            f" is lower than the first {first.timestamp_ms}"
+            f"{os.fspath(path)}: corrupt time index: last timestamp {last_ts}"
+            f" (entry {count - 1}) is lower than the first {first_ts}"
         )
-    if last.relative_offset < 0 or last.relative_offset < first.relative_offset:
+    if last_rel < 0 or last_rel < first_rel:
         raise IndexCorrupt(
-            f"{name}: corrupt time index: last relative offset {last.relative_offset}"
-            f" (entry {count - 1}) is below the first {first.relative_offset}"
+            f"{os.fspath(path)}: corrupt time index: last relative offset {last_rel}"
+            f" (entry {count - 1}) is below the first {first_rel}"
         )
-    return TimeIndexTail(last, count, size)
+    return TimeIndexTail(TimeIndexEntry(last_ts, last_rel), count, size)
 
 
 def entries(path: str | os.PathLike[str]) -> list[TimeIndexEntry]:

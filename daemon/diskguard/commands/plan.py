@@ -259,7 +259,10 @@ def plan_command(config_path: Path, as_json: bool) -> None:
         data["mode"] = outcome.mode.mode
         data["mode_reason"] = outcome.mode.reason
         data["scope"] = CLUSTER_SCOPE if outcome.mode.mode == "broker" else "local"
-        click.echo(dumps(data))
+        # Not click.echo: off a terminal it runs an ANSI-stripping regex over the whole text
+        # (~7 ms for a 10,000-deletion plan's 4.9 MB), and JSON holds no escape codes.
+        sys.stdout.write(dumps(data) + "\n")
+        sys.stdout.flush()
         for warning in outcome.warnings:
             click.echo(f"warning: {warning}", err=True)
     else:

@@ -287,7 +287,8 @@ class RetentionCycle:
         chosen = plan(
             result.filesystems, self.inputs.limits(mode), reader, committed or {}, led_here
         )
-        self.inputs.ages.prune(still_listed(result) if self.warm_heads_s > 0 else None)
+        if not self.read_only:  # a one-shot dry run (plan) has no next plan to keep ages for
+            self.inputs.ages.prune(still_listed(result) if self.warm_heads_s > 0 else None)
         return chosen, reader.warnings
 
     def _plan_with_broker_facts(

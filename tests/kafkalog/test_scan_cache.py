@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diskguard.kafkalog.dating import AgeCache, SegmentFileReader, warm_heads
 from diskguard.kafkalog.listing import ListingCache
@@ -137,3 +141,50 @@ def test_warming_heads_stops_when_its_budget_is_spent(tmp_path: Path) -> None:
     assert warm_heads(parts, SegmentFileReader(ages), 0.0) == 0
     assert warm_heads(parts, SegmentFileReader(None), 60) == 0  # no cache, nothing to warm
     assert warm_heads(parts, SegmentFileReader(ages), 60) == 3
+
+
+def _reference_prune(ages: AgeCache, live: Callable[[str, int], bool] | None) -> None:
+    """``AgeCache.prune`` as first written (rebuilds both dicts every time)."""
+    keep = ages._used
+    if live is not None:
+        keep = keep | {key for (path, base), key in ages._segments.items() if live(path, base)}
+    ages._entries = {k: v for k, v in ages._entries.items() if k in keep}
+    ages._segments = {s: k for s, k in ages._segments.items() if k in ages._entries}
+    ages._used = set()
+
+
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "get", "prune", "prune_live"]),
+        st.integers(0, 5),  # segment
+        st.integers(0, 2),  # identity generation (a segment's files changed)
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ops, st.sets(st.integers(0, 5)))
+def test_prune_keeps_exactly_what_the_plain_rebuild_kept(
+    ops: list[tuple[str, int, int]], alive: set[int]
+) -> None:
+    """The prune that skips rebuilding when nothing goes (the idle daemon's every cycle)
+    leaves the same entries as the rebuild it replaced, after any sequence of uses."""
+    fast, plain = AgeCache(), AgeCache()
+
+    def live(path: str, base: int) -> bool:
+        return base in alive
+
+    for op, seg, gen in ops:
+        key = ((f"/p/{seg}.log", seg, gen, 0),)
+        for ages in (fast, plain):
+            if op == "put":
+                ages.put(key, (seg, "timeindex"), ("/p", seg))
+            elif op == "get":
+                ages.get(key)
+        if op in ("prune", "prune_live"):
+            fast.prune(live if op == "prune_live" else None)
+            _reference_prune(plain, live if op == "prune_live" else None)
+        assert fast._entries == plain._entries
+        assert fast._segments == plain._segments
+        assert fast._used == plain._used

@@ -62,11 +62,17 @@ class AgeCache:
     def prune(self, live: Callable[[str, int], bool] | None = None) -> None:
         """Drop what the last plan did not use; with ``live(partition_dir, base_offset)``,
         keep unused entries of segments that still exist (the daemon's warmed heads)."""
-        keep = self._used
-        if live is not None:
-            keep = keep | {key for (path, base), key in self._segments.items() if live(path, base)}
-        self._entries = {k: v for k, v in self._entries.items() if k in keep}
-        self._segments = {s: k for s, k in self._segments.items() if k in self._entries}
+        used = self._used
+        kept = {
+            s: k
+            for s, k in self._segments.items()
+            if k in used or (live is not None and live(s[0], s[1]))
+        }
+        # Nothing to drop (the idle daemon's every cycle): keep both dicts as they are.
+        if len(kept) != len(self._segments) or len(self._entries) != len(kept):
+            keep = used | set(kept.values())
+            self._entries = {k: v for k, v in self._entries.items() if k in keep}
+            self._segments = {s: k for s, k in kept.items() if k in self._entries}
         self._used = set()
 
 

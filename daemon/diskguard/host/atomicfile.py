@@ -22,8 +22,13 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably."""
+def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically and (``durable``) durably.
+
+    ``durable=False`` keeps the atomic rename (a reader never sees half a file) but skips
+    both fsyncs: for a file that is only a view of a running process, rewritten every few
+    seconds, a power loss can cost at most one stale or empty copy that the next write
+    replaces, and its readers treat an unreadable one as absent."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -31,15 +36,17 @@ def write_atomic(path: Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def write_json_atomic(path: Path, value: Any) -> None:
-    write_atomic(path, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode())
+def write_json_atomic(path: Path, value: Any, durable: bool = True) -> None:
+    write_atomic(path, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode(), durable)
 
 
 def read_json(path: Path, default: Any) -> Any:

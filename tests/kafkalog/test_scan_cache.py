@@ -188,3 +188,28 @@ def test_prune_keeps_exactly_what_the_plain_rebuild_kept(
         assert fast._entries == plain._entries
         assert fast._segments == plain._segments
         assert fast._used == plain._used
+
+
+def test_the_log_dir_listing_is_kept_while_unchanged_and_new_partitions_are_seen(
+    tmp_path: Path,
+) -> None:
+    """The rescan keeps a log dir's sorted entries while its mtime is unchanged; a partition
+    created (or a top-level file rewritten by rename, as Kafka's checkpoints are) changes
+    it, and a top-level file's bytes are read afresh in a full scan even when cached."""
+    log_dir = tmp_path / "logs"
+    write_log_dir(log_dir, {("orders", p): [SegmentSpec(records=5)] * 2 for p in range(2)})
+    (log_dir / "meta.properties").write_text("x" * 10)
+    age_dirs(log_dir)
+    cache = ListingCache()
+    protect = [re.compile("^__")]
+    first = cache.log_dir_entries(str(log_dir))
+    assert cache.log_dir_entries(str(log_dir)) is first  # unchanged: the same list
+    before = scan_log_dir(str(log_dir), "/", protect, full=True, cache=cache)
+    with open(log_dir / "meta.properties", "a") as f:  # in place: the dir does not change
+        f.write("y" * 100_000)
+    grown = scan_log_dir(str(log_dir), "/", protect, full=True, cache=cache)
+    assert grown.kafka_bytes is not None and before.kafka_bytes is not None
+    assert grown.kafka_bytes > before.kafka_bytes
+    write_log_dir(log_dir, {("orders", 2): [SegmentSpec(records=5)] * 2})
+    after = scan_log_dir(str(log_dir), "/", protect, cache=cache)
+    assert [p.partition for p in after.partitions] == [0, 1, 2]

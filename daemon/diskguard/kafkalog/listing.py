@@ -276,6 +276,7 @@ class ListingCache:
     def __init__(self, settle_s: float = 2.0) -> None:
         self.settle_s = settle_s
         self._entries: dict[str, tuple[tuple[int, int], PartitionListing]] = {}
+        self._log_dirs: dict[str, tuple[tuple[int, int], list[os.DirEntry[str]]]] = {}
         self._touched: set[str] = set()
         self.hits = 0
         self.misses = 0
@@ -295,6 +296,24 @@ class ListingCache:
         else:
             self._entries.pop(path, None)
         return listing
+
+    def log_dir_entries(self, path: str) -> list[os.DirEntry[str]]:
+        """A log dir's entries sorted by name, kept while the dir is unchanged, by the same
+        rule as ``listing``: the idle rescan listed and sorted its ~1,000 partition dirs'
+        names every cycle (issue 15). A partition created, deleted or renamed changes the
+        log dir's mtime. The entries' types come from the listing (``d_type``); callers
+        ``lstat`` a file afresh rather than use a cached entry's ``stat()``."""
+        st = os.stat(path)
+        key = (st.st_ino, st.st_mtime_ns)
+        cached = self._log_dirs.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        entries = sorted(os.scandir(path), key=lambda e: e.name)
+        if time.time() - st.st_mtime_ns / 1e9 > self.settle_s:
+            self._log_dirs[path] = (key, entries)
+        else:
+            self._log_dirs.pop(path, None)
+        return entries
 
     def prune(self) -> None:
         """Drop entries not asked for since the last prune (deleted partitions)."""

@@ -108,7 +108,10 @@ def scan_log_dir(
     pending = InodeTally()
     kafka = InodeTally()
     try:
-        entries = sorted(os.scandir(log_dir), key=lambda e: e.name)
+        if cache is not None:
+            entries = cache.log_dir_entries(log_dir)
+        else:
+            entries = sorted(os.scandir(log_dir), key=lambda e: e.name)
     except OSError as exc:
         return LogDir(
             path=log_dir,
@@ -125,7 +128,7 @@ def scan_log_dir(
                 continue
             if not entry.is_dir(follow_symlinks=False):
                 if full and entry.is_file(follow_symlinks=False):
-                    top_files.append(entry.stat(follow_symlinks=False))
+                    top_files.append(os.lstat(entry.path))  # afresh: entries may be cached
                 continue
         except FileNotFoundError:
             continue

@@ -169,6 +169,10 @@ def build_session(
         .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.sql.debug.maxToStringFields", "200")
+        # Spark swaps a hash aggregation for an interpreted sort-based one when its input is
+        # already sorted by the keys (the disk aggregates: the history is sorted by disk);
+        # the generated hash aggregation is the cheaper of the two here.
+        .config("spark.sql.execution.replaceHashWithSortAgg", "false")
     )
     local = (master or "").startswith("local")
     if local:

@@ -80,8 +80,9 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
     to noise on a near-perfect line (kilobytes of "spread" on 1e11-byte disks), centred
     residuals do not. The line comes from window aggregates over the whole disk, so that one
     pass over the history (already partitioned and sorted by disk: no shuffle, no sort)
-    gives every column; a join of the history with a first aggregation read the history
-    three times. x is hours since the disk's first snapshot (see :func:`with_history`).
+    gives every aggregate; a join of the history with a first aggregation read the history
+    three times. x is hours since the disk's first snapshot (see :func:`with_history`). The
+    latest snapshot's values come from its own row (a narrow second scan of the history).
     """
     ts = F.col("ts_ms")
     x = F.col("hours_since_first")
@@ -101,16 +102,9 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
     dy = used_d - F.col("_mean_y")
     dx = x - F.col("_mean_x")
     residual_sq = F.pow(dy - F.col("_slope") * dx, 2)
-    disks = lined.groupBy("host", "mount").agg(
-        F.max_by("device", ts).alias("device"),
+    facts = lined.groupBy("host", "mount").agg(
         F.count(F.lit(1)).alias("snapshots"),
         F.min(ts).alias("first_ts_ms"),
-        F.max(ts).alias("last_ts_ms"),
-        F.max_by("total_bytes", ts).alias("total_bytes"),
-        F.max_by("used_bytes", ts).alias("used_bytes"),
-        F.max_by("available_bytes", ts).alias("available_bytes"),
-        F.max_by("kafka_bytes", ts).alias("kafka_bytes"),
-        F.max_by("pending_reclaim_bytes", ts).alias("pending_reclaim_bytes"),
         growth.alias("growth_bytes_per_hour"),
         F.regr_slope(kafka_d, x).alias("kafka_growth_bytes_per_hour"),
         F.regr_slope(used_d - kafka_d, x).alias("non_kafka_growth_bytes_per_hour"),
@@ -118,10 +112,50 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
         (F.sum("overfull_ms") / F.lit(1000.0)).alias("overfull_seconds"),
         F.sum("deleted_bytes").cast("long").alias("deleted_bytes"),
         F.max("alert_level").alias("peak_alert_level"),
-        F.max_by("flow_state", ts).alias("flow_state"),
-        F.max_by("alert_level", ts).alias("alert_level"),
         F.sum(residual_sq).alias("_sse"),
         F.sum(F.pow(dy, 2)).alias("_syy"),
+    )
+    # The latest snapshot's values: its row is the one without a next snapshot (the history
+    # is deduplicated, so there is exactly one per disk). Taking them from that row rather
+    # than with max_by(..., ts) keeps string buffers out of the aggregation, which can then
+    # be a generated hash aggregation instead of an interpreted sort-based one.
+    latest = history.where(F.col("next_ts_ms").isNull()).select(
+        "host",
+        "mount",
+        "device",
+        ts.alias("last_ts_ms"),
+        "total_bytes",
+        "used_bytes",
+        "available_bytes",
+        "kafka_bytes",
+        "pending_reclaim_bytes",
+        "flow_state",
+        F.col("alert_level").alias("_last_alert_level"),
+    )
+    # a left join (every disk has its latest row) keeps these columns nullable, as max_by's
+    disks = facts.join(latest, ["host", "mount"], "left").select(
+        "host",
+        "mount",
+        "device",
+        "snapshots",
+        "first_ts_ms",
+        "last_ts_ms",
+        "total_bytes",
+        "used_bytes",
+        "available_bytes",
+        "kafka_bytes",
+        "pending_reclaim_bytes",
+        "growth_bytes_per_hour",
+        "kafka_growth_bytes_per_hour",
+        "non_kafka_growth_bytes_per_hour",
+        "overfull_episodes",
+        "overfull_seconds",
+        "deleted_bytes",
+        "peak_alert_level",
+        "flow_state",
+        F.col("_last_alert_level").alias("alert_level"),
+        "_sse",
+        "_syy",
     )
     used = F.col("used_bytes").cast("double")
     avail = F.col("available_bytes").cast("double")

@@ -23,6 +23,7 @@ from diskguard.errors import FailedError
 from diskguard.fleet.kafkasource import ERROR_PREFIX, KafkaSourceError
 
 DEFAULT_MASTER = "local[*]"
+LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
 
 
 class SparkJobError(FailedError):
@@ -187,14 +188,20 @@ def build_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         if not launched_by_spark_submit:
             builder = builder.config("spark.driver.memory", driver_memory)
+    java_options = []
+    if local and not launched_by_spark_submit:
+        # The local job is one short batch in one JVM: the throughput collector costs less
+        # CPU than G1's concurrent work and write barriers (see docs/benchmarks.md).
+        java_options.append(LOCAL_JAVA_OPTIONS)
     if quiet and not launched_by_spark_submit:
         with private_log4j_config() as log4j:
-            builder = builder.config(
-                "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"
-            )
+            java_options.append(f"-Dlog4j.configurationFile=file:{log4j}")
+            builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
             with _jvm_stderr_filtered():
                 spark = builder.getOrCreate()
     else:
+        if java_options:
+            builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -37,8 +37,16 @@ def dedup(snapshots: DataFrame) -> DataFrame:
 
 
 def with_history(snapshots: DataFrame) -> DataFrame:
-    """Per-snapshot episode bookkeeping over each disk's time order (see aggregation)."""
+    """Per-snapshot episode bookkeeping over each disk's time order (see aggregation).
+
+    Every column comes from one window operator (same partitioning and order, no column
+    depending on another), so the rows, topic arrays and all, are buffered once.
+    ``episode_id`` tells overfull runs apart ("gaps and islands"): along a run of overfull
+    snapshots the row number and the running count of overfull snapshots both grow by one,
+    so their difference is constant, and it grows across every normal snapshot in between.
+    """
     w = Window.partitionBy("host", "mount").orderBy("ts_ms")
+    so_far = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     overfull = F.col("flow_state") == F.lit(aggregation.OVERFULL)
     prev_state = F.lag("flow_state").over(w)
     next_ts = F.lead("ts_ms").over(w)
@@ -48,22 +56,16 @@ def with_history(snapshots: DataFrame) -> DataFrame:
     since_first = (F.col("ts_ms") - F.first("ts_ms").over(w)).cast("double") / F.lit(
         aggregation.MS_PER_HOUR
     )
-    return (
-        snapshots.withColumn("next_ts_ms", next_ts)
-        .withColumn("hours_since_first", since_first)
-        .withColumn("episode_start", episode_start.cast("int"))
-        .withColumn(
-            "overfull_ms",
-            F.when(overfull & F.col("next_ts_ms").isNotNull(), F.col("next_ts_ms") - F.col("ts_ms"))
-            .otherwise(F.lit(0))
-            .cast("long"),
-        )
-        .withColumn(
-            "episode_id",
-            F.sum("episode_start").over(
-                w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-            ),
-        )
+    return snapshots.select(
+        "*",
+        next_ts.alias("next_ts_ms"),
+        since_first.alias("hours_since_first"),
+        episode_start.cast("int").alias("episode_start"),
+        F.when(overfull & next_ts.isNotNull(), next_ts - F.col("ts_ms"))
+        .otherwise(F.lit(0))
+        .cast("long")
+        .alias("overfull_ms"),
+        (F.row_number().over(w) - F.sum(overfull.cast("int")).over(so_far)).alias("episode_id"),
     )
 
 

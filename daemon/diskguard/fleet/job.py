@@ -32,7 +32,7 @@ from diskguard.fleet.inputs import (
     read_records,
     resolve_input,
 )
-from diskguard.fleet.session import DEFAULT_MASTER, build_session, spark_errors
+from diskguard.fleet.session import DEFAULT_MASTER, build_session, spark_errors, stop_session
 from diskguard.fleet.transforms import (
     dedup,
     disk_aggregates,
@@ -261,4 +261,4 @@ def aggregate(
     try:
         return run_aggregation(spark, spec, output)
     finally:
-        spark.stop()
+        stop_session(spark)

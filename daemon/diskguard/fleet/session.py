@@ -2,7 +2,9 @@
 
 ``build_session`` sets the job's options (UTC, adaptive execution, few shuffle partitions in
 local mode); the driver JVM starts with a private log4j config and a stderr that drops its
-start-up banners. ``spark_errors`` turns pages of JVM stack trace into one line.
+start-up banners, and locally with the parallel GC and the class archive of
+:mod:`diskguard.fleet.classarchive` (``stop_session`` makes it on the first run).
+``spark_errors`` turns pages of JVM stack trace into one line.
 """
 
 from __future__ import annotations

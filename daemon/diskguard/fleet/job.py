@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from diskguard.fleet import report
@@ -32,7 +32,7 @@ from diskguard.fleet.inputs import (
     read_records,
     resolve_input,
 )
-from diskguard.fleet.session import DEFAULT_MASTER, build_session, spark_errors
+from diskguard.fleet.session import DEFAULT_MASTER, build_session, spark_errors, stop_session
 from diskguard.fleet.transforms import (
     dedup,
     disk_aggregates,
@@ -87,6 +87,13 @@ class JobResult:
 
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict(recursive=True) for row in df.collect()]
+
+
+def _in_order(df: DataFrame, *order: Column | str) -> DataFrame:
+    """A small result sorted in one partition: ``orderBy`` would range-partition it, which
+    first runs a sampling job that computes the whole aggregate (and its input) a second
+    time. The sort keys are unique per row, so the order is the same."""
+    return df.repartition(1).sortWithinPartitions(*order)
 
 
 def _closest_to_full(disks: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
@@ -163,7 +170,7 @@ def run_aggregation(
             history = keep(
                 with_history(dedup(observed.where(status == F.lit(STATUS_OK)).drop("status")))
             )
-            disks = keep(disk_aggregates(history).orderBy("host", "mount"))
+            disks = keep(_in_order(disk_aggregates(history), "host", "mount"))
             disk_rows = _rows(disks)
             if disk_rows:
                 counts = observation.get
@@ -187,8 +194,10 @@ def run_aggregation(
                     f"no valid snapshot records in {spec.source} ({bad.malformed} malformed,"
                     f" {bad.unknown_schema} unknown schema)"
                 )
-            topics = keep(topic_aggregates(history, disks).orderBy(F.col("bytes").desc(), "topic"))
-            hosts = keep(host_aggregates(disks).orderBy("host"))
+            topics = keep(
+                _in_order(topic_aggregates(history, disks), F.col("bytes").desc(), "topic")
+            )
+            hosts = keep(_in_order(host_aggregates(disks), "host"))
             topic_rows = _rows(topics)
             host_rows = _rows(hosts)
             for name, df in (("disks", disks), ("topics", topics), ("hosts", hosts)):
@@ -252,4 +261,4 @@ def aggregate(
     try:
         return run_aggregation(spark, spec, output)
     finally:
-        spark.stop()
+        stop_session(spark)

@@ -2,7 +2,9 @@
 
 ``build_session`` sets the job's options (UTC, adaptive execution, few shuffle partitions in
 local mode); the driver JVM starts with a private log4j config and a stderr that drops its
-start-up banners. ``spark_errors`` turns pages of JVM stack trace into one line.
+start-up banners, and locally with the parallel GC and the class archive of
+:mod:`diskguard.fleet.classarchive` (``stop_session`` makes it on the first run).
+``spark_errors`` turns pages of JVM stack trace into one line.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from diskguard.errors import FailedError
+from diskguard.fleet import classarchive
 from diskguard.fleet.kafkasource import ERROR_PREFIX, KafkaSourceError
 
 DEFAULT_MASTER = "local[*]"
+LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
 
 
 class SparkJobError(FailedError):
@@ -87,7 +91,10 @@ _JVM_NOISE = (
     "Using Spark's default log4j profile",
     "Setting default log level to",
     "To adjust logging level use sc.setLogLevel",
+    "Dynamic dump to file",  # the class archive's dump (classarchive), on the JVM's stdout
 )
+# Sessions whose JVM records its classes for the archive: stop_session dumps them.
+_ARCHIVE_PENDING: dict[int, Path] = {}
 
 
 def _forward_filtered(read_fd: int, write_fd: int) -> None:
@@ -97,27 +104,33 @@ def _forward_filtered(read_fd: int, write_fd: int) -> None:
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
-                if not line.decode("utf-8", "replace").startswith(_JVM_NOISE):
+                if not line.decode("utf-8", "replace").lstrip().startswith(_JVM_NOISE):
                     os.write(write_fd, line + b"\n")
         if pending:
             os.write(write_fd, pending)
 
 
 @contextmanager
-def _jvm_stderr_filtered() -> Iterator[None]:
+def _jvm_stderr_filtered(stdout_too: bool = False) -> Iterator[None]:
     """Start the JVM with a stderr that drops its start-up chatter and passes the rest on.
 
     The JVM inherits fd 2 when it is forked, so fd 2 is swapped for a pipe only around the
     launch; a daemon thread forwards every line except the known banners to the real stderr.
+    ``stdout_too`` sends the JVM's stdout there as well (a JVM that will dump its class
+    archive prints a line on stdout, which belongs to the command's own output).
     """
     try:
         real = os.dup(2)
+        real_out = os.dup(1) if stdout_too else None
     except OSError:
         yield
         return
     read_fd, write_fd = os.pipe()
     sys.stderr.flush()
+    sys.stdout.flush()
     os.dup2(write_fd, 2)
+    if real_out is not None:
+        os.dup2(write_fd, 1)
     os.close(write_fd)
     threading.Thread(target=_forward_filtered, args=(read_fd, real), daemon=True).start()
     try:
@@ -125,6 +138,10 @@ def _jvm_stderr_filtered() -> Iterator[None]:
     finally:
         sys.stderr.flush()
         os.dup2(real, 2)
+        if real_out is not None:
+            sys.stdout.flush()
+            os.dup2(real_out, 1)
+            os.close(real_out)
 
 
 @contextmanager
@@ -169,6 +186,10 @@ def build_session(
         .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.sql.debug.maxToStringFields", "200")
+        # Spark swaps a hash aggregation for an interpreted sort-based one when its input is
+        # already sorted by the keys (the disk aggregates: the history is sorted by disk);
+        # the generated hash aggregation is the cheaper of the two here.
+        .config("spark.sql.execution.replaceHashWithSortAgg", "false")
     )
     local = (master or "").startswith("local")
     if local:
@@ -183,14 +204,35 @@ def build_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         if not launched_by_spark_submit:
             builder = builder.config("spark.driver.memory", driver_memory)
+    java_options = []
+    archive, record = None, False
+    if local and not launched_by_spark_submit:
+        # The local job is one short batch in one JVM: the throughput collector costs less
+        # CPU than G1's concurrent work and write barriers (see docs/benchmarks.md).
+        java_options.append(LOCAL_JAVA_OPTIONS)
+        if quiet:
+            archive = classarchive.archive_path()
+            archive_options, record = classarchive.java_options(archive)
+            java_options += archive_options
     if quiet and not launched_by_spark_submit:
         with private_log4j_config() as log4j:
-            builder = builder.config(
-                "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"
-            )
-            with _jvm_stderr_filtered():
+            java_options.append(f"-Dlog4j.configurationFile=file:{log4j}")
+            builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
+            with _jvm_stderr_filtered(stdout_too=record):
                 spark = builder.getOrCreate()
+        if record and archive is not None:
+            _ARCHIVE_PENDING[id(spark)] = archive
     else:
+        if java_options:
+            builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop the session; a JVM recording its classes first dumps the archive (once ever)."""
+    archive = _ARCHIVE_PENDING.pop(id(spark), None)
+    if archive is not None:
+        classarchive.dump(spark, archive)
+    spark.stop()

@@ -37,8 +37,16 @@ def dedup(snapshots: DataFrame) -> DataFrame:
 
 
 def with_history(snapshots: DataFrame) -> DataFrame:
-    """Per-snapshot episode bookkeeping over each disk's time order (see aggregation)."""
+    """Per-snapshot episode bookkeeping over each disk's time order (see aggregation).
+
+    Every column comes from one window operator (same partitioning and order, no column
+    depending on another), so the rows, topic arrays and all, are buffered once.
+    ``episode_id`` tells overfull runs apart ("gaps and islands"): along a run of overfull
+    snapshots the row number and the running count of overfull snapshots both grow by one,
+    so their difference is constant, and it grows across every normal snapshot in between.
+    """
     w = Window.partitionBy("host", "mount").orderBy("ts_ms")
+    so_far = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     overfull = F.col("flow_state") == F.lit(aggregation.OVERFULL)
     prev_state = F.lag("flow_state").over(w)
     next_ts = F.lead("ts_ms").over(w)
@@ -48,22 +56,16 @@ def with_history(snapshots: DataFrame) -> DataFrame:
     since_first = (F.col("ts_ms") - F.first("ts_ms").over(w)).cast("double") / F.lit(
         aggregation.MS_PER_HOUR
     )
-    return (
-        snapshots.withColumn("next_ts_ms", next_ts)
-        .withColumn("hours_since_first", since_first)
-        .withColumn("episode_start", episode_start.cast("int"))
-        .withColumn(
-            "overfull_ms",
-            F.when(overfull & F.col("next_ts_ms").isNotNull(), F.col("next_ts_ms") - F.col("ts_ms"))
-            .otherwise(F.lit(0))
-            .cast("long"),
-        )
-        .withColumn(
-            "episode_id",
-            F.sum("episode_start").over(
-                w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-            ),
-        )
+    return snapshots.select(
+        "*",
+        next_ts.alias("next_ts_ms"),
+        since_first.alias("hours_since_first"),
+        episode_start.cast("int").alias("episode_start"),
+        F.when(overfull & next_ts.isNotNull(), next_ts - F.col("ts_ms"))
+        .otherwise(F.lit(0))
+        .cast("long")
+        .alias("overfull_ms"),
+        (F.row_number().over(w) - F.sum(overfull.cast("int")).over(so_far)).alias("episode_id"),
     )
 
 
@@ -80,8 +82,9 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
     to noise on a near-perfect line (kilobytes of "spread" on 1e11-byte disks), centred
     residuals do not. The line comes from window aggregates over the whole disk, so that one
     pass over the history (already partitioned and sorted by disk: no shuffle, no sort)
-    gives every column; a join of the history with a first aggregation read the history
-    three times. x is hours since the disk's first snapshot (see :func:`with_history`).
+    gives every aggregate; a join of the history with a first aggregation read the history
+    three times. x is hours since the disk's first snapshot (see :func:`with_history`). The
+    latest snapshot's values come from its own row (a narrow second scan of the history).
     """
     ts = F.col("ts_ms")
     x = F.col("hours_since_first")
@@ -101,16 +104,9 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
     dy = used_d - F.col("_mean_y")
     dx = x - F.col("_mean_x")
     residual_sq = F.pow(dy - F.col("_slope") * dx, 2)
-    disks = lined.groupBy("host", "mount").agg(
-        F.max_by("device", ts).alias("device"),
+    facts = lined.groupBy("host", "mount").agg(
         F.count(F.lit(1)).alias("snapshots"),
         F.min(ts).alias("first_ts_ms"),
-        F.max(ts).alias("last_ts_ms"),
-        F.max_by("total_bytes", ts).alias("total_bytes"),
-        F.max_by("used_bytes", ts).alias("used_bytes"),
-        F.max_by("available_bytes", ts).alias("available_bytes"),
-        F.max_by("kafka_bytes", ts).alias("kafka_bytes"),
-        F.max_by("pending_reclaim_bytes", ts).alias("pending_reclaim_bytes"),
         growth.alias("growth_bytes_per_hour"),
         F.regr_slope(kafka_d, x).alias("kafka_growth_bytes_per_hour"),
         F.regr_slope(used_d - kafka_d, x).alias("non_kafka_growth_bytes_per_hour"),
@@ -118,10 +114,50 @@ def disk_aggregates(history: DataFrame) -> DataFrame:
         (F.sum("overfull_ms") / F.lit(1000.0)).alias("overfull_seconds"),
         F.sum("deleted_bytes").cast("long").alias("deleted_bytes"),
         F.max("alert_level").alias("peak_alert_level"),
-        F.max_by("flow_state", ts).alias("flow_state"),
-        F.max_by("alert_level", ts).alias("alert_level"),
         F.sum(residual_sq).alias("_sse"),
         F.sum(F.pow(dy, 2)).alias("_syy"),
+    )
+    # The latest snapshot's values: its row is the one without a next snapshot (the history
+    # is deduplicated, so there is exactly one per disk). Taking them from that row rather
+    # than with max_by(..., ts) keeps string buffers out of the aggregation, which can then
+    # be a generated hash aggregation instead of an interpreted sort-based one.
+    latest = history.where(F.col("next_ts_ms").isNull()).select(
+        "host",
+        "mount",
+        "device",
+        ts.alias("last_ts_ms"),
+        "total_bytes",
+        "used_bytes",
+        "available_bytes",
+        "kafka_bytes",
+        "pending_reclaim_bytes",
+        "flow_state",
+        F.col("alert_level").alias("_last_alert_level"),
+    )
+    # a left join (every disk has its latest row) keeps these columns nullable, as max_by's
+    disks = facts.join(latest, ["host", "mount"], "left").select(
+        "host",
+        "mount",
+        "device",
+        "snapshots",
+        "first_ts_ms",
+        "last_ts_ms",
+        "total_bytes",
+        "used_bytes",
+        "available_bytes",
+        "kafka_bytes",
+        "pending_reclaim_bytes",
+        "growth_bytes_per_hour",
+        "kafka_growth_bytes_per_hour",
+        "non_kafka_growth_bytes_per_hour",
+        "overfull_episodes",
+        "overfull_seconds",
+        "deleted_bytes",
+        "peak_alert_level",
+        "flow_state",
+        F.col("_last_alert_level").alias("alert_level"),
+        "_sse",
+        "_syy",
     )
     used = F.col("used_bytes").cast("double")
     avail = F.col("available_bytes").cast("double")

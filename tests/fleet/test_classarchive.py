@@ -1,0 +1,62 @@
+"""The local Spark JVM's class archive: where it lives and which JVM options a run gets.
+
+The dump itself happens at the end of the first local run on a machine (in this suite, one
+of test_sparkjob's CLI runs, with the user's cache directory, when no archive exists yet);
+these check the choices without starting a JVM.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from diskguard.fleet import classarchive
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path
+
+
+needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="no java on PATH")
+
+
+@needs_java
+def test_the_archive_is_named_after_java_and_pyspark_under_the_cache_dir(cache: Path) -> None:
+    path = classarchive.archive_path()
+    assert path is not None
+    assert path.parent == cache / "diskguard"
+    assert path.name.startswith("spark-classes-") and path.suffix == ".jsa"
+    assert classarchive.archive_path() == path  # stable from run to run
+
+
+@needs_java
+def test_an_existing_archive_is_mapped_and_nothing_is_recorded(cache: Path) -> None:
+    path = classarchive.archive_path()
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    options, record = classarchive.java_options(path)
+    assert f"-XX:SharedArchiveFile={path}" in options
+    assert "-XX:+RecordDynamicDumpInfo" not in options
+    assert not record
+
+
+@needs_java
+def test_without_an_archive_the_run_records_its_classes_when_jcmd_is_there(cache: Path) -> None:
+    path = classarchive.archive_path()
+    assert path is not None
+    options, record = classarchive.java_options(path)
+    jcmd = shutil.which("jcmd", path=str(Path(classarchive._java() or "").parent))
+    assert record == (jcmd is not None)
+    assert ("-XX:+RecordDynamicDumpInfo" in options) == record
+    assert not any(o.startswith("-XX:SharedArchiveFile") for o in options)
+
+
+def test_no_java_means_no_archive_and_no_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(classarchive, "_java", lambda: None)
+    assert classarchive.archive_path() is None
+    assert classarchive.java_options(None) == ([], False)

@@ -60,3 +60,20 @@ def test_no_java_means_no_archive_and_no_options(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(classarchive, "_java", lambda: None)
     assert classarchive.archive_path() is None
     assert classarchive.java_options(None) == ([], False)
+
+
+def test_a_new_archive_removes_those_of_other_installs_only(tmp_path: Path) -> None:
+    """An upgraded JVM or PySpark makes an archive of another name: the old ones go, each
+    ~130 MB; another run's partial dump (``.tmp``) and unrelated files stay."""
+    current = tmp_path / "spark-classes-aaaa.jsa"
+    current.write_bytes(b"new")
+    old = tmp_path / "spark-classes-bbbb.jsa"
+    old.write_bytes(b"old")
+    partial = tmp_path / "spark-classes-cccc.jsa.123.tmp"
+    partial.write_bytes(b"partial")
+    other = tmp_path / "notes.txt"
+    other.write_text("keep")
+    assert classarchive.remove_stale(current) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [current.name, partial.name, other.name]
+    )

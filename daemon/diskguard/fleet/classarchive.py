@@ -8,12 +8,14 @@ VM.cds dynamic_dump``, JDK 17+) to a temporary name that is then renamed into pl
 concurrent run never maps a partial file; later runs start from it. The archive lives in
 the user's cache directory, named after the Java binary and the PySpark install it was made
 with (another JVM or Spark makes another archive). Without jcmd, or a writable cache
-directory, a run simply goes without. Only local mode, and only when diskguard launches the
-JVM itself.
+directory, a run simply goes without; a new archive removes those of other installs (an
+upgraded JVM or PySpark), so one stays. Deleting the directory is always safe. Only local
+mode, and only when diskguard launches the JVM itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -67,9 +69,9 @@ def dump(spark: SparkSession, path: Path) -> None:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         done = subprocess.run(
             [jcmd, str(pid), "VM.cds", "dynamic_dump", str(partial)],
             capture_output=True,
@@ -78,7 +80,22 @@ def dump(spark: SparkSession, path: Path) -> None:
         )
         if done.returncode == 0 and partial.is_file() and partial.stat().st_size > 0:
             os.replace(partial, path)
+            remove_stale(path)
         else:
             partial.unlink(missing_ok=True)
     except (OSError, subprocess.SubprocessError):
-        return
+        with contextlib.suppress(OSError):  # a dump that timed out leaves no partial file
+            partial.unlink(missing_ok=True)
+
+
+def remove_stale(current: Path) -> int:
+    """Remove the archives of other Java/PySpark installs beside ``current`` (an upgrade
+    makes a new one; each is ~130 MB of somebody's home directory); the number removed.
+    Partial dumps of other runs are left alone: they may be in progress."""
+    removed = 0
+    for other in current.parent.glob("spark-classes-*.jsa"):
+        if other.name != current.name:
+            with contextlib.suppress(OSError):
+                other.unlink()
+                removed += 1
+    return removed

@@ -77,3 +77,9 @@ def test_a_new_archive_removes_those_of_other_installs_only(tmp_path: Path) -> N
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [current.name, partial.name, other.name]
     )
+
+
+def test_a_cache_dir_with_a_space_goes_without_an_archive(tmp_path: Path) -> None:
+    """The JVM options are one string that Spark splits like a shell line."""
+    spaced = tmp_path / "my cache" / "diskguard" / "spark-classes-aaaa.jsa"
+    assert classarchive.java_options(spaced) == ([], False)

@@ -52,7 +52,9 @@ def archive_path() -> Path | None:
 
 def java_options(path: Path | None) -> tuple[list[str], bool]:
     """The JVM options for ``path``, and whether this run should dump the archive."""
-    if path is None:
+    if path is None or any(c.isspace() or c in "'\"\\" for c in str(path)):
+        # spark.driver.extraJavaOptions is one string split like a shell line: a cache dir
+        # with a space (or quote) in its path would break the JVM's command line.
         return [], False
     if path.is_file():
         return [f"-XX:SharedArchiveFile={path}", *_QUIET.split()], False

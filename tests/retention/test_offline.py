@@ -26,6 +26,7 @@ from diskguard.retention.audit import AuditLog, pair_actions, read_audit
 from diskguard.retention.fileexecutor import FileExecutor
 from diskguard.retention.journal import JOURNAL_FILE
 from diskguard.retention.planner import Deletion
+from diskguard.retention.removal import SegmentRemover
 from diskguard.retention.sweep import Sweeper
 from support.disks import files_under
 from support.kafkagen import PartitionLayout, SegmentLayout, SegmentSpec, hold_lock, write_log_dir
@@ -927,3 +928,22 @@ def test_closing_a_hole_still_needs_a_newer_segment(
     assert _segment_state(logs, chosen[0]) == "whole"
     [kept] = [r for r in results if r.deletion.base_offset == chosen[0].base_offset]
     assert not kept.ok and "no segment at or after next offset" in (kept.error or "")
+
+
+def test_a_partition_dir_that_cannot_be_opened_fails_its_segments_only(tmp_path: Path) -> None:
+    """A batch whose partition dir vanished after the guard rails: its segment fails with the
+    reason, the other partition's segment goes, and nothing raises (the dirs' fsync loop
+    must not reach for a dir it never opened)."""
+    parts = make_log_dir(tmp_path / "logs", partitions=2, segments=3)
+    gone = tmp_path / "logs" / "orders-9"
+    subs = [
+        {"partition_dir": str(gone), "names": ["00000000000000000000.log"]},
+        {
+            "partition_dir": str(parts[1].path),
+            "names": sorted(os.path.basename(f) for f in parts[1].segments[0].files),
+        },
+    ]
+    [(_, missing, missing_untouched), (freed, err, _)] = SegmentRemover().remove_batch(subs)
+    assert missing is not None and "No such file" in missing and not missing_untouched
+    assert err is None and freed > 0
+    assert not parts[1].segments[0].log_path.exists()

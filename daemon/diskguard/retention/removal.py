@@ -77,7 +77,8 @@ class SegmentRemover:
                 except OSError as exc:
                     errors[k] = stopped[pd] = f"{exc.strerror or exc} ({exc.filename or pd})"
                 finally:
-                    _touch(touched, pd)
+                    if pd in fds:  # a dir that could not be opened was not changed
+                        _touch(touched, pd)
             for k, sub in enumerate(subs):
                 pd = str(sub["partition_dir"])
                 if errors[k] is not None:

@@ -72,10 +72,14 @@ class CountingReader(SegmentFileReader):
     calls = 0
 
     def _max_timestamp(
-        self, partition_dir: str, base: int, next_offset: int | None = None
+        self,
+        partition_dir: str,
+        base: int,
+        next_offset: int | None = None,
+        ti: tuple[int, os.stat_result] | None = None,
     ) -> tuple[int | None, str]:
         CountingReader.calls += 1
-        return super()._max_timestamp(partition_dir, base, next_offset)
+        return super()._max_timestamp(partition_dir, base, next_offset, ti)
 
 
 def test_segment_ages_are_reused_while_the_files_are_unchanged(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ not enough, the ``.log`` tail (``SegmentFileReader``), cached across cycles (``A
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import stat
 import time
@@ -119,9 +120,6 @@ class SegmentFileReader:
         self.warnings: list[str] = []
         self.reads = 0
         self.ages = ages
-        #: ``(stem, fd, fstat)`` of the open ``.timeindex`` of the segment being dated, for
-        #: ``_max_timestamp``.
-        self._ti: tuple[str, int, os.stat_result] | None = None
 
     def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo:
         self.reads += 1
@@ -133,24 +131,22 @@ class SegmentFileReader:
             # stand in for the lstat the segment's identity needs; read it through that
             # descriptor below. If it cannot be opened (missing, not regular, ...), it is
             # lstat'ed like the others, and reading it the usual way says why.
-            try:
-                fd, st = safeopen.open_regular_stat(stem + _TIMEINDEX)
-                ti = (stem, fd, st)
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                ti = safeopen.open_regular_stat(stem + _TIMEINDEX)
         try:
             return self._read(partition, base_offset, stem, ti)
         finally:
             if ti is not None:
-                os.close(ti[1])
+                os.close(ti[0])
 
     def _read(
         self,
         partition: Partition,
         base_offset: int,
         stem: str,
-        ti: tuple[str, int, os.stat_result] | None,
+        ti: tuple[int, os.stat_result] | None,
     ) -> SegmentInfo:
+        """``__call__``'s work; ``ti``: the ``.timeindex`` open as ``(fd, fstat)``, if it is."""
         files: list[str] = []
         stats: list[os.stat_result] = []
         identity: list[tuple[str, int, int, int]] = []
@@ -160,7 +156,7 @@ class SegmentFileReader:
         for sfx in SEGMENT_FILE_SUFFIXES if partition.txn_indexes else _NO_TXN_SUFFIXES:
             path = stem + sfx
             if ti is not None and sfx == _TIMEINDEX:
-                st = ti[2]
+                st = ti[1]
             else:
                 try:
                     st = os.lstat(path)
@@ -203,13 +199,9 @@ class SegmentFileReader:
         if cached is not None:
             ts, source = cached
         else:
-            self._ti = ti
-            try:
-                found, source = self._max_timestamp(
-                    partition.path, base_offset, _next_base(partition, base_offset)
-                )
-            finally:
-                self._ti = None
+            found, source = self._max_timestamp(
+                partition.path, base_offset, _next_base(partition, base_offset), ti
+            )
             ts = log_mtime_ms if found is None else found
             if found is None:
                 source = "mtime"
@@ -224,7 +216,11 @@ class SegmentFileReader:
         )
 
     def _max_timestamp(
-        self, partition_dir: str, base: int, next_offset: int | None = None
+        self,
+        partition_dir: str,
+        base: int,
+        next_offset: int | None = None,
+        ti: tuple[int, os.stat_result] | None = None,
     ) -> tuple[int | None, str]:
         """The segment's largest record timestamp, exactly, from as few bytes as possible.
 
@@ -236,16 +232,16 @@ class SegmentFileReader:
         (``next_offset - 1``), so no batch after it exists to hold a larger one. Anything else
         (a preallocated index, a last entry short of the last offset, ``next_offset``
         unknown) reads the ``.log`` tail as well. Only regular files are opened: a FIFO named
-        like an index would block forever.
+        like an index would block forever. ``ti``: the ``.timeindex`` already open as ``(fd,
+        fstat)`` (``__call__`` took the segment's identity from that ``fstat``).
         """
-        ti = self._ti  # (stem, fd, fstat) of this segment's .timeindex, opened by __call__
-        stem = ti[0] if ti is not None else os.path.join(partition_dir, segment_file_name(base, ""))
+        stem = os.path.join(partition_dir, segment_file_name(base, ""))
         ti_path, log_path, idx_path = stem + _TIMEINDEX, stem + ".log", stem + ".index"
         problem = ""
         ti_ts: int | None = None
         try:
             if ti is not None:
-                tail = timeindex.tail_of(ti[1], ti[2].st_size, ti_path)
+                tail = timeindex.tail_of(ti[0], ti[1].st_size, ti_path)
             else:
                 tail = timeindex.read_tail(ti_path)
             if tail.file_size % timeindex.ENTRY_SIZE:

@@ -93,15 +93,15 @@ def tail_of(fd: int, size: int, path: str | os.PathLike[str]) -> TimeIndexTail:
     count = used_slots(fd, ENTRY_SIZE, size=size, data=data)
     if count == 0:
         return TimeIndexTail(None, 0, size)
-    if data is None or len(data) < count * ENTRY_SIZE:
-        data = read_slot(fd, count - 1, ENTRY_SIZE)
-        if count > 1:
-            data = read_slot(fd, 0, ENTRY_SIZE) + data
-        count_at = 0 if count == 1 else ENTRY_SIZE
-    else:
-        count_at = (count - 1) * ENTRY_SIZE
-    last_ts, last_rel = _ENTRY.unpack_from(data, count_at)
-    first_ts, first_rel = _ENTRY.unpack_from(data, 0) if count > 1 else (last_ts, last_rel)
+    read = data if data is not None and len(data) >= count * ENTRY_SIZE else None
+
+    def entry(slot: int) -> tuple[int, int]:
+        if read is not None:
+            return _ENTRY.unpack_from(read, slot * ENTRY_SIZE)
+        return _ENTRY.unpack(read_slot(fd, slot, ENTRY_SIZE))
+
+    last_ts, last_rel = entry(count - 1)
+    first_ts, first_rel = entry(0) if count > 1 else (last_ts, last_rel)
     if last_ts < first_ts:
         raise IndexCorrupt(
             f"{os.fspath(path)}: corrupt time index: last timestamp {last_ts}"

@@ -100,9 +100,9 @@ class SegmentDirListing:
         i = bisect.bisect_left(self.logs, base)
         return i < len(self.logs) and self.logs[i] == base
 
-    def logs_from(self, low: int) -> list[int]:
-        """Base offsets of ``.log`` files at or after ``low``."""
-        return self.logs[bisect.bisect_left(self.logs, low) :]
+    def has_log_from(self, low: int) -> bool:
+        """Is there a ``.log`` at or after ``low`` (the newest one is, if any is)?"""
+        return bool(self.logs) and self.logs[-1] >= low
 
     def logs_between(self, low: int, high: int) -> list[int]:
         """Base offsets of ``.log`` files strictly between ``low`` and ``high``."""
@@ -177,7 +177,7 @@ def check_deletion(
         if listings is not None:
             listings[part_dir] = listing
     kinds = {name: listing.modes[name] for name in wanted if name in listing.modes}
-    if next_removed and not listing.logs_from(d.next_offset):
+    if next_removed and not listing.has_log_from(d.next_offset):
         raise Refused(
             f"{part_name}: no segment at or after next offset {d.next_offset}: segment "
             f"{d.base_offset} may be the active one"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from diskguard.host.fsusage import MOUNTINFO
+from diskguard.host.fsusage import MOUNTINFO, mountinfo_lines
 
 #: Filesystems whose metadata journal is always there and committed in order.
 ALWAYS_JOURNALED = frozenset({"xfs"})
@@ -32,13 +32,9 @@ def fstype_of_device(dev: int, mountinfo: str | None = None) -> str | None:
         with open(MOUNTINFO, encoding="utf-8", errors="surrogateescape") as handle:
             mountinfo = handle.read()
     want = f"{os.major(dev)}:{os.minor(dev)}"
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if len(fields) < 10 or fields[2] != want or "-" not in fields[6:]:
-            continue
-        sep = fields.index("-", 6)
-        if len(fields) > sep + 1:
-            return fields[sep + 1]
+    for majmin, _mount_point, fstype, _source in mountinfo_lines(mountinfo):
+        if majmin == want:
+            return fstype
     return None
 
 

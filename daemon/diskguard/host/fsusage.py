@@ -28,6 +28,7 @@ __all__ = [
     "filesystem_usage",
     "group_by_device",
     "mount_of",
+    "mountinfo_lines",
     "parse_mountinfo",
     "usage_of",
 ]
@@ -58,7 +59,12 @@ def _unescape(field: str) -> str:
 
 
 def parse_mountinfo(text: str) -> list[tuple[str, str, str]]:
-    """``(mount_point, fstype, source)`` per mountinfo line, in kernel order.
+    """``(mount_point, fstype, source)`` per mountinfo line, in kernel order."""
+    return [(point, fstype, source) for _dev, point, fstype, source in mountinfo_lines(text)]
+
+
+def mountinfo_lines(text: str) -> list[tuple[str, str, str, str]]:
+    """``(maj:min, mount_point, fstype, source)`` per mountinfo line, in kernel order.
 
     Line shape: ``id parent maj:min root mount_point options [optional...] - fstype source
     super_options``; the optional fields end at the lone ``-``.
@@ -72,7 +78,12 @@ def parse_mountinfo(text: str) -> list[tuple[str, str, str]]:
         if len(fields) < sep + 3:
             continue
         mounts.append(
-            (_unescape(fields[4]), _unescape(fields[sep + 1]), _unescape(fields[sep + 2]))
+            (
+                fields[2],
+                _unescape(fields[4]),
+                _unescape(fields[sep + 1]),
+                _unescape(fields[sep + 2]),
+            )
         )
     return mounts
 

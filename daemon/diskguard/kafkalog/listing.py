@@ -13,6 +13,7 @@ import re
 import stat
 import time
 from dataclasses import dataclass
+from typing import TypeVar
 
 from diskguard.host.fsusage import allocated_bytes
 from diskguard.kafkalog.model import (
@@ -22,6 +23,8 @@ from diskguard.kafkalog.model import (
     parse_segment_file,
     segment_file_name,
 )
+
+_T = TypeVar("_T")
 
 #: An entry a broker with tiered storage keeps in the partition dir (remote log metadata).
 REMOTE_LOG_SNAPSHOT = "remote_log_snapshot"
@@ -291,10 +294,7 @@ class ListingCache:
             return cached[1]
         self.misses += 1
         listing = list_partition(path, full)
-        if time.time() - st.st_mtime_ns / 1e9 > self.settle_s:
-            self._entries[path] = (key, listing)
-        else:
-            self._entries.pop(path, None)
+        self._keep(self._entries, path, st, listing)
         return listing
 
     def log_dir_entries(self, path: str) -> list[os.DirEntry[str]]:
@@ -309,11 +309,18 @@ class ListingCache:
         if cached is not None and cached[0] == key:
             return cached[1]
         entries = sorted(os.scandir(path), key=lambda e: e.name)
-        if time.time() - st.st_mtime_ns / 1e9 > self.settle_s:
-            self._log_dirs[path] = (key, entries)
-        else:
-            self._log_dirs.pop(path, None)
+        self._keep(self._log_dirs, path, st, entries)
         return entries
+
+    def _keep(
+        self, store: dict[str, tuple[tuple[int, int], _T]], path: str, st: os.stat_result, value: _T
+    ) -> None:
+        """Remember ``value`` for ``path`` under its dir's ``(inode, mtime)``, unless the dir
+        changed within ``settle_s`` (a change in the same clock tick could go unseen)."""
+        if time.time() - st.st_mtime_ns / 1e9 > self.settle_s:
+            store[path] = ((st.st_ino, st.st_mtime_ns), value)
+        else:
+            store.pop(path, None)
 
     def prune(self) -> None:
         """Drop entries not asked for since the last prune (deleted partitions)."""

@@ -677,6 +677,20 @@ def print_summary(r: dict[str, Any]) -> None:
         )
 
 
+def measure(args: argparse.Namespace, label: str) -> dict[str, Any]:
+    """The reaction scenarios and the idle run ``args`` asks for, with the daemon in use."""
+    out: dict[str, Any] = {}
+    if args.only in (None, "reaction"):
+        out["reaction"] = {}
+        for name in args.scenarios.split(","):
+            print(f"{label}reaction [{name}]: writer vs daemon on a loop ext4...", flush=True)
+            out["reaction"][name] = reaction(args, SCENARIOS[name])
+    if args.only in (None, "idle"):
+        print(f"{label}idle: daemon watching the idle tree...", flush=True)
+        out["idle"] = idle(args)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--image-dir", default="/var/tmp/diskguard-bench")
@@ -710,27 +724,13 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_reaction needs root (loop mounts)", file=sys.stderr)
         return 2
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out: dict[str, Any] = {"benchmark": "reaction"}
-    if args.only in (None, "reaction"):
-        out["reaction"] = {}
-        for name in args.scenarios.split(","):
-            print(f"reaction [{name}]: writer vs daemon on a loop ext4...", flush=True)
-            out["reaction"][name] = reaction(args, SCENARIOS[name])
-    if args.only in (None, "idle"):
-        print("idle: daemon watching the idle tree...", flush=True)
-        out["idle"] = idle(args)
+    out: dict[str, Any] = {"benchmark": "reaction", **measure(args, "")}
     if args.baseline:
         use_baseline(args.baseline, Path(tempfile.mkdtemp(prefix="diskguard-bench-baseline-")))
-        base: dict[str, Any] = {"commit": args.baseline}
-        if args.only in (None, "reaction"):
-            base["reaction"] = {}
-            for name in args.scenarios.split(","):
-                print(f"baseline {args.baseline} reaction [{name}]...", flush=True)
-                base["reaction"][name] = reaction(args, SCENARIOS[name])
-        if args.only in (None, "idle"):
-            print(f"baseline {args.baseline} idle...", flush=True)
-            base["idle"] = idle(args)
-        out["baseline"] = base
+        out["baseline"] = {
+            "commit": args.baseline,
+            **measure(args, f"baseline {args.baseline} "),
+        }
     out["machine"] = machine_info()
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print_summary(out)

@@ -77,7 +77,8 @@ def used_slots(
         chunk = data[i * entry_size : (i + 1) * entry_size]
         return chunk if len(chunk) == entry_size else zero  # shrank: as read_slot
 
-    data_end = _data_end(fd, size)
+    # Read whole, the bytes are the authority already: no hole to ask the filesystem about.
+    data_end = size if data is not None and len(data) >= size else _data_end(fd, size)
     # Slots starting at or after data_end lie in a hole: all zeros. Trust the filesystem's
     # answer only after checking the first slot it calls a hole (one read), so a filesystem
     # that misreports holes costs speed, never a missed entry.

@@ -288,14 +288,16 @@ def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
 
 
 #: A partition's oldest remaining candidate on the heap: ``(key, index, partition, info,
-#: next_offset)``. The key orders it: age first (largest timestamp), then segments every
-#: consumer group has read before those some group still needs, then partitions this broker
-#: leads (``led_elsewhere`` False first: DeleteRecords trims every replica, and among equal
-#: candidates the leader's disk is the one that is full), then (topic, partition, base
-#: offset, log dir) for determinism. Keys are unique (one head per partition dir), so the
-#: heap compares keys only, in C: a Python ``__lt__`` was ~120k calls per 10k pops.
+#: next_offset, groups)`` (``groups``: the partition's committed offsets per consumer group,
+#: looked up once for the key and kept for the deletion). The key orders it: age first
+#: (largest timestamp), then segments every consumer group has read before those some group
+#: still needs, then partitions this broker leads (``led_elsewhere`` False first:
+#: DeleteRecords trims every replica, and among equal candidates the leader's disk is the one
+#: that is full), then (topic, partition, base offset, log dir) for determinism. Keys are
+#: unique (one head per partition dir), so the heap compares keys only, in C: a Python
+#: ``__lt__`` was ~120k calls per 10k pops.
 _HeadKey = tuple[int, bool, bool, str, int, int, str]
-_Head = tuple[_HeadKey, int, Partition, SegmentInfo, int]
+_Head = tuple[_HeadKey, int, Partition, SegmentInfo, int, Mapping[str, int] | None]
 
 
 def plan_filesystem(
@@ -326,7 +328,7 @@ def plan_filesystem(
     chosen_bytes = 0
     mount = fs.usage.mount
     while heap and (excess > 0 or any(v > 0 for v in log_dir_excess.values())):
-        key, index, part, info, next_offset = heapq.heappop(heap)
+        key, index, part, info, next_offset, groups = heapq.heappop(heap)
         max_timestamp_ms, _unc, _led, topic, partition, base_offset, log_dir_path = key
         dir_need = log_dir_excess.get(log_dir_path, 0)
         if excess <= 0 and dir_need <= 0:
@@ -334,7 +336,6 @@ def plan_filesystem(
             continue
         reason = "disk_usage_percent" if excess > 0 else "max_bytes"
         size = info.bytes
-        groups = committed.get((topic, partition)) if committed else None
         chosen.append(
             Deletion(
                 log_dir=log_dir_path,
@@ -437,7 +438,7 @@ def _head(
         base,
         part.log_dir,
     )
-    return key, index, part, info, nxt
+    return key, index, part, info, nxt, groups
 
 
 def plan(

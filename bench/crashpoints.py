@@ -5,7 +5,8 @@ in ``tests/reliability/test_reliability_crashpoints.py``): strace kills ``diskgu
 --once`` on entry of each of its file-system calls in turn, a clean re-run must converge.
 Prints a Markdown
 table (per scenario and syscall kind: crash points tried, killed there, converged) and writes
-``bench/results/crashpoints.json``. Needs root (tmpfs mounts) and strace.
+``bench/results/crashpoints.json``. Needs root (tmpfs mounts) and strace. ``--logs-fs ext4``
+puts the log dirs on a loop ext4, where a batch fsyncs only the dir it changed last.
 """
 
 from __future__ import annotations
@@ -30,9 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", nargs="*", default=list(crashpoints.SCENARIOS))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
-        "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "crashpoints.json"
+        "--logs-fs",
+        choices=crashpoints.LOGS_FILESYSTEMS,
+        default="tmpfs",
+        help="what the log dirs are on (ext4: loop-mounted, the one-fsync batches)",
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help="default: bench/results/crashpoints.json (crashpoints-ext4.json with --logs-fs ext4)",
     )
     args = ap.parse_args(argv)
+    if args.out is None:
+        suffix = "" if args.logs_fs == "tmpfs" else f"-{args.logs_fs}"
+        args.out = Path(__file__).resolve().parent / "results" / f"crashpoints{suffix}.json"
     crashpoints.require_strace()
     rows = []
     failures = 0
@@ -41,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.scenarios:
             scenario = crashpoints.SCENARIOS[name]
             t0 = time.monotonic()
-            ref, results = crashpoints.run_scenario(scenario, Path(work), workers=args.workers)
+            ref, results = crashpoints.run_scenario(
+                scenario, Path(work), workers=args.workers, logs_fs=args.logs_fs
+            )
             took = time.monotonic() - t0
             tried: Counter[str] = Counter(r.syscall for r in results)
             killed: Counter[str] = Counter(r.syscall for r in results if r.killed)
@@ -79,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(row["scenario"], "writes by target:", row["write_targets"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"scenarios": rows, "seconds": round(total, 1)}, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {"logs_fs": args.logs_fs, "scenarios": rows, "seconds": round(total, 1)}, indent=1
+        )
+    )
     return 1 if failures else 0
 
 

@@ -49,3 +49,29 @@ def test_every_crash_point_of_offline_deletion_converges(name: str, tmp_path: Pa
     assert not bad, "\n".join(f"{r.syscall} #{r.n}: {'; '.join(r.problems)}" for r in bad[:10])
     assert all(r.killed for r in results)
     print(f"{name}: {len(results)} crash points survived: {dict(sorted(kinds.items()))}")
+
+
+#: Crash points tried on loop ext4 (spread evenly over all of the scenario's): the whole
+#: scenario there is bench/crashpoints.py --logs-fs ext4 (docs/reliability.md); this keeps
+#: the one-fsync path under test in the suite at a fraction of the time.
+EXT4_SAMPLE = 60
+
+
+def test_crash_points_converge_where_the_batch_fsyncs_one_dir(tmp_path: Path) -> None:
+    """On ext4 with its journal a batch fsyncs only the partition dir it changed last
+    (``fsjournal.commits_in_order``): fewer fsyncs, so other crash points than on tmpfs.
+    Two log dirs on one filesystem, so a batch changes several dirs."""
+    crashpoints.require_strace()
+    scenario = crashpoints.SCENARIOS["two-log-dirs"]
+    ref, results = crashpoints.run_scenario(
+        scenario,
+        tmp_path,
+        select=lambda points: crashpoints.sample_points(points, EXT4_SAMPLE),
+        logs_fs="ext4",
+    )
+    assert ref.gone_segments and ref.swept
+    assert len(results) == EXT4_SAMPLE
+    assert {"renameat", "unlinkat", "fsync", "write"} <= {r.syscall for r in results}
+    bad = [r for r in results if r.problems]
+    assert not bad, "\n".join(f"{r.syscall} #{r.n}: {'; '.join(r.problems)}" for r in bad[:10])
+    assert all(r.killed for r in results)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,6 +58,50 @@ def test_unchanged_dirs_are_served_from_cache_and_changes_are_seen(tmp_path: Pat
     orders1 = next(p for p in fourth.partitions if p.partition == 1)
     assert orders1.base_offsets[-1] == new_base
     assert cache.hits == hits + 3  # the three untouched partitions only
+
+
+def test_a_partition_is_rebuilt_exactly_when_what_it_is_made_of_changes(tmp_path: Path) -> None:
+    """The rescan reuses each unchanged partition's ``Partition``; a new log start offset, a
+    new protection reason or a new listing each give a new one, equal to a fresh scan's."""
+    log_dir = tmp_path / "logs"
+    write_log_dir(log_dir, {("orders", p): [SegmentSpec(records=5)] * 3 for p in range(2)})
+    age_dirs(log_dir)
+    cache = ListingCache()
+    first = scan_log_dir(str(log_dir), "/", ProtectionRule(), cache=cache)
+    again = scan_log_dir(str(log_dir), "/", ProtectionRule(), cache=cache)
+    assert all(a is b for a, b in zip(first.partitions, again.partitions, strict=True))
+
+    # The broker checkpointed a new log start offset for orders-0 (the checkpoint is a file
+    # of the log dir, not of the partition dir: the partition's listing is unchanged).
+    orders0 = first.partitions[0]
+    start = orders0.base_offsets[1]
+    (log_dir / "log-start-offset-checkpoint").write_text(f"0\n1\norders 0 {start}\n")
+    moved = scan_log_dir(str(log_dir), "/", ProtectionRule(), cache=cache)
+    assert moved.partitions[0] is not orders0
+    assert moved.partitions[0].log_start_offset == start
+    assert moved.partitions[0].reclaiming == orders0.base_offsets[:1]
+    assert moved.partitions[1] is again.partitions[1]
+
+    # The topic became protected: a new Partition saying so.
+    protected = scan_log_dir(
+        str(log_dir), "/", ProtectionRule(protect_topics=("orders",)), cache=cache
+    )
+    assert all(p.protected and p.protected_reason for p in protected.partitions)
+    assert protected.partitions[1] is not again.partitions[1]
+
+    # Every scan equals one made without the cache.
+    fresh = scan_log_dir(str(log_dir), "/", ProtectionRule(protect_topics=("orders",)))
+    assert protected.partitions == fresh.partitions
+
+    # A partition gone from the log dir is forgotten at the next prune.
+    orders1 = protected.partitions[1]
+    listing1 = cache.listing(orders1.path, False)
+    assert cache.partition(orders1.path, listing1, None, orders1.protected_reason) is orders1
+    cache.prune()
+    shutil.rmtree(orders1.path)
+    scan_log_dir(str(log_dir), "/", ProtectionRule(protect_topics=("orders",)), cache=cache)
+    cache.prune()
+    assert cache.partition(orders1.path, listing1, None, orders1.protected_reason) is None
 
 
 def test_recently_changed_dirs_are_not_cached(tmp_path: Path) -> None:

@@ -19,12 +19,15 @@ from diskguard.host.fsusage import allocated_bytes
 from diskguard.kafkalog.model import (
     DELETED_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
+    Partition,
     parse_segment_base,
     parse_segment_file,
     segment_file_name,
 )
 
 _T = TypeVar("_T")
+#: What a scan makes a ``Partition`` of, besides its path: listing, log start, protection.
+_PartitionInputs = tuple["PartitionListing", int | None, str | None]
 
 #: An entry a broker with tiered storage keeps in the partition dir (remote log metadata).
 REMOTE_LOG_SNAPSHOT = "remote_log_snapshot"
@@ -280,6 +283,8 @@ class ListingCache:
         self.settle_s = settle_s
         self._entries: dict[str, tuple[tuple[int, int], PartitionListing]] = {}
         self._log_dirs: dict[str, tuple[tuple[int, int], list[os.DirEntry[str]]]] = {}
+        #: path -> ((listing, log start offset, protection reason), the Partition made of them)
+        self._partitions: dict[str, tuple[_PartitionInputs, Partition]] = {}
         self._touched: set[str] = set()
         self.hits = 0
         self.misses = 0
@@ -296,6 +301,32 @@ class ListingCache:
         listing = list_partition(path, full)
         self._keep(self._entries, path, st, listing)
         return listing
+
+    def partition(
+        self, path: str, listing: PartitionListing, log_start_offset: int | None, reason: str | None
+    ) -> Partition | None:
+        """The ``Partition`` kept for ``path`` if it was made of the same listing (this
+        cache's own object), log start offset and protection reason, which is all a scan
+        makes it of: the idle rescan built ~1,000 equal frozen dataclasses each cycle, a
+        fifth of its time (issue 15)."""
+        kept = self._partitions.get(path)
+        if kept is None:
+            return None
+        (was_listing, was_start, was_reason), part = kept
+        if was_listing is listing and was_start == log_start_offset and was_reason == reason:
+            return part
+        return None
+
+    def keep_partition(
+        self,
+        path: str,
+        listing: PartitionListing,
+        log_start_offset: int | None,
+        reason: str | None,
+        part: Partition,
+    ) -> None:
+        """Remember ``part`` as made of these inputs (see ``partition``)."""
+        self._partitions[path] = ((listing, log_start_offset, reason), part)
 
     def log_dir_entries(self, path: str) -> list[os.DirEntry[str]]:
         """A log dir's entries sorted by name, kept while the dir is unchanged, by the same
@@ -326,6 +357,8 @@ class ListingCache:
         """Drop entries not asked for since the last prune (deleted partitions)."""
         for path in [p for p in self._entries if p not in self._touched]:
             del self._entries[path]
+        for path in [p for p in self._partitions if p not in self._touched]:
+            del self._partitions[path]
         self._touched.clear()
 
 

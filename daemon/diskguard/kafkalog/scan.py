@@ -159,21 +159,26 @@ def scan_log_dir(
             warnings.append(f"{entry.path}: cannot list partition: {exc.strerror or exc}; skipped")
             continue
         reason = rule.reason(name.topic, listing.remote_log_state)
-        part = Partition(
-            log_dir=log_dir,
-            topic=name.topic,
-            partition=name.partition,
-            path=entry.path,
-            base_offsets=listing.bases,
-            log_start_offset=_max_known(
-                log_start.get((name.topic, name.partition)),
-                (requested_log_start or {}).get((name.topic, name.partition)),
-            ),
-            protected=reason is not None,
-            protected_reason=reason,
-            remote_log_state=listing.remote_log_state,
-            txn_indexes=listing.txn_indexes,
+        start = _max_known(
+            log_start.get((name.topic, name.partition)),
+            (requested_log_start or {}).get((name.topic, name.partition)),
         )
+        part = cache.partition(entry.path, listing, start, reason) if cache else None
+        if part is None or part.log_dir != log_dir:  # (a reloaded config may spell it anew)
+            part = Partition(
+                log_dir=log_dir,
+                topic=name.topic,
+                partition=name.partition,
+                path=entry.path,
+                base_offsets=listing.bases,
+                log_start_offset=start,
+                protected=reason is not None,
+                protected_reason=reason,
+                remote_log_state=listing.remote_log_state,
+                txn_indexes=listing.txn_indexes,
+            )
+            if cache is not None:
+                cache.keep_partition(entry.path, listing, start, reason, part)
         if use_log_start:
             # A running broker removes ``*.deleted`` files after its delete delay. Offline
             # nobody will: the sweep has already removed those diskguard may remove, and what

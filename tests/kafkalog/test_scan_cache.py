@@ -12,10 +12,13 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from diskguard.config import load_config
 from diskguard.kafkalog.dating import AgeCache, SegmentFileReader, warm_heads
 from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.scan import scan, scan_log_dir, still_listed
 from diskguard.kafkalog.topicpolicy import ProtectionRule
+from diskguard.retention.cycle import RetentionCycle
+from support import configs
 from support.kafkagen import SegmentSpec, write_log_dir
 
 
@@ -262,3 +265,22 @@ def test_the_log_dir_listing_is_kept_while_unchanged_and_new_partitions_are_seen
     write_log_dir(log_dir, {("orders", 2): [SegmentSpec(records=5)] * 2})
     after = scan_log_dir(str(log_dir), "/", protect, cache=cache)
     assert [p.partition for p in after.partitions] == [0, 1, 2]
+
+
+def test_a_one_shot_offline_plan_dates_each_head_without_keeping_ages(tmp_path: Path) -> None:
+    """``plan`` offline plans once: it reads each head once and keeps no age cache (keying it
+    was ~10 % of dating); the daemon's cycles, planning again and again, keep theirs."""
+    log_dir = tmp_path / "logs"
+    write_log_dir(log_dir, {("orders", p): [SegmentSpec(records=5)] * 3 for p in range(2)})
+    config = load_config(configs.write_config(tmp_path, log_dir, disk_usage_percent=0.001))
+    for read_only in (True, False):
+        with RetentionCycle(config, read_only=read_only) as cycle:
+            outcome = cycle.run(act=False)
+            assert outcome.mode.mode == "offline"
+            chosen = outcome.plan.deletions
+            assert len(chosen) == 4  # every closed segment: far over the limit
+            kept = [
+                cycle.inputs.ages.has_segment(f"{d.log_dir}/{d.topic}-{d.partition}", d.base_offset)
+                for d in chosen
+            ]
+            assert kept == [not read_only] * 4

@@ -852,6 +852,115 @@ def test_batches_start_small_and_double(
     assert [_segment_state(logs, d) for d in chosen] == ["gone"] * 8
 
 
+def _two_batches(
+    mnt: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Path, dict[int, PartitionLayout], list[Deletion]]:
+    """Three deletions over two partitions, run as two batches: [p0s0] and [p1s0, p0s1]."""
+    monkeypatch.setattr(fileexecutor, "BATCH_FIRST", 1)
+    monkeypatch.setattr(fileexecutor, "BATCH_MAX", 2)
+    logs, state = mnt / "logs", mnt / "state"
+    parts = make_log_dir(logs, partitions=2, segments=4)
+    chosen = [
+        deletion(logs, mnt, parts[0], parts[0].segments[0]),
+        deletion(logs, mnt, parts[1], parts[1].segments[0]),
+        deletion(logs, mnt, parts[0], parts[0].segments[1]),
+    ]
+    return logs, state, parts, chosen
+
+
+def test_a_batch_is_made_durable_after_the_next_ones_unlinks(
+    loop_ext4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15: a batch's dir fsync waits for a journal commit behind any writer on the log
+    disk, so it runs after the next batch's unlinks (whose space no longer waits for it).
+    Write-ahead still holds: each batch's journal intent is written before its first rename,
+    and each batch's outcomes and ``done`` only after the fsync that covers it."""
+    logs, state, _parts, chosen = _two_batches(loop_ext4(64 * MiB), monkeypatch)
+    steps: list[str] = []
+    journal_at_rename: list[tuple[int, int]] = []
+
+    def record(step: str) -> None:
+        kind = step.split(":")[0]
+        if not steps or steps[-1] != kind:
+            steps.append(kind)
+        if kind == "rename":
+            ops = [json.loads(x)["op"] for x in (state / JOURNAL_FILE).read_text().splitlines()]
+            journal_at_rename.append((ops.count("intent"), ops.count("done")))
+
+    results = executor(state, on_step=record).execute(chosen, {})
+    assert all(r.ok for r in results)
+    assert steps == [
+        *["journal", "audit", "rename", "unlink"] * 2,
+        *["fsync-unlinked", "audit-done", "journal-done"] * 2,
+    ]
+    # Batch 1's renames under its own intent; batch 2's under both, batch 1 not done yet.
+    assert set(journal_at_rename[:3]) == {(1, 0)} and set(journal_at_rename[3:]) == {(2, 0)}
+    assert [_segment_state(logs, d) for d in chosen] == ["gone"] * 3
+    actions = pair_actions(list(read_audit(state / "audit.jsonl")))
+    assert [(a.outcome or {}).get("phase") for a in actions] == ["done"] * 3
+    assert executor(state).pending() == 0
+
+
+@pytest.mark.parametrize("crash_at", ["rename:5", "fsync-unlinked:1", "journal-done:1"])
+def test_a_crash_while_two_batches_are_open_recovers_a_prefix_of_the_plan(
+    loop_ext4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, crash_at: str
+) -> None:
+    """Killed in batch 2's renames, at batch 1's fsync, or between batch 1's outcomes and
+    its ``done`` (after batch 2's unlinks): both journal entries are open; recovery finishes
+    every started segment (all of batch 1, batch 2's prefix), cancels the untouched, and
+    every intent gets exactly one outcome."""
+    logs, state, _parts, chosen = _two_batches(loop_ext4(64 * MiB), monkeypatch)
+    kind, nth = crash_at.split(":")
+    seen: list[str] = []
+
+    def crash(step: str) -> None:
+        if step.split(":")[0] == kind:
+            seen.append(step)
+            if len(seen) == int(nth):
+                raise Crash(step)
+
+    with pytest.raises(Crash):
+        executor(state, on_step=crash).execute(chosen, {})
+    assert executor(state).pending() == 2
+    recovered = executor(state).recover([logs])
+    states = [_segment_state(logs, d) for d in chosen]
+    assert "partial" not in states
+    assert states == sorted(states, key=lambda s: s != "gone")
+    assert states[0] == "gone"  # batch 1 was whole-started before batch 2 began
+    assert all(r.ok or "interrupted before" in (r.error or "") for r in recovered)
+    actions = pair_actions(list(read_audit(state / "audit.jsonl")))
+    assert len(actions) == 3 and all(a.intent and a.outcome for a in actions)
+    assert executor(state).pending() == 0
+
+
+def test_a_failed_dir_fsync_learnt_after_the_next_batch_leaves_its_entry_to_recovery(
+    loop_ext4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EIO from batch 1's dir fsync comes after batch 2's unlinks: batch 1's segment fails
+    and its entry stays open, batch 2 is done; ``recover`` finishes batch 1's segment."""
+    logs, state, _parts, chosen = _two_batches(loop_ext4(64 * MiB), monkeypatch)
+    real_fsync = os.fsync
+    failed: list[str] = []
+
+    def fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if not failed and os.path.basename(path).startswith("orders-"):
+            failed.append(path)
+            raise OSError(errno.EIO, "injected I/O error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    results = executor(state).execute(chosen, {})
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert [r.ok for r in results] == [False, True, True]
+    assert "injected" in (results[0].error or "")
+    assert executor(state).pending() == 1
+    recovered = executor(state).recover([logs])
+    assert [(r.deletion.base_offset, r.ok) for r in recovered] == [(chosen[0].base_offset, True)]
+    assert [_segment_state(logs, d) for d in chosen] == ["gone"] * 3
+    assert executor(state).pending() == 0
+
+
 # ------------------------------------------------------------------- power loss out of order
 
 

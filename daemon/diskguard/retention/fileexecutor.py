@@ -18,10 +18,14 @@ Deletions are *batched* (up to ``BATCH_MAX`` per log dir and lock hold): one jou
 outcome line per segment but each set is made durable by one fsync, renames run in plan
 order, and each partition dir is fsync'd once, after the unlinks — on ext4 with its journal
 and XFS only the dir changed last, whose commit covers the others (``removal``).
-A segment costs a few renames and unlinks instead of six fsyncs. Recovery resolves a batch
+A segment costs a few renames and unlinks instead of six fsyncs. A batch's dir fsync,
+outcomes and ``done`` come after the *next* batch's unlinks (issue 15: behind a writer that
+fsync waits for a journal commit of its data, and the next batch's space waited with it);
+every batch's intent is still durable before its first rename. Recovery resolves a batch
 segment by segment: started ones (a prefix of the plan) are finished, untouched ones are
 cancelled exactly like an interrupted single entry. Once a deletion of a partition is
-refused or fails, its later segments are refused (never a hole).
+refused or fails, its later segments are refused (never a hole); only a failed dir fsync is
+learnt after the next batch has run, and its entry stays open for ``recover`` to finish.
 
 The journal comes first so that every audit intent has a journal entry: recovery always gives
 it an outcome. Where the parts live: ``journal`` (records, owners, lock), ``removal`` (rename,
@@ -36,6 +40,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +59,7 @@ from diskguard.retention.journal import BATCH, Journal, process_identity
 from diskguard.retention.mode import OFFLINE as MODE
 from diskguard.retention.planner import Deletion, DeletionResult
 from diskguard.retention.recovery import Recovery
-from diskguard.retention.removal import SegmentRemover, StepHook
+from diskguard.retention.removal import SegmentRemover, StartedBatch, StepHook
 from diskguard.retention.sweep import Sweeper
 
 log = get_logger("diskguard.offline")
@@ -69,6 +74,17 @@ BATCH_MAX = 256
 BATCH_FIRST = 16
 
 _HOLE = "an older segment of this partition was not deleted (deleting this one would leave a hole)"
+
+
+@dataclass
+class _Started:
+    """A batch between ``_start_batch`` and ``_finish_batch``: its checked deletions, journal
+    subs and entry, and the remover's state (files gone, dirs not fsync'd yet)."""
+
+    checked: list[tuple[int, Deletion, Checked, float]]
+    subs: list[dict[str, Any]]
+    entry: dict[str, Any]
+    removal: StartedBatch
 
 
 class FileExecutor:
@@ -98,8 +114,9 @@ class FileExecutor:
     def execute(
         self, deletions: Sequence[Deletion], usage_before: Mapping[str, float]
     ) -> list[DeletionResult]:
-        """Delete ``deletions`` in order, in batches (``_delete_batch``); one result per
-        deletion, in input order.
+        """Delete ``deletions`` in order, in batches (``_start_batch``, ``_finish_batch``:
+        each batch is finished after the next one's unlinks); one result per deletion, in
+        input order.
 
         Never raises for a per-deletion problem: guard rails, a held ``.lock``, an unwritable
         audit log or an I/O error become a failed (or refused) result.
@@ -117,16 +134,32 @@ class FileExecutor:
                     failed_partitions: set[tuple[str, int]] = set()
                     listings: dict[str, SegmentDirListing] = {}
                     at, size = 0, min(BATCH_FIRST, BATCH_MAX)
-                    while at < len(indexes):
-                        self._delete_batch(
-                            deletions,
-                            indexes[at : at + size],
-                            usage_before,
-                            results,
-                            failed_partitions,
-                            listings,
-                        )
-                        at, size = at + size, min(2 * size, BATCH_MAX)
+                    unfinished: list[_Started] = []  # at most two: the previous batch, this
+                    try:
+                        while at < len(indexes):
+                            started = self._start_batch(
+                                deletions,
+                                indexes[at : at + size],
+                                usage_before,
+                                results,
+                                failed_partitions,
+                                listings,
+                            )
+                            if started is not None:
+                                unfinished.append(started)
+                            # The previous batch is made durable only now, after this one's
+                            # unlinks: its dir fsync (a journal commit behind any writer on
+                            # that disk) no longer holds back the space this one frees.
+                            while len(unfinished) > (1 if started is not None else 0):
+                                done = unfinished.pop(0)
+                                self._finish_batch(done, results, failed_partitions, listings)
+                            at, size = at + size, min(2 * size, BATCH_MAX)
+                        while unfinished:
+                            done = unfinished.pop(0)
+                            self._finish_batch(done, results, failed_partitions, listings)
+                    finally:
+                        for left in unfinished:  # an exception: their journal entries stay open
+                            left.removal.close()
             except lockfile.LockHeld as exc:
                 why = f"{exc} (is the broker running?); nothing touched"
                 for i in indexes:
@@ -170,7 +203,7 @@ class FileExecutor:
             return []
         return self.recover(log_dirs, sweep_deleted=True)
 
-    def _delete_batch(
+    def _start_batch(
         self,
         deletions: Sequence[Deletion],
         indexes: Sequence[int],
@@ -178,17 +211,21 @@ class FileExecutor:
         results: list[DeletionResult | None],
         failed_partitions: set[tuple[str, int]],
         listings: dict[str, SegmentDirListing],
-    ) -> None:
-        """Delete ``deletions[i]`` for ``i`` in ``indexes`` (plan order, one log dir, its
-        ``.lock`` held) as ONE crash-safe batch; fills ``results[i]``.
+    ) -> _Started | None:
+        """Start deleting ``deletions[i]`` for ``i`` in ``indexes`` (plan order, one log dir,
+        its ``.lock`` held) as ONE crash-safe batch; ``_finish_batch`` ends it and fills
+        ``results[i]`` (refusals are filled here). None when nothing was started.
 
         Guard rails first, per segment (a refusal stops that partition's later segments);
         then one journal intent naming every file of the batch, one audit intent line per
-        segment made durable with one fsync, the renames in plan order, the unlinks, the
-        partition dirs' fsync (``SegmentRemover.remove_batch``), the audit outcomes (one
-        fsync), and the journal's ``done``. Renames run in plan order, so whatever a crash
-        interrupts, the segments already started form a prefix of the plan and recovery
-        finishes exactly those (the others are untouched: cancelled, planned again).
+        segment made durable with one fsync, the renames in plan order and the unlinks
+        (``SegmentRemover.start_batch``). Then, in ``_finish_batch``: the partition dirs'
+        fsync, the audit outcomes (one fsync), and the journal's ``done``. Renames run in
+        plan order, so whatever a crash interrupts, the segments already started form a
+        prefix of the plan and recovery finishes exactly those (the others are untouched:
+        cancelled, planned again); a crash before the previous batch's ``done`` leaves two
+        entries open, that batch's and this one's, and the started segments of both are
+        still a prefix of the plan.
         """
         checked: list[tuple[int, Deletion, Checked, float]] = []
         for i in indexes:
@@ -207,7 +244,7 @@ class FileExecutor:
                 results[i] = self._refuse(d, usage, why)
                 failed_partitions.add((d.topic, d.partition))
         if not checked:
-            return
+            return None
         subs: list[dict[str, Any]] = []
         for _, d, c, usage in checked:
             fields = {
@@ -243,7 +280,7 @@ class FileExecutor:
                 log.error("offline_refused", reason=error, topic=d.topic, partition=d.partition)
                 results[i] = DeletionResult(d, False, 0, MODE, error, True)
                 failed_partitions.add((d.topic, d.partition))
-            return
+            return None
         try:
             self._step("audit")
             audit_intents(
@@ -261,15 +298,32 @@ class FileExecutor:
                 results[i] = DeletionResult(d, False, 0, MODE, error, True)
                 failed_partitions.add((d.topic, d.partition))
             self.journal.close(entry, cancelled=error)
-            return
-        outcomes = self.remover.remove_batch(subs)
-        for (_, _, c, _), (_, err, _) in zip(checked, outcomes, strict=True):
+            return None
+        removal = self.remover.start_batch(subs)
+        for (_, d, c, _), err in zip(checked, removal.errors, strict=True):
             if err is not None:
                 listings.pop(c.partition_dir, None)
+                failed_partitions.add((d.topic, d.partition))  # before the next batch's guards
             elif c.partition_dir in listings:
                 # Keep the one listing in step with what was just removed.
                 for name in c.names:
                     listings[c.partition_dir].remove(name)
+        return _Started(checked, subs, entry, removal)
+
+    def _finish_batch(
+        self,
+        started: _Started,
+        results: list[DeletionResult | None],
+        failed_partitions: set[tuple[str, int]],
+        listings: dict[str, SegmentDirListing],
+    ) -> None:
+        """The second half of a batch (``_start_batch``): fsync its dirs, audit outcomes,
+        journal ``done`` (or ``settled``); fills its results."""
+        checked, subs, entry = started.checked, started.subs, started.entry
+        outcomes = self.remover.finish_batch(started.removal)
+        for (_, _, c, _), (_, err, _) in zip(checked, outcomes, strict=True):
+            if err is not None:
+                listings.pop(c.partition_dir, None)
         # Outcomes first, then the journal's done: a crash in between leaves the entry open
         # and recovery finds the outcomes already written (``outcome_of``).
         self._step("audit-done")

@@ -41,10 +41,12 @@ class SegmentRemover:
         return self._in_order[dev]
 
     def remove_batch(self, subs: Sequence[Mapping[str, Any]]) -> list[tuple[int, str | None, bool]]:
-        """``remove`` for a whole batch: every rename (plan order), every unlink, then one
-        fsync per partition dir — or, on a filesystem that commits its journal in order
-        (ext4, XFS: ``fsjournal``), one fsync of the dir changed last, which commits them
-        all; ``(freed, error, untouched)`` per segment.
+        """``start_batch`` then ``finish_batch``: the whole batch, durable on return."""
+        return self.finish_batch(self.start_batch(subs))
+
+    def start_batch(self, subs: Sequence[Mapping[str, Any]]) -> StartedBatch:
+        """Every rename (plan order), then every unlink of a batch; nothing fsync'd yet
+        (``finish_batch`` does that). Its partition dirs stay open in the result.
 
         No fsync between the renames and the unlinks (issue 15): the batch is durably
         intended before anything moves (journal entry and audit intents fsync'd), so a
@@ -55,33 +57,29 @@ class SegmentRemover:
         renaming one segment stops that partition's later segments (never a hole): they
         are left untouched. A segment that failed once started is left to ``recover``,
         which finishes it."""
-        freed = [0] * len(subs)
-        errors: list[str | None] = [None] * len(subs)
-        untouched = [False] * len(subs)
-        fds: dict[str, int] = {}
-        touched: dict[str, None] = {}  # partition dirs, the one changed last at the end
+        b = StartedBatch(subs)
         stopped: dict[str, str] = {}  # partition dir -> the rename error that stopped it
         renamed: list[list[tuple[str, bool]]] = [[] for _ in subs]  # (name, unlinked already)
         try:
             for k, sub in enumerate(subs):
                 pd = str(sub["partition_dir"])
                 if pd in stopped:
-                    errors[k], untouched[k] = f"{_HOLE_IO}: {stopped[pd]}", True
+                    b.errors[k], b.untouched[k] = f"{_HOLE_IO}: {stopped[pd]}", True
                     continue
                 try:
-                    if pd not in fds:
-                        fds[pd] = os.open(
+                    if pd not in b.fds:
+                        b.fds[pd] = os.open(
                             pd, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
                         )
-                    freed[k] = self.rename_all(fds[pd], sub["names"], renamed[k])
+                    b.freed[k] = self.rename_all(b.fds[pd], sub["names"], renamed[k])
                 except OSError as exc:
-                    errors[k] = stopped[pd] = f"{exc.strerror or exc} ({exc.filename or pd})"
+                    b.errors[k] = stopped[pd] = f"{exc.strerror or exc} ({exc.filename or pd})"
                 finally:
-                    if pd in fds:  # a dir that could not be opened was not changed
-                        _touch(touched, pd)
+                    if pd in b.fds:  # a dir that could not be opened was not changed
+                        _touch(b.touched, pd)
             for k, sub in enumerate(subs):
                 pd = str(sub["partition_dir"])
-                if errors[k] is not None:
+                if b.errors[k] is not None:
                     continue
                 try:
                     for name, unlinked in renamed[k]:
@@ -89,17 +87,28 @@ class SegmentRemover:
                             continue
                         self.step(f"unlink:{name}")
                         with contextlib.suppress(FileNotFoundError):
-                            os.unlink(name + DELETED_SUFFIX, dir_fd=fds[pd])
+                            os.unlink(name + DELETED_SUFFIX, dir_fd=b.fds[pd])
                 except OSError as exc:
                     # Its .log is renamed already: to Kafka it is gone, like the later ones.
-                    errors[k] = f"{exc.strerror or exc} ({exc.filename or pd})"
+                    b.errors[k] = f"{exc.strerror or exc} ({exc.filename or pd})"
                 finally:
-                    _touch(touched, pd)
+                    _touch(b.touched, pd)
+        except BaseException:
+            b.close()
+            raise
+        return b
+
+    def finish_batch(self, b: StartedBatch) -> list[tuple[int, str | None, bool]]:
+        """Make a started batch durable: one fsync per partition dir it touched — or, on a
+        filesystem that commits its journal in order (ext4, XFS: ``fsjournal``), one fsync
+        of the dir changed last, which commits them all; ``(freed, error, untouched)`` per
+        segment. Closes the batch's dirs."""
+        try:
             # The dir changed last first: on a filesystem that commits in order, its fsync
             # makes every earlier change on that filesystem durable (``fsjournal``).
             committed: set[int] = set()
-            for pd in reversed(list(touched)):
-                dfd = fds[pd]
+            for pd in reversed(list(b.touched)):
+                dfd = b.fds[pd]
                 dev = os.fstat(dfd).st_dev
                 if dev in committed:
                     continue
@@ -107,16 +116,15 @@ class SegmentRemover:
                 try:
                     os.fsync(dfd)
                 except OSError as exc:
-                    for k, sub in enumerate(subs):
-                        if sub["partition_dir"] == pd and errors[k] is None:
-                            errors[k] = f"{exc.strerror or exc} ({pd})"
+                    for k, sub in enumerate(b.subs):
+                        if sub["partition_dir"] == pd and b.errors[k] is None:
+                            b.errors[k] = f"{exc.strerror or exc} ({pd})"
                     continue
                 if self._commits_in_order(dev):
                     committed.add(dev)
         finally:
-            for dfd in fds.values():
-                os.close(dfd)
-        return list(zip(freed, errors, untouched, strict=True))
+            b.close()
+        return list(zip(b.freed, b.errors, b.untouched, strict=True))
 
     def rename_all(self, dfd: int, names: Sequence[str], renamed: list[tuple[str, bool]]) -> int:
         """Rename a segment's files (``.log`` first) to ``.deleted``; the bytes they hold."""
@@ -181,6 +189,25 @@ class SegmentRemover:
     def step(self, name: str) -> None:
         if self._on_step is not None:
             self._on_step(name)
+
+
+class StartedBatch:
+    """A batch whose files are renamed and unlinked but not fsync'd yet (``start_batch``):
+    per segment the bytes freed, the error, whether it was left untouched; the open dirs."""
+
+    def __init__(self, subs: Sequence[Mapping[str, Any]]) -> None:
+        self.subs = subs
+        self.freed = [0] * len(subs)
+        self.errors: list[str | None] = [None] * len(subs)
+        self.untouched = [False] * len(subs)
+        self.fds: dict[str, int] = {}
+        self.touched: dict[str, None] = {}  # partition dirs, the one changed last at the end
+
+    def close(self) -> None:
+        """Close the batch's dirs (once: ``fds`` is emptied)."""
+        fds, self.fds = self.fds, {}
+        for dfd in fds.values():
+            os.close(dfd)
 
 
 def _touch(touched: dict[str, None], partition_dir: str) -> None:

@@ -852,20 +852,14 @@ def test_batches_start_small_and_double(
     assert [_segment_state(logs, d) for d in chosen] == ["gone"] * 8
 
 
-def _two_batches(
-    mnt: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[Path, Path, dict[int, PartitionLayout], list[Deletion]]:
+def _two_batches(mnt: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, list[Deletion]]:
     """Three deletions over two partitions, run as two batches: [p0s0] and [p1s0, p0s1]."""
     monkeypatch.setattr(fileexecutor, "BATCH_FIRST", 1)
     monkeypatch.setattr(fileexecutor, "BATCH_MAX", 2)
     logs, state = mnt / "logs", mnt / "state"
     parts = make_log_dir(logs, partitions=2, segments=4)
-    chosen = [
-        deletion(logs, mnt, parts[0], parts[0].segments[0]),
-        deletion(logs, mnt, parts[1], parts[1].segments[0]),
-        deletion(logs, mnt, parts[0], parts[0].segments[1]),
-    ]
-    return logs, state, parts, chosen
+    plan = ((0, 0), (1, 0), (0, 1))  # (partition, segment)
+    return logs, state, [deletion(logs, mnt, parts[p], parts[p].segments[i]) for p, i in plan]
 
 
 def test_a_batch_is_made_durable_after_the_next_ones_unlinks(
@@ -875,7 +869,7 @@ def test_a_batch_is_made_durable_after_the_next_ones_unlinks(
     disk, so it runs after the next batch's unlinks (whose space no longer waits for it).
     Write-ahead still holds: each batch's journal intent is written before its first rename,
     and each batch's outcomes and ``done`` only after the fsync that covers it."""
-    logs, state, _parts, chosen = _two_batches(loop_ext4(64 * MiB), monkeypatch)
+    logs, state, chosen = _two_batches(loop_ext4(64 * MiB), monkeypatch)
     steps: list[str] = []
     journal_at_rename: list[tuple[int, int]] = []
 
@@ -909,7 +903,7 @@ def test_a_crash_while_two_batches_are_open_recovers_a_prefix_of_the_plan(
     its ``done`` (after batch 2's unlinks): both journal entries are open; recovery finishes
     every started segment (all of batch 1, batch 2's prefix), cancels the untouched, and
     every intent gets exactly one outcome."""
-    logs, state, _parts, chosen = _two_batches(loop_ext4(64 * MiB), monkeypatch)
+    logs, state, chosen = _two_batches(loop_ext4(64 * MiB), monkeypatch)
     kind, nth = crash_at.split(":")
     seen: list[str] = []
 
@@ -938,7 +932,7 @@ def test_a_failed_dir_fsync_learnt_after_the_next_batch_leaves_its_entry_to_reco
 ) -> None:
     """EIO from batch 1's dir fsync comes after batch 2's unlinks: batch 1's segment fails
     and its entry stays open, batch 2 is done; ``recover`` finishes batch 1's segment."""
-    logs, state, _parts, chosen = _two_batches(loop_ext4(64 * MiB), monkeypatch)
+    logs, state, chosen = _two_batches(loop_ext4(64 * MiB), monkeypatch)
     real_fsync = os.fsync
     failed: list[str] = []
 

@@ -18,10 +18,11 @@ Deletions are *batched* (up to ``BATCH_MAX`` per log dir and lock hold): one jou
 outcome line per segment but each set is made durable by one fsync, renames run in plan
 order, and each partition dir is fsync'd once, after the unlinks — on ext4 with its journal
 and XFS only the dir changed last, whose commit covers the others (``removal``).
-A segment costs a few renames and unlinks instead of six fsyncs. A batch's dir fsync,
-outcomes and ``done`` come after the *next* batch's unlinks (issue 15: behind a writer that
-fsync waits for a journal commit of its data, and the next batch's space waited with it);
-every batch's intent is still durable before its first rename. Recovery resolves a batch
+A segment costs a few renames and unlinks instead of six fsyncs. Where the filesystem commits
+its journal in order, a batch's dir fsync, outcomes and ``done`` come after the *next* batch's
+unlinks (issue 15: behind a writer that fsync waits for a journal commit of its data, and the
+next batch's space waited with it); every batch's intent is still durable before its first
+rename. Recovery resolves a batch
 segment by segment: started ones (a prefix of the plan) are finished, untouched ones are
 cancelled exactly like an interrupted single entry. Once a deletion of a partition is
 refused or fails, its later segments are refused (never a hole); only a failed dir fsync is
@@ -134,6 +135,7 @@ class FileExecutor:
                     failed_partitions: set[tuple[str, int]] = set()
                     listings: dict[str, SegmentDirListing] = {}
                     at, size = 0, min(BATCH_FIRST, BATCH_MAX)
+                    overlap = self._may_overlap(log_dir)
                     unfinished: list[_Started] = []  # at most two: the previous batch, this
                     try:
                         while at < len(indexes):
@@ -150,7 +152,10 @@ class FileExecutor:
                             # The previous batch is made durable only now, after this one's
                             # unlinks: its dir fsync (a journal commit behind any writer on
                             # that disk) no longer holds back the space this one frees.
-                            while len(unfinished) > (1 if started is not None else 0):
+                            # Where operations may reach the disk out of order, each batch is
+                            # made durable before the next starts (see ``_may_overlap``).
+                            keep = 1 if started is not None and overlap else 0
+                            while len(unfinished) > keep:
                                 done = unfinished.pop(0)
                                 self._finish_batch(done, results, failed_partitions, listings)
                             at, size = at + size, min(2 * size, BATCH_MAX)
@@ -202,6 +207,17 @@ class FileExecutor:
         if not (self.journal.has_open_entries() or space_needed()):
             return []
         return self.recover(log_dirs, sweep_deleted=True)
+
+    def _may_overlap(self, log_dir: str) -> bool:
+        """May a batch be finished after the next one's unlinks (``execute``)? Only where the
+        log dir's filesystem commits its journal in order (ext4 with jbd2, XFS:
+        ``fsjournal``): what a power loss keeps there is a prefix of the operations, the same
+        states a ``kill -9`` leaves, which the crash points cover. Elsewhere the next batch's
+        unlinks could be kept and this one's lost: a partition with a hole. Unknown: no."""
+        try:
+            return self.remover.commits_in_order(os.stat(log_dir).st_dev)
+        except OSError:
+            return False
 
     def _start_batch(
         self,

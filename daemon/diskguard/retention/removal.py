@@ -34,7 +34,7 @@ class SegmentRemover:
         self._on_step = on_step
         self._in_order: dict[int, bool] = {}
 
-    def _commits_in_order(self, dev: int) -> bool:
+    def commits_in_order(self, dev: int) -> bool:
         """``fsjournal.commits_in_order``, asked once per device."""
         if dev not in self._in_order:
             self._in_order[dev] = commits_in_order(dev)
@@ -120,7 +120,7 @@ class SegmentRemover:
                         if sub["partition_dir"] == pd and b.errors[k] is None:
                             b.errors[k] = f"{exc.strerror or exc} ({pd})"
                     continue
-                if self._commits_in_order(dev):
+                if self.commits_in_order(dev):
                     committed.add(dev)
         finally:
             b.close()

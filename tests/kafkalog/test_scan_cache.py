@@ -99,12 +99,18 @@ def test_a_partition_is_rebuilt_exactly_when_what_it_is_made_of_changes(tmp_path
     # A partition gone from the log dir is forgotten at the next prune.
     orders1 = protected.partitions[1]
     listing1 = cache.listing(orders1.path, False)
-    assert cache.partition(orders1.path, listing1, None, orders1.protected_reason) is orders1
+    assert (
+        cache.partition(orders1.path, str(log_dir), listing1, None, orders1.protected_reason)
+        is orders1
+    )
     cache.prune()
     shutil.rmtree(orders1.path)
     scan_log_dir(str(log_dir), "/", ProtectionRule(protect_topics=("orders",)), cache=cache)
     cache.prune()
-    assert cache.partition(orders1.path, listing1, None, orders1.protected_reason) is None
+    assert (
+        cache.partition(orders1.path, str(log_dir), listing1, None, orders1.protected_reason)
+        is None
+    )
 
 
 def test_recently_changed_dirs_are_not_cached(tmp_path: Path) -> None:

@@ -26,8 +26,6 @@ from diskguard.kafkalog.model import (
 )
 
 _T = TypeVar("_T")
-#: What a scan makes a ``Partition`` of, besides its path: listing, log start, protection.
-_PartitionInputs = tuple["PartitionListing", int | None, str | None]
 
 #: An entry a broker with tiered storage keeps in the partition dir (remote log metadata).
 REMOTE_LOG_SNAPSHOT = "remote_log_snapshot"
@@ -283,8 +281,8 @@ class ListingCache:
         self.settle_s = settle_s
         self._entries: dict[str, tuple[tuple[int, int], PartitionListing]] = {}
         self._log_dirs: dict[str, tuple[tuple[int, int], list[os.DirEntry[str]]]] = {}
-        #: path -> ((listing, log start offset, protection reason), the Partition made of them)
-        self._partitions: dict[str, tuple[_PartitionInputs, Partition]] = {}
+        #: path -> (the listing a scan made the Partition of, that Partition)
+        self._partitions: dict[str, tuple[PartitionListing, Partition]] = {}
         self._touched: set[str] = set()
         self.hits = 0
         self.misses = 0
@@ -303,30 +301,34 @@ class ListingCache:
         return listing
 
     def partition(
-        self, path: str, listing: PartitionListing, log_start_offset: int | None, reason: str | None
-    ) -> Partition | None:
-        """The ``Partition`` kept for ``path`` if it was made of the same listing (this
-        cache's own object), log start offset and protection reason, which is all a scan
-        makes it of: the idle rescan built ~1,000 equal frozen dataclasses each cycle, a
-        fifth of its time (issue 15)."""
-        kept = self._partitions.get(path)
-        if kept is None:
-            return None
-        (was_listing, was_start, was_reason), part = kept
-        if was_listing is listing and was_start == log_start_offset and was_reason == reason:
-            return part
-        return None
-
-    def keep_partition(
         self,
         path: str,
+        log_dir: str,
         listing: PartitionListing,
         log_start_offset: int | None,
         reason: str | None,
-        part: Partition,
-    ) -> None:
-        """Remember ``part`` as made of these inputs (see ``partition``)."""
-        self._partitions[path] = ((listing, log_start_offset, reason), part)
+    ) -> Partition | None:
+        """The ``Partition`` kept for ``path`` if a scan would make the same one now: of the
+        same listing (this cache's own object), in the same spelling of its log dir (a
+        reloaded config may spell it anew), with the same log start offset and protection
+        reason, which is all a scan makes it of. The idle rescan built ~1,000 equal frozen
+        dataclasses each cycle, a fifth of its time (issue 15)."""
+        kept = self._partitions.get(path)
+        if kept is None:
+            return None
+        made_of, part = kept
+        if (
+            made_of is listing
+            and part.log_dir == log_dir
+            and part.log_start_offset == log_start_offset
+            and part.protected_reason == reason
+        ):
+            return part
+        return None
+
+    def keep_partition(self, path: str, listing: PartitionListing, part: Partition) -> None:
+        """Remember ``part`` as made of ``listing`` (see ``partition``)."""
+        self._partitions[path] = (listing, part)
 
     def log_dir_entries(self, path: str) -> list[os.DirEntry[str]]:
         """A log dir's entries sorted by name, kept while the dir is unchanged, by the same

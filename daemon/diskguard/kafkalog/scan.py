@@ -163,8 +163,8 @@ def scan_log_dir(
             log_start.get((name.topic, name.partition)),
             (requested_log_start or {}).get((name.topic, name.partition)),
         )
-        part = cache.partition(entry.path, listing, start, reason) if cache else None
-        if part is None or part.log_dir != log_dir:  # (a reloaded config may spell it anew)
+        part = cache.partition(entry.path, log_dir, listing, start, reason) if cache else None
+        if part is None:
             part = Partition(
                 log_dir=log_dir,
                 topic=name.topic,
@@ -178,7 +178,7 @@ def scan_log_dir(
                 txn_indexes=listing.txn_indexes,
             )
             if cache is not None:
-                cache.keep_partition(entry.path, listing, start, reason, part)
+                cache.keep_partition(entry.path, listing, part)
         if use_log_start:
             # A running broker removes ``*.deleted`` files after its delete delay. Offline
             # nobody will: the sweep has already removed those diskguard may remove, and what

@@ -1057,7 +1057,10 @@ def test_a_partition_dir_that_cannot_be_opened_fails_its_segments_only(tmp_path:
             "names": sorted(os.path.basename(f) for f in parts[1].segments[0].files),
         },
     ]
-    [(_, missing, missing_untouched), (freed, err, _)] = SegmentRemover().remove_batch(subs)
+    remover = SegmentRemover()
+    [(_, missing, missing_untouched), (freed, err, _)] = remover.finish_batch(
+        remover.start_batch(subs)
+    )
     assert missing is not None and "No such file" in missing and not missing_untouched
     assert err is None and freed > 0
     assert not parts[1].segments[0].log_path.exists()

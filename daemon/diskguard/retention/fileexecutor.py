@@ -25,8 +25,9 @@ next batch's space waited with it); every batch's intent is still durable before
 rename. Recovery resolves a batch
 segment by segment: started ones (a prefix of the plan) are finished, untouched ones are
 cancelled exactly like an interrupted single entry. Once a deletion of a partition is
-refused or fails, its later segments are refused (never a hole); only a failed dir fsync is
-learnt after the next batch has run, and its entry stays open for ``recover`` to finish.
+refused or fails, its later segments are refused (never a hole); only a failed dir fsync of
+an overlapped batch is learnt after the next batch has run, and its entry stays open for
+``recover`` to finish.
 
 The journal comes first so that every audit intent has a journal entry: recovery always gives
 it an outcome. Where the parts live: ``journal`` (records, owners, lock), ``removal`` (rename,
@@ -80,10 +81,9 @@ _HOLE = "an older segment of this partition was not deleted (deleting this one w
 @dataclass
 class _Started:
     """A batch between ``_start_batch`` and ``_finish_batch``: its checked deletions, journal
-    subs and entry, and the remover's state (files gone, dirs not fsync'd yet)."""
+    entry, and the remover's state (its journal subs; files gone, dirs not fsync'd yet)."""
 
     checked: list[tuple[int, Deletion, Checked, float]]
-    subs: list[dict[str, Any]]
     entry: dict[str, Any]
     removal: StartedBatch
 
@@ -116,8 +116,8 @@ class FileExecutor:
         self, deletions: Sequence[Deletion], usage_before: Mapping[str, float]
     ) -> list[DeletionResult]:
         """Delete ``deletions`` in order, in batches (``_start_batch``, ``_finish_batch``:
-        each batch is finished after the next one's unlinks); one result per deletion, in
-        input order.
+        where the filesystem commits in order, each batch is finished after the next one's
+        unlinks, ``_may_overlap``); one result per deletion, in input order.
 
         Never raises for a per-deletion problem: guard rails, a held ``.lock``, an unwritable
         audit log or an I/O error become a failed (or refused) result.
@@ -155,13 +155,11 @@ class FileExecutor:
                             # Where operations may reach the disk out of order, each batch is
                             # made durable before the next starts (see ``_may_overlap``).
                             keep = 1 if started is not None and overlap else 0
-                            while len(unfinished) > keep:
-                                done = unfinished.pop(0)
-                                self._finish_batch(done, results, failed_partitions, listings)
+                            self._finish_oldest(
+                                unfinished, keep, results, failed_partitions, listings
+                            )
                             at, size = at + size, min(2 * size, BATCH_MAX)
-                        while unfinished:
-                            done = unfinished.pop(0)
-                            self._finish_batch(done, results, failed_partitions, listings)
+                        self._finish_oldest(unfinished, 0, results, failed_partitions, listings)
                     finally:
                         for left in unfinished:  # an exception: their journal entries stay open
                             left.removal.close()
@@ -324,7 +322,19 @@ class FileExecutor:
                 # Keep the one listing in step with what was just removed.
                 for name in c.names:
                     listings[c.partition_dir].remove(name)
-        return _Started(checked, subs, entry, removal)
+        return _Started(checked, entry, removal)
+
+    def _finish_oldest(
+        self,
+        unfinished: list[_Started],
+        keep: int,
+        results: list[DeletionResult | None],
+        failed_partitions: set[tuple[str, int]],
+        listings: dict[str, SegmentDirListing],
+    ) -> None:
+        """``_finish_batch`` the oldest started batches, in order, until ``keep`` are left."""
+        while len(unfinished) > keep:
+            self._finish_batch(unfinished.pop(0), results, failed_partitions, listings)
 
     def _finish_batch(
         self,
@@ -335,7 +345,7 @@ class FileExecutor:
     ) -> None:
         """The second half of a batch (``_start_batch``): fsync its dirs, audit outcomes,
         journal ``done`` (or ``settled``); fills its results."""
-        checked, subs, entry = started.checked, started.subs, started.entry
+        checked, subs, entry = started.checked, started.removal.subs, started.entry
         outcomes = self.remover.finish_batch(started.removal)
         for (_, _, c, _), (_, err, _) in zip(checked, outcomes, strict=True):
             if err is not None:

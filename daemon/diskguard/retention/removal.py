@@ -40,10 +40,6 @@ class SegmentRemover:
             self._in_order[dev] = commits_in_order(dev)
         return self._in_order[dev]
 
-    def remove_batch(self, subs: Sequence[Mapping[str, Any]]) -> list[tuple[int, str | None, bool]]:
-        """``start_batch`` then ``finish_batch``: the whole batch, durable on return."""
-        return self.finish_batch(self.start_batch(subs))
-
     def start_batch(self, subs: Sequence[Mapping[str, Any]]) -> StartedBatch:
         """Every rename (plan order), then every unlink of a batch; nothing fsync'd yet
         (``finish_batch`` does that). Its partition dirs stay open in the result.

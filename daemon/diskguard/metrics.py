@@ -82,6 +82,8 @@ class Metrics:
         self.stale_after = stale_after
         self._clock = clock
         self._last_cycle_monotonic: float | None = None
+        #: (gauge, label values) -> its child, see ``_series``.
+        self._children: dict[tuple[Gauge, tuple[str, ...]], Gauge] = {}
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         r = self.registry
@@ -213,17 +215,18 @@ class Metrics:
         deleted_open_bytes: int | None = None,
     ) -> None:
         """Record one filesystem's state after a cycle; labels are its mount and device."""
+        series = self._series
         labels = (usage.mount, usage.device)
-        self.size_bytes.labels(*labels).set(usage.total_bytes)
-        self.avail_bytes.labels(*labels).set(usage.available_bytes)
-        self.used_bytes.labels(*labels).set(usage.used_bytes)
-        self.usage_ratio.labels(*labels).set(usage.usage_percent / 100.0)
-        self.limit_ratio.labels(*labels).set(limit_percent / 100.0)
-        self.pending_reclaim_bytes.labels(*labels).set(pending_reclaim_bytes)
-        self.overfull.labels(*labels).set(1 if overfull else 0)
-        self.free_space_alert.labels(*labels).set(alert_level)
+        series(self.size_bytes, labels).set(usage.total_bytes)
+        series(self.avail_bytes, labels).set(usage.available_bytes)
+        series(self.used_bytes, labels).set(usage.used_bytes)
+        series(self.usage_ratio, labels).set(usage.usage_percent / 100.0)
+        series(self.limit_ratio, labels).set(limit_percent / 100.0)
+        series(self.pending_reclaim_bytes, labels).set(pending_reclaim_bytes)
+        series(self.overfull, labels).set(1 if overfull else 0)
+        series(self.free_space_alert, labels).set(alert_level)
         if deleted_open_bytes is not None:
-            self.deleted_open_bytes.labels(*labels).set(deleted_open_bytes)
+            series(self.deleted_open_bytes, labels).set(deleted_open_bytes)
 
     def observe_forecast(
         self,
@@ -236,14 +239,26 @@ class Metrics:
         latency_max_s: float | None,
     ) -> None:
         """Broker-mode forecast of one filesystem: rate, reclaim latency, headroom needed."""
+        series = self._series
         labels = (usage.mount, usage.device)
-        self.growth_rate.labels(*labels).set(growth_bytes_per_s)
-        self.reclaim_expected.labels(*labels).set(expected_latency_s)
-        self.reclaim_headroom_needed.labels(*labels).set(headroom_needed_bytes)
-        self.predicted_usage_ratio.labels(*labels).set(predicted_usage_percent / 100.0)
+        series(self.growth_rate, labels).set(growth_bytes_per_s)
+        series(self.reclaim_expected, labels).set(expected_latency_s)
+        series(self.reclaim_headroom_needed, labels).set(headroom_needed_bytes)
+        series(self.predicted_usage_ratio, labels).set(predicted_usage_percent / 100.0)
         for quantile, value in (("0.5", latency_p50_s), ("max", latency_max_s)):
             if value is not None:
-                self.reclaim_latency.labels(*labels, quantile).set(value)
+                series(self.reclaim_latency, (*labels, quantile)).set(value)
+
+    def _series(self, gauge: Gauge, labels: tuple[str, ...]) -> Gauge:
+        """``gauge.labels(*labels)``, kept: the loop sets ~14 filesystem gauges at every usage
+        poll (4 a second), and ``labels()`` checks its arguments and takes the gauge's lock
+        each time — a third of an idle poll's work (issue 15). ``forget_filesystem`` drops
+        what it removes, so a series removed is never set again through a stale child."""
+        key = (gauge, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = gauge.labels(*labels)
+        return child
 
     def forget_filesystem(self, mount: str, device: str) -> None:
         """Drop a filesystem's series (a log dir removed by a config reload)."""
@@ -270,6 +285,9 @@ class Metrics:
         for quantile in ("0.5", "max"):
             with contextlib.suppress(KeyError):
                 self.reclaim_latency.remove(mount, device, quantile)
+        self._children = {
+            key: child for key, child in self._children.items() if key[1][:2] != (mount, device)
+        }
 
     def count_deleted(self, mode: str, segments: int, bytes: int) -> None:
         """Segments handed to the broker (``broker``) or unlinked (``offline``)."""

@@ -94,6 +94,14 @@ def test_scrape_has_node_exporter_style_filesystem_metrics(served: tuple[Metrics
     samples = _samples(_get(base + "/metrics")[2])
     assert ("diskguard_filesystem_size_bytes", FS) not in samples
 
+    # Back after a reload: the series are set anew, not through the children kept before.
+    metrics.observe_filesystem(USAGE, 85.0, 0, overfull=True, alert_level=2)
+    metrics.observe_forecast(USAGE, 1.5, 2.0, 3, 81.0, 0.25, 0.5)
+    samples = _samples(_get(base + "/metrics")[2])
+    assert samples[("diskguard_filesystem_size_bytes", FS)] == 100 * 2**30
+    assert samples[("diskguard_filesystem_overfull", FS)] == 1
+    assert samples[("diskguard_broker_reclaim_latency_seconds", FS | {("quantile", "max")})] == 0.5
+
 
 def test_counters_histogram_and_cycle_timestamp(served: tuple[Metrics, str]) -> None:
     metrics, base = served

@@ -14,6 +14,9 @@ from diskguard.host import safeopen
 
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+#: Compiled once: in broker mode every retention cycle reads the log start checkpoint, a line
+#: per partition, and ``re.fullmatch(pattern, ...)`` looks its pattern up on every line.
+_OFFSET = re.compile(r"-?\d+")
 
 
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
@@ -37,9 +40,10 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
         raise ValueError(f"{path}: malformed checkpoint header")
     count = int(lines[1])
     out: dict[tuple[str, int], int] = {}
+    offset = _OFFSET.fullmatch
     for line in lines[2 : 2 + count]:
         parts = line.split()
-        if len(parts) != 3 or not parts[1].isdigit() or not re.fullmatch(r"-?\d+", parts[2]):
+        if len(parts) != 3 or not parts[1].isdigit() or not offset(parts[2]):
             raise ValueError(f"{path}: malformed checkpoint line {line!r}")
         out[(parts[0], int(parts[1]))] = int(parts[2])
     if len(out) != count:

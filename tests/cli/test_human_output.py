@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from diskguard.commands import plan as plan_cmd
 from diskguard.commands import status as status_cmd
 from support.configs import write_config
@@ -103,3 +105,52 @@ def test_aggregate_says_at_once_that_spark_is_starting(tmp_path: Path) -> None:
     assert "starting Spark (local[*])" in first, first
     piped = _piped(argv)
     assert "starting Spark" not in piped.stderr + piped.stdout
+
+
+def test_over_the_limit_by_the_triggers_rule_on_exact_bytes() -> None:
+    """The highlight follows the trigger (usage above the limit), not the rounded figure."""
+    total = 10**9
+
+    def fs(used: int) -> dict[str, object]:
+        return {
+            "mount": "/data",
+            "device": "/dev/sdb1",
+            "total_bytes": total,
+            "used_bytes": used,
+            "available_bytes": total - used,
+            "usage_percent": round(100.0 * used / total, 3),
+            "limit_percent": 70.0,
+        }
+
+    just_over = fs(700_000_004)  # 70.0000004 %: its usage_percent reads 70.0
+    assert just_over["usage_percent"] == 70.0
+    assert status_cmd.over_limit(just_over)
+    assert not status_cmd.over_limit(fs(700_000_000))  # exactly at the limit: not over
+    assert not status_cmd.over_limit(fs(699_999_000))
+
+
+def test_plan_highlights_usage_just_over_the_limit_not_at_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from diskguard.retention.planner import FilesystemPlan, Plan
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    total = 10**9
+    for used, red in ((700_000_004, True), (700_000_000, False)):
+        fs = FilesystemPlan(
+            mount="/data",
+            device="/dev/sdb1",
+            log_dirs=("/data/kafka-logs",),
+            total_bytes=total,
+            used_bytes=used,
+            available_bytes=total - used,
+            usage_percent=round(100.0 * used / total, 3),
+            limit_percent=70.0,
+            target_percent=65.0,
+            pending_reclaim_bytes=0,
+            excess_bytes=0,
+        )
+        plan_cmd.render_plan(Plan((fs,), ()), "offline", "broker stopped", [])
+        out = capsys.readouterr().out
+        assert "70.00%" in out, out
+        assert (BOLD_RED in out) is red, out

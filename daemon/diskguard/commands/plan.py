@@ -137,10 +137,11 @@ def render_plan(
             fs.device,
             format_bytes(fs.used_bytes),
             format_bytes(fs.available_bytes),
-            # Over the limit stands out (no styles when stdout is not a terminal).
+            # Over the limit stands out (no styles when stdout is not a terminal): by the
+            # trigger's rule on the exact bytes, not on the rounded ``usage_percent``.
             Text(
                 f"{fs.usage_percent:.2f}%",
-                style="bold red" if fs.usage_percent >= fs.limit_percent else "",
+                style="bold red" if fs.usage.usage_percent > fs.limit_percent else "",
             ),
             f"{fs.limit_percent:g}%",
             f"{fs.target_percent:g}%",

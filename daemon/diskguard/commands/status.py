@@ -24,7 +24,7 @@ from diskguard.config import Config
 from diskguard.flow.limits import flow_limits
 from diskguard.flow.state import FlowState, step
 from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
-from diskguard.kafkalog.model import usage_fields
+from diskguard.kafkalog.model import FilesystemUsage, usage_fields
 from diskguard.kafkalog.scan import scan
 from diskguard.retention.daemonstate import daemon_state
 from diskguard.retention.reclaimwatch import reclaim_settings
@@ -96,6 +96,16 @@ def collect_status(config: Config) -> dict[str, Any]:
     }
 
 
+def over_limit(fs: dict[str, Any]) -> bool:
+    """Is a status filesystem over its limit, by the trigger's rule (``over_ceiling``: usage
+    above the limit) on the exact bytes? Its ``usage_percent`` is rounded to 3 decimals, so
+    70.0004 % would read 70.0 at a 70 % limit; exactly at the limit is not over."""
+    usage = FilesystemUsage(
+        fs["mount"], fs["device"], fs["total_bytes"], fs["used_bytes"], fs["available_bytes"]
+    )
+    return usage.usage_percent > float(fs["limit_percent"])
+
+
 #: Redpanda-style alert levels: 1 low space, 2 degraded.
 _ALERT_STYLES = {1: "yellow", 2: "bold red"}
 
@@ -129,7 +139,7 @@ def _render(status: dict[str, Any]) -> None:
             )
             last_text = f"{when} {last['topic']}-{last['partition']}@{last['base_offset']}"
         # Over a limit stands out (rich drops the styles when stdout is not a terminal).
-        over = fs["usage_percent"] >= fs["limit_percent"]
+        over = over_limit(fs)
         table.add_row(
             fs["mount"],
             Text(

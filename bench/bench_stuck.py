@@ -9,6 +9,8 @@ nothing more can be done:
 - ``refused``: mode offline while another process holds ``.lock`` (a POSIX lock, as a
   broker's);
 - ``dry-run``: mode dry-run;
+- ``read-only``: the filesystem remounted read-only, as ext4 does after a disk error
+  (``errors=remount-ro``): every deletion the daemon tries fails;
 
 and, as the baseline of the same run, ``idle``: the same tree under its ceiling. For each,
 after start-up and a settle time, CPU (utime + stime from ``/proc/PID/stat``) and stdout
@@ -44,7 +46,7 @@ from support import configs
 from support.kafkagen import SegmentSpec, hold_lock, write_log_dir
 
 SEG = SegmentSpec(records=4, payload_size=2000, records_per_batch=2)
-SCENARIOS = ("idle", "unreachable", "refused", "dry-run")
+SCENARIOS = ("idle", "unreachable", "refused", "dry-run", "read-only")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -131,10 +133,17 @@ def run_daemon(config: Path, pythonpath: Path, settle: float, seconds: float) ->
 
 
 @contextlib.contextmanager
-def maybe_lock(scenario: str, log_dir: Path) -> Iterator[None]:
+def stuck_by(scenario: str, log_dir: Path, mnt: Path) -> Iterator[None]:
+    """What keeps the daemon from freeing space in ``scenario``, for as long as it runs."""
     if scenario == "refused":
         with hold_lock(log_dir):
             yield
+    elif scenario == "read-only":
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(mnt)], check=True)
     else:
         yield
 
@@ -179,7 +188,7 @@ def main() -> None:
                 state = work / f"state-{len(results)}"
                 config = work / f"{len(results)}.toml"
                 write_config(config, log_dir, state, scenario, limit)
-                with maybe_lock(scenario, log_dir):
+                with stuck_by(scenario, log_dir, mnt):
                     got = run_daemon(config, path, args.settle, args.seconds)
                 results.setdefault(version, {})[scenario] = got
                 print(

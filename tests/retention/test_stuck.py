@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -62,6 +63,10 @@ def add_deletable_partition(disk: Path, log_dir: Path) -> None:
     os.rename(staging / "fresh-0", log_dir / "fresh-0")
 
 
+def remount(disk: Path, how: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{how}", str(disk)], check=True, timeout=30)
+
+
 def quiet_window(daemon: DaemonProc) -> tuple[int, float]:
     """Lines logged and CPU seconds used over ``WINDOW_S`` of being stuck."""
     lines, cpu = len(daemon.raw), cpu_seconds(daemon.proc.pid)
@@ -76,6 +81,7 @@ def quiet_window(daemon: DaemonProc) -> tuple[int, float]:
         ("protected", "target_unreachable"),
         ("lock", "refused"),
         ("dry-run", "dry_run"),
+        ("read-only", "delete_failed"),
     ],
 )
 def test_stuck_over_the_limit_is_quiet_then_reacts_to_a_real_change(
@@ -95,6 +101,10 @@ def test_stuck_over_the_limit_is_quiet_then_reacts_to_a_real_change(
     with contextlib.ExitStack() as lock, DaemonProc(config) as daemon:
         if case == "lock":
             lock.enter_context(hold_lock(log_dir))
+        if case == "read-only":
+            # What ext4 does after a disk error (errors=remount-ro): every deletion fails.
+            remount(disk, "ro")
+            lock.callback(remount, disk, "rw")
         daemon.wait_for("daemon_started")
         time.sleep(1.0)
         lines, cpu = quiet_window(daemon)
@@ -109,6 +119,9 @@ def test_stuck_over_the_limit_is_quiet_then_reacts_to_a_real_change(
             assert len(daemon.named("retention_target_unreachable")) == 1
         if case == "lock":
             assert len(daemon.named("retention_refused")) == 1
+        if case == "read-only":
+            assert "Read-only file system" in stuck[0]["detail"], stuck
+            assert len(daemon.named("segment_delete_failed")) == 3  # the first cycle's, once
 
         # Now the disk really changes: the daemon must act at once, not after a back-off.
         changed = time.monotonic()
@@ -116,6 +129,11 @@ def test_stuck_over_the_limit_is_quiet_then_reacts_to_a_real_change(
             add_deletable_partition(disk, log_dir)
             event = daemon.wait_for("segment_deleted", timeout=4, topic="fresh")
             assert event["base_offset"] == 0
+        elif case == "read-only":
+            remount(disk, "rw")  # repaired; then a partition appears (a real change)
+            add_deletable_partition(disk, log_dir)
+            daemon.wait_for("segment_deleted", timeout=4)
+            daemon.wait_for("retention_stuck_cleared", timeout=4, reason="delete_failed")
         elif case == "lock":
             lock.close()  # the holder exits: the kernel drops its lock
             daemon.wait_for("segment_deleted", timeout=4)

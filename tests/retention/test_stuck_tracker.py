@@ -127,3 +127,63 @@ def test_only_active_segments_left_a_meaningful_move_either_way_needs_a_cycle() 
     assert tracker.usage_moved({}), "a usage that could not be read is a change"
     assert tracker.all_stuck(["/data"]) and not tracker.all_stuck(["/data", "/other"])
     assert not tracker.all_stuck([])
+
+
+def failed(fs: FilesystemPlan, ok: bool = False, error: str = "Read-only file system") -> object:
+    from diskguard.retention.planner import Deletion, DeletionResult
+
+    d = Deletion(
+        log_dir="/data/kafka",
+        topic="orders",
+        partition=0,
+        base_offset=0,
+        next_offset=10,
+        max_timestamp_ms=0,
+        bytes=GiB,
+        files=("00000000000000000000.log",),
+        mount=fs.mount,
+    )
+    return DeletionResult(d, ok, GiB if ok else 0, OFFLINE, None if ok else error)
+
+
+def test_every_deletion_failing_is_stuck_until_one_succeeds() -> None:
+    """A read-only log dir: the plan chooses segments every cycle and every deletion fails.
+    Said once (with the error), quiet on the retries, cleared when a deletion goes through."""
+    tracker = StuckTracker()
+    chosen = fs_plan(chosen_count=1, chosen_bytes=GiB, unreachable_bytes=0)
+    plan = Plan((chosen,), ())
+    with capture_logs() as logs:
+        assert tracker.observe(mode(OFFLINE), plan, 0.0) == frozenset()  # not known yet
+        assert tracker.observe_results(mode(OFFLINE), plan, [failed(chosen)], 0.1) == frozenset()
+        assert tracker.states["/data"].reason == "delete_failed"
+        for t in range(1, 5):  # the retries: quiet before and after acting
+            assert tracker.observe(mode(OFFLINE), plan, float(t)) == {"/data"}
+            assert tracker.observe_results(mode(OFFLINE), plan, [failed(chosen)], t + 0.1) == {
+                "/data"
+            }
+        assert tracker.all_stuck(["/data"])
+        assert tracker.observe(mode(OFFLINE), plan, 10.0) == {"/data"}
+        both = [failed(chosen), failed(chosen, ok=True)]
+        assert tracker.observe_results(mode(OFFLINE), plan, both, 10.1) == frozenset()
+    events = [(e["event"], e.get("reason")) for e in logs]
+    assert events == [
+        ("retention_stuck", "delete_failed"),
+        ("retention_stuck_cleared", "delete_failed"),
+    ]
+    assert "Read-only file system" in logs[0]["detail"]
+    assert logs[0]["log_level"] == "warning"
+    assert not tracker.states
+
+
+def test_stuck_on_failed_deletions_then_refused_or_under_the_limit() -> None:
+    tracker = StuckTracker()
+    chosen = fs_plan(chosen_count=1, chosen_bytes=GiB, unreachable_bytes=0)
+    tracker.observe_results(mode(OFFLINE), Plan((chosen,), ()), [failed(chosen)], 0.0)
+    # A broker took .lock: the reason changes (logged), no retry decides it any more.
+    assert tracker.observe(mode(REFUSED), Plan((chosen,), ()), 1.0) == frozenset()
+    assert tracker.states["/data"].reason == "refused"
+    tracker.observe_results(mode(OFFLINE), Plan((chosen,), ()), [failed(chosen)], 2.0)
+    under = fs_plan(usage_percent=70.0, excess_bytes=0, unreachable_bytes=0)
+    with capture_logs() as logs:
+        assert tracker.observe(mode(OFFLINE), Plan((under,), ()), 3.0) == frozenset()
+    assert [e["event"] for e in logs] == ["retention_stuck_cleared"]

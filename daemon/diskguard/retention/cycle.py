@@ -32,7 +32,7 @@ from diskguard.retention.policystore import CACHE_FILE, PolicyStore
 from diskguard.retention.reclaim import Forecast, GrowthEstimator
 from diskguard.retention.reclaimwatch import ReclaimWatch, reclaim_settings
 from diskguard.retention.requested import RequestedLogStart
-from diskguard.retention.stuck import StuckTracker
+from diskguard.retention.stuck import DELETE_FAILED, StuckTracker
 
 if TYPE_CHECKING:
     from diskguard.broker.client import BrokerClient
@@ -251,7 +251,7 @@ class RetentionCycle:
         all_warnings = [*result.warnings, *warnings]
         self._quiet = frozenset()
         if act and self.stuck is not None:
-            self._quiet = self.stuck.observe(mode, chosen, time.monotonic())
+            self._set_quiet(self.stuck.observe(mode, chosen, time.monotonic()), chosen)
         if mode.mode == REFUSED:
             # Name a broken .lock (a FIFO...) rather than blame a broker that may not exist.
             for log_dir in self.config.broker.log_dirs:
@@ -261,6 +261,11 @@ class RetentionCycle:
         results: tuple[Any, ...] = ()
         if act and chosen.deletions:
             results = self._act(mode, chosen, executor)
+            if self.stuck is not None and results:
+                now = time.monotonic()
+                self._set_quiet(
+                    self._quiet | self.stuck.observe_results(mode, chosen, results, now), chosen
+                )
         measured = self._measure(result) if act else None
         outcome = CycleOutcome(
             mode=mode,
@@ -274,6 +279,20 @@ class RetentionCycle:
         if act:
             log_cycle(outcome, self._quiet)
         return outcome
+
+    def _set_quiet(self, quiet: frozenset[str], chosen: Plan) -> None:
+        """The mounts whose repeating events stay quiet (stuck, said already); the offline
+        executor's refusals too wherever the state is ``delete_failed`` (``retention_stuck``
+        said so with the error; the next cycle's sweep included: it runs before its plan)."""
+        self._quiet = quiet
+        states = self.stuck.states if self.stuck is not None else {}
+        failing = {m for m, state in states.items() if state.reason == DELETE_FAILED}
+        if self._files is not None:  # else no offline cycle yet: nothing to quiet
+            self._files.quiet(
+                frozenset(
+                    d for fs in chosen.filesystems if fs.mount in failing for d in fs.log_dirs
+                )
+            )
 
     def _plan(
         self,

@@ -108,9 +108,8 @@ class FileExecutor:
         #: the disk; read at each step, so a test may set it on a built executor.
         self._on_step = on_step
         self.remover = SegmentRemover(self._step)
-        self.recovery = Recovery(
-            self.journal, audit, self.remover, Sweeper(self.journal, audit, listings)
-        )
+        self.sweeper = Sweeper(self.journal, audit, listings)
+        self.recovery = Recovery(self.journal, audit, self.remover, self.sweeper)
 
     def execute(
         self, deletions: Sequence[Deletion], usage_before: Mapping[str, float]
@@ -387,8 +386,15 @@ class FileExecutor:
         if self._on_step is not None:
             self._on_step(name)
 
+    def quiet(self, log_dirs: frozenset[str]) -> None:
+        """Log dirs (as configured) whose filesystem is stuck on failed deletions, said
+        already (``stuck.DELETE_FAILED``): a retry's refusals there are logged at debug (and
+        still audited), or each retry would repeat one line per segment."""
+        self.sweeper.quiet_log_dirs = log_dirs
+
     def _refuse(self, d: Deletion, usage: float, why: str) -> DeletionResult:
-        log.warning(
+        emit = log.debug if d.log_dir in self.sweeper.quiet_log_dirs else log.warning
+        emit(
             "offline_refused",
             topic=d.topic,
             partition=d.partition,

@@ -109,7 +109,7 @@ def log_cycle(outcome: CycleOutcome, quiet: frozenset[str] = frozenset()) -> Non
                 log_dir=d.log_dir,
                 mount=d.mount,
             )
-        else:
+        elif d.mount not in quiet:  # else stuck on failed deletions, said already
             log.error(
                 "segment_delete_failed",
                 topic=d.topic,

@@ -58,6 +58,10 @@ class Sweeper:
         #: holds no ``*.deleted`` name is not listed again. The cache re-lists any dir whose
         #: mtime changed, and renaming a file to ``*.deleted`` changes it.
         self.listings = listings
+        #: Log dirs (as configured) whose filesystem is stuck on failed deletions, said
+        #: already (``stuck.DELETE_FAILED``): a sweep that cannot take ``.lock`` there is
+        #: logged at debug, or every retry would say it again.
+        self.quiet_log_dirs: frozenset[str] = frozenset()
 
     def sweep(self, log_dir: str) -> None:
         """Remove ``-delete`` dirs, then ``<segment file>.deleted`` leftovers (what Kafka
@@ -125,7 +129,8 @@ class Sweeper:
         except lockfile.LockHeld:
             return
         except OSError as exc:
-            log.warning("offline_sweep_failed", log_dir=label, error=str(exc))
+            emit = log.debug if label in self.quiet_log_dirs else log.warning
+            emit("offline_sweep_failed", log_dir=label, error=str(exc))
 
     def _open_session(self, log_dir_real: str, session: list[dict[str, Any]]) -> None:
         """Journal the sweep of ``log_dir_real`` before its first removal (lazily: a sweep

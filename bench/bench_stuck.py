@@ -10,7 +10,8 @@ nothing more can be done:
   broker's);
 - ``dry-run``: mode dry-run;
 - ``read-only``: the filesystem remounted read-only, as ext4 does after a disk error
-  (``errors=remount-ro``): every deletion the daemon tries fails;
+  (``errors=remount-ro``), every topic's policy assumed ``delete``: every deletion the
+  daemon tries fails (the ``.lock`` cannot be taken);
 
 and, as the baseline of the same run, ``idle``: the same tree under its ceiling. For each,
 after start-up and a settle time, CPU (utime + stime from ``/proc/PID/stat``) and stdout
@@ -62,7 +63,9 @@ def write_config(path: Path, log_dir: Path, state: Path, scenario: str, limit: f
         log_dir,
         state_dir=state,
         name=path.name,
-        assume_delete_policy=None,
+        # Offline nothing tells the topics' cleanup policy: all protected, unless assumed.
+        # The read-only case needs segments the daemon would delete.
+        assume_delete_policy=[".*"] if scenario == "read-only" else None,
         disk_usage_percent=99.0 if scenario == "idle" else limit,
         mode=mode,
         offline_headroom=0,

@@ -388,21 +388,22 @@ class FileExecutor:
 
     def quiet(self, log_dirs: frozenset[str]) -> None:
         """Log dirs (as configured) whose filesystem is stuck on failed deletions, said
-        already (``stuck.DELETE_FAILED``): a retry's refusals there are logged at debug (and
-        still audited), or each retry would repeat one line per segment."""
+        already (``stuck.DELETE_FAILED``): a retry refused there (nothing touched) is logged
+        at debug and not audited again, or each retry would repeat a line per segment."""
         self.sweeper.quiet_log_dirs = log_dirs
 
     def _refuse(self, d: Deletion, usage: float, why: str) -> DeletionResult:
-        emit = log.debug if d.log_dir in self.sweeper.quiet_log_dirs else log.warning
-        emit(
-            "offline_refused",
-            topic=d.topic,
-            partition=d.partition,
-            base_offset=d.base_offset,
-            reason=why,
-        )
+        """Nothing was touched: logged and audited, except on a log dir stuck on failed
+        deletions (``quiet``), whose retries would repeat the same lines for every segment
+        every rescan (2,000 audit lines a minute for a read-only log dir)."""
+        result = DeletionResult(d, False, 0, MODE, why, True)
+        fields = {"topic": d.topic, "partition": d.partition, "base_offset": d.base_offset}
+        if d.log_dir in self.sweeper.quiet_log_dirs:
+            log.debug("offline_refused", **fields, reason=why)
+            return result
+        log.warning("offline_refused", **fields, reason=why)
         try:
             self.audit.refused(d, reason_text(d), usage, MODE, why)
         except AuditWriteFailed as exc:
             log.error("audit_write_failed", error=str(exc))
-        return DeletionResult(d, False, 0, MODE, why, True)
+        return result

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import os
+import select
+import time
 
 from diskguard.progress import progress
 
@@ -25,9 +27,20 @@ def test_draws_on_a_pty() -> None:
                 for _ in range(4):
                     advance(1)
             tty.flush()
-        os.set_blocking(master, False)
-        drawn = os.read(master, 65536).decode(errors="replace")
+        drawn = _read_until(master, "scanning log dirs")
     finally:
         os.close(slave)
         os.close(master)
     assert "scanning log dirs" in drawn
+
+
+def _read_until(fd: int, wanted: str, timeout: float = 10.0) -> str:
+    """Read a pty master until `wanted` shows up: the line discipline hands the
+    slave's writes over in pieces, so one read may see only the first escape."""
+    drawn = ""
+    deadline = time.monotonic() + timeout
+    while wanted not in drawn and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            drawn += os.read(fd, 65536).decode(errors="replace")
+    return drawn

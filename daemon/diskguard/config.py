@@ -6,8 +6,8 @@ errors: a misspelt ``disk_usage_persent`` silently falling back to "off" is the 
 possible failure for a guard.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: pydantic would then compile and evaluate
+# each field's annotation from its string form, ~1 ms of every command's start-up (issue 15).
 import json
 import os
 import re
@@ -123,7 +123,7 @@ class RetentionConfig(_Section):
         return patterns
 
     @model_validator(mode="after")
-    def _target_below_ceiling(self) -> RetentionConfig:
+    def _target_below_ceiling(self) -> "RetentionConfig":
         if self.target_percent is not None and self.target_percent > self.disk_usage_percent:
             raise ValueError(
                 f"target_percent ({self.target_percent}) must not exceed "
@@ -160,7 +160,7 @@ class FlowControlConfig(_Section):
     acl_principal: str = "User:*"
 
     @model_validator(mode="after")
-    def _hysteresis(self) -> FlowControlConfig:
+    def _hysteresis(self) -> "FlowControlConfig":
         if (self.overfull_percent is None) != (self.underfull_percent is None):
             raise ValueError("overfull_percent and underfull_percent must be set together")
         if (

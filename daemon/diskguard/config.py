@@ -8,7 +8,6 @@ possible failure for a guard.
 
 # No ``from __future__ import annotations`` here: pydantic would then compile and evaluate
 # each field's annotation from its string form, ~1 ms of every command's start-up (issue 15).
-import json
 import os
 import re
 import tomllib
@@ -254,6 +253,8 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
             parts.append(item)
         else:
             # Quoted as TOML would (a key with a newline must not break the one-line rule).
+            import json  # only on this error path: check-config otherwise never loads it
+
             parts.append(json.dumps(item))
     return ".".join(parts) or "(top level)"
 

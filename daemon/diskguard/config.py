@@ -6,9 +6,8 @@ errors: a misspelt ``disk_usage_persent`` silently falling back to "off" is the 
 possible failure for a guard.
 """
 
-from __future__ import annotations
-
-import json
+# No ``from __future__ import annotations`` here: pydantic would then compile and evaluate
+# each field's annotation from its string form, ~1 ms of every command's start-up (issue 15).
 import os
 import re
 import tomllib
@@ -123,7 +122,7 @@ class RetentionConfig(_Section):
         return patterns
 
     @model_validator(mode="after")
-    def _target_below_ceiling(self) -> RetentionConfig:
+    def _target_below_ceiling(self) -> "RetentionConfig":
         if self.target_percent is not None and self.target_percent > self.disk_usage_percent:
             raise ValueError(
                 f"target_percent ({self.target_percent}) must not exceed "
@@ -160,7 +159,7 @@ class FlowControlConfig(_Section):
     acl_principal: str = "User:*"
 
     @model_validator(mode="after")
-    def _hysteresis(self) -> FlowControlConfig:
+    def _hysteresis(self) -> "FlowControlConfig":
         if (self.overfull_percent is None) != (self.underfull_percent is None):
             raise ValueError("overfull_percent and underfull_percent must be set together")
         if (
@@ -254,6 +253,8 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
             parts.append(item)
         else:
             # Quoted as TOML would (a key with a newline must not break the one-line rule).
+            import json  # only on this error path: check-config otherwise never loads it
+
             parts.append(json.dumps(item))
     return ".".join(parts) or "(top level)"
 

@@ -7,7 +7,6 @@ fills, not when it has. Each check only looks (stat, access): it changes nothing
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -15,7 +14,11 @@ from pathlib import Path
 
 def _shown(text: str) -> str:
     """A path or name as it may appear in a one-line message (quoted if it has control chars)."""
-    return text if text.isprintable() else json.dumps(text)
+    if text.isprintable():
+        return text
+    import json  # rare: not worth its import at every start-up (issue 15)
+
+    return json.dumps(text)
 
 
 def _cannot_check(path: str, exc: OSError | ValueError) -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diskguard.broker.client import BrokerClient, describe_error
-from diskguard.capacity.topicconfigs import local_broker_id
 from diskguard.config import Config
 from diskguard.host import fsusage
+from diskguard.kafkalog.serverprops import local_broker_id
 from diskguard.retention.daemonstate import daemon_rates
 from diskguard.retention.planner import room_above_ceiling
 from diskguard.retention.reclaimwatch import reclaim_settings

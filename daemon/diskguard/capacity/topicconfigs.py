@@ -25,7 +25,7 @@ from diskguard.capacity.reserve import TopicSettings, policy_kind
 from diskguard.config import BrokerConfig
 from diskguard.errors import UsageError
 from diskguard.kafkalog.model import PartitionDirKind, parse_partition_dir
-from diskguard.kafkalog.serverprops import read_properties
+from diskguard.kafkalog.serverprops import local_broker_id, read_properties
 from diskguard.kafkalog.topicpolicy import ALWAYS_COMPACTED
 from diskguard.logs import get_logger
 
@@ -117,20 +117,6 @@ def broker_defaults(broker: BrokerConfig) -> BrokerDefaults:
     except ValueError as exc:
         raise TopicConfigError(f"{path}: log.cleanup.policy: {exc}") from None
     return replace(defaults, retention_bytes=retention, cleanup_policy=policy, source=str(path))
-
-
-def local_broker_id(log_dirs: Iterable[Path]) -> int | None:
-    """This host's broker id from ``meta.properties`` (``node.id`` in KRaft, else ``broker.id``)."""
-    for log_dir in log_dirs:
-        try:
-            props = read_properties(Path(log_dir) / "meta.properties")
-        except OSError:
-            continue
-        for key in ("node.id", "broker.id"):
-            value = props.get(key, "").strip()
-            if value.lstrip("-").isdigit():
-                return int(value)
-    return None
 
 
 def topics_from_log_dirs(

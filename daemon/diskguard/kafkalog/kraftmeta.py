@@ -22,10 +22,8 @@ default. An incomplete read can still prove a topic compacted or tiered, never t
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -144,6 +142,9 @@ def _records(body: bytes, base_offset: int, count: int, where: str) -> Iterator[
 
 def _decompress(codec: int, data: bytes, where: str) -> bytes:
     if codec == 1:
+        import gzip  # only for a gzip batch (rare in the metadata log): not at every start-up
+        import zlib
+
         try:
             return gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:

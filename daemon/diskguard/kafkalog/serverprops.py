@@ -7,6 +7,7 @@ when its TOML does not say (log dirs, segment sizes).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,24 @@ def read_properties(path: Path) -> dict[str, str]:
         else:
             props[line] = ""
     return props
+
+
+def local_broker_id(log_dirs: Iterable[Path]) -> int | None:
+    """This host's broker id from ``meta.properties`` (``node.id`` in KRaft, else ``broker.id``).
+
+    Here rather than in ``capacity.topicconfigs`` (which still exports it): every retention
+    cycle needs it, and that module's import (the reserve report's) cost ``plan`` ~3 ms of
+    start-up (issue 15)."""
+    for log_dir in log_dirs:
+        try:
+            props = read_properties(Path(log_dir) / "meta.properties")
+        except OSError:
+            continue
+        for key in ("node.id", "broker.id"):
+            value = props.get(key, "").strip()
+            if value.lstrip("-").isdigit():
+                return int(value)
+    return None
 
 
 def read_server_properties(path: Path) -> ServerProperties:

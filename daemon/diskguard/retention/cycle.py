@@ -15,13 +15,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from diskguard.capacity.topicconfigs import local_broker_id
 from diskguard.config import Config
 from diskguard.host import fsusage
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.dating import SegmentFileReader, warm_heads
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult, still_listed
+from diskguard.kafkalog.serverprops import local_broker_id
 from diskguard.logs import get_logger
 from diskguard.retention.audit import AuditLog
 from diskguard.retention.inputs import PlanInputs

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from diskguard.capacity import topicconfigs
 from diskguard.config import Config
 from diskguard.kafkalog.dating import AgeCache
 from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import Filesystem
 from diskguard.kafkalog.scan import ScanResult, scan
+from diskguard.kafkalog.serverprops import local_broker_id
 from diskguard.kafkalog.topicpolicy import ProtectionRule
 from diskguard.retention.mode import BROKER, OFFLINE
 from diskguard.retention.planner import Limits
@@ -78,11 +78,14 @@ class PlanInputs:
             default: str | None = None
             problems: list[str] = []
             if broker.server_properties is not None:
+                # Only here: the reserve report's module costs every plan its import.
+                from diskguard.capacity.topicconfigs import broker_defaults
+
                 try:
-                    default = topicconfigs.broker_defaults(broker).cleanup_policy
+                    default = broker_defaults(broker).cleanup_policy
                 except (OSError, ValueError) as exc:
                     problems.append(f"broker default cleanup.policy unknown: {exc}")
-            node_id = topicconfigs.local_broker_id(broker.log_dirs)
+            node_id = local_broker_id(broker.log_dirs)
             self._broker_facts = (default, node_id, problems)
         return self._broker_facts[0], self._broker_facts[1]
 

@@ -215,18 +215,6 @@ def test_predicted_excess_brings_reclaim_time_usage_to_the_goal() -> None:
     assert _plan(720 * MiB, Limits(70.0, 55.0)) == 170 * MiB
 
 
-def test_offline_cycle_growth_sizes_the_excess_and_never_triggers() -> None:
-    # 4 MiB/s over a 2.5 s cycle: 10 MiB more than plain KIP-61, once over the ceiling.
-    cyc = Limits(70.0, 55.0, growth_bytes_per_s=4 * MiB, cycle_s=2.5)
-    assert cyc.growth_bytes == cyc.period_growth_bytes == 0
-    assert _plan(720 * MiB, cyc) == 180 * MiB
-    # Below the ceiling, however close and however fast the writer: no trigger, no excess.
-    assert over_ceiling(_fs(699 * MiB).usage, cyc, 0) == (False, False)
-    assert _plan(699 * MiB, cyc) == 0
-    # Pending reclaim still counts once.
-    assert _plan(720 * MiB, cyc, pending=30 * MiB) == 150 * MiB
-
-
 def test_leader_preference_among_equal_candidates() -> None:
     parts = (
         Partition("/data/k", "a", 0, "/data/k/a-0", (0, 10, 20)),

@@ -10,7 +10,6 @@ mode's ``Executor`` (broker: DeleteRecords; offline: files), measure again, log.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -42,9 +41,6 @@ if TYPE_CHECKING:
 
 log = get_logger("diskguard.retention")
 
-#: Offline: acting cycles whose durations size the growth expected during the next one.
-OFFLINE_CYCLES_KEPT = 5
-
 
 class RetentionCycle:
     """One config's retention cycle, with the long-lived edge objects it needs (executors,
@@ -73,9 +69,6 @@ class RetentionCycle:
         )
         self._files: FileExecutor | None = None
         self.inputs.forecast_for = self.forecast
-        self.inputs.cycle_growth_for = self.cycle_growth
-        #: Offline: how long the last acting cycles took, usage reading to last unlink.
-        self.offline_cycle_s: deque[float] = deque(maxlen=OFFLINE_CYCLES_KEPT)
         self._reachable_cache: tuple[float, bool] | None = None
         # Broker reclaim latency: settings now from server.properties/defaults, from the broker
         # itself at the first broker-mode cycle; growth rates from the daemon's usage samples.
@@ -130,19 +123,6 @@ class RetentionCycle:
 
     def forecast(self, mount: str) -> Forecast:
         return self.reclaim.model.forecast(time.monotonic(), self.growth_rate(mount))
-
-    def cycle_growth(self, mount: str) -> tuple[float, float] | None:
-        """Offline: ``(write rate, expected cycle time)``, or None until both are known.
-
-        The cycle time is the middle of the last acting offline cycles, so one slow cycle
-        (the first, cold scan) does not size the next; and at most ``check_interval``: a
-        cycle slower than that is not what the next one will take, and the extra deleted
-        is bounded by what the disk grows in one check interval."""
-        rate = self.growth_rate(mount)
-        if not rate or not self.offline_cycle_s:
-            return None
-        took = sorted(self.offline_cycle_s)[len(self.offline_cycle_s) // 2]
-        return rate, min(took, self.config.retention.check_interval)
 
     def refresh_reclaim_settings(self, max_age: float = 600.0) -> None:
         """Ask the broker for its retention-check settings, at most every ``max_age`` s."""
@@ -281,8 +261,6 @@ class RetentionCycle:
         results: tuple[Any, ...] = ()
         if act and chosen.deletions:
             results = self._act(mode, chosen, executor)
-            if mode.mode == OFFLINE and any(r.ok for r in results):
-                self.offline_cycle_s.append(time.monotonic() - started)
             if self.stuck is not None and results:
                 now = time.monotonic()
                 self._set_quiet(

@@ -63,9 +63,6 @@ class PlanInputs:
     ages: AgeCache = field(default_factory=AgeCache)
     #: Broker mode: the write rate and reclaim latency per filesystem (mount -> forecast).
     forecast_for: Callable[[str], Forecast | None] | None = None
-    #: Offline mode (the daemon): the write rate and how long an acting cycle takes, per
-    #: filesystem (mount -> (bytes/s, s)); None where either is unknown.
-    cycle_growth_for: Callable[[str], tuple[float, float] | None] | None = None
     #: Known topic policies (cache, broker answers, KRaft metadata); None: none known, so
     #: every topic not internal, not compacted by evidence, is "policy unknown".
     policies: PolicyStore | None = None
@@ -142,15 +139,11 @@ class PlanInputs:
 
     def limits_of(self, mode: str, mount: str) -> Limits:
         """The limits of the filesystem labelled ``mount`` in ``mode``: with its forecast in
-        broker mode, with the growth expected during the cycle in offline mode."""
+        broker mode."""
         limits = limits_for(self.config, mode)
-        if mode == BROKER and self.forecast_for is not None:
-            return with_forecast(limits, self.forecast_for(mount))
-        if mode == OFFLINE and self.cycle_growth_for is not None:
-            growth = self.cycle_growth_for(mount)
-            if growth is not None:
-                return replace(limits, growth_bytes_per_s=growth[0], cycle_s=growth[1])
-        return limits
+        if mode != BROKER or self.forecast_for is None:
+            return limits
+        return with_forecast(limits, self.forecast_for(mount))
 
     def limits(self, mode: str) -> Callable[[Filesystem], Limits]:
         """``limits_of`` for the planner, which asks per scanned filesystem."""

@@ -58,11 +58,6 @@ class Limits:
     #: At a retention check of known phase: the forecast alone does not trigger (a request now
     #: may or may not catch this check; after it, it certainly catches the next).
     defer_forecast: bool = False
-    #: Offline only: how long a cycle takes from its usage reading to its last unlink (the
-    #: daemon's recent acting cycles; 0 when unknown, as in one-shot commands). The growth
-    #: over it (``growth_bytes_per_s`` x ``cycle_s``) is deleted too, so that a cycle under a
-    #: writer ends at the target rather than part way back to the ceiling. Never a trigger.
-    cycle_s: float = 0.0
 
     @property
     def growth_bytes(self) -> int:
@@ -73,11 +68,6 @@ class Limits:
     def period_growth_bytes(self) -> int:
         """Growth over one check period, until the chance after the next one."""
         return int(self.growth_bytes_per_s * self.reclaim_period_s)
-
-    @property
-    def cycle_growth_bytes(self) -> int:
-        """Offline: growth expected while this cycle's own deletions run."""
-        return int(self.growth_bytes_per_s * self.cycle_s)
 
 
 @dataclass(frozen=True)
@@ -138,8 +128,7 @@ class FilesystemPlan:
     #: Excess left after every deletable segment was chosen (only active/protected remain).
     unreachable_bytes: int = 0
     #: Usage expected when space asked for now is freed, before this plan's deletions:
-    #: ``used + growth - pending`` in broker mode, ``used + cycle_growth - pending`` in the
-    #: daemon's offline cycles (``used - pending`` without a forecast).
+    #: ``used + growth - pending`` (equals ``used - pending`` without a forecast).
     predicted_used_bytes: int = 0
     #: True when only the forecast (not today's usage) crossed the ceiling.
     predicted_trigger: bool = False
@@ -279,9 +268,7 @@ def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
     lower if the growth over the following check period would otherwise carry the disk over
     the ceiling before the next chance to free space. Only once over the ceiling,
     ``headroom_bytes`` (offline rescue) must also be left free, capped at
-    ``HEADROOM_CAP_FRACTION`` of the filesystem so a small disk is never emptied for it. In
-    offline mode the usage that counts is the one expected when the cycle's unlinks are done
-    (``used + cycle_growth``); it only sizes the excess, it never triggers.
+    ``HEADROOM_CAP_FRACTION`` of the filesystem so a small disk is never emptied for it.
     """
     usage = fs.usage
     pending = fs.pending_reclaim_bytes
@@ -296,7 +283,7 @@ def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
         capacity = usage.used_bytes + usage.available_bytes
         headroom = min(limits.headroom_bytes, int(capacity * HEADROOM_CAP_FRACTION))
         goal = min(goal, capacity - headroom)
-    excess = usage.used_bytes + limits.growth_bytes + limits.cycle_growth_bytes - pending - goal
+    excess = usage.used_bytes + limits.growth_bytes - pending - goal
     return max(0, excess), True
 
 
@@ -393,12 +380,7 @@ def plan_filesystem(
         chosen_bytes=chosen_bytes,
         chosen_count=len(chosen),
         unreachable_bytes=unreachable,
-        predicted_used_bytes=(
-            usage.used_bytes
-            + limits.growth_bytes
-            + limits.cycle_growth_bytes
-            - fs.pending_reclaim_bytes
-        ),
+        predicted_used_bytes=usage.used_bytes + limits.growth_bytes - fs.pending_reclaim_bytes,
         predicted_trigger=_over and predicted_only,
         growth_bytes_per_s=limits.growth_bytes_per_s,
         reclaim_latency_s=limits.reclaim_latency_s,

@@ -17,6 +17,7 @@ from pathlib import Path
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
 from diskguard.retention.fileexecutor import FileExecutor
 from diskguard.retention.journal import JOURNAL_FILE, JOURNAL_LOCK_FILE
+from diskguard.retention.sweep import sweepable_bytes
 from support.cli import json_events, run_cli
 from support.configs import write_config
 from support.disks import df_percent, disk_capacity, files_under
@@ -91,6 +92,14 @@ def test_offline_sweeps_delete_dirs_first_and_keeps_live_segments_when_that_suff
         tmp_path, [log_dir], disk_usage_percent=limit, mode="offline", offline_headroom=0
     )
 
+    # `plan` previews the sweep: what it frees is pending reclaim, so no live segment.
+    plan_before = json.loads(run_cli("plan", "--json", "-c", str(cfg)).stdout)
+    assert plan_before["mode"] == "offline" and plan_before["deletions"] == []
+    (fs_before,) = plan_before["filesystems"]
+    assert fs_before["pending_reclaim_bytes"] >= 33 * MiB and fs_before["excess_bytes"] == 0
+    human = run_cli("plan", "-c", str(cfg)).stdout
+    assert "the offline sweep removes first" in " ".join(human.split()), human
+
     proc = run_cli("enforce", "--once", "-c", str(cfg))
 
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -151,9 +160,13 @@ def test_offline_sweep_then_live_segments_for_what_remains(
     os.sync()
     assert df_percent(mnt) <= limit
     deleted = [e for e in json_events(proc.stdout) if e.get("event") == "segment_deleted"]
-    # Offline, the plan does not count the -delete dir as reclaiming, so it asks for more;
-    # after the sweep fewer live segments go than that plan said.
-    assert 0 < len(deleted) < len(plan_before["deletions"]), (len(deleted), plan_before)
+    # The plan counted what the sweep frees as pending reclaim: it chose exactly the live
+    # segments that went after the sweep.
+    (fs_before,) = plan_before["filesystems"]
+    assert fs_before["pending_reclaim_bytes"] >= 2 * MiB
+    planned = [(d["topic"], d["partition"], d["base_offset"]) for d in plan_before["deletions"]]
+    assert planned == [(e["topic"], e["partition"], e["base_offset"]) for e in deleted]
+    assert planned, plan_before
     actions = pair_actions(list(read_audit(tmp_path / "state" / "audit.jsonl")))
     kinds = [a.first.get("kind", "segment") for a in actions]
     assert kinds[0] == "swept" and set(kinds[1:]) == {"segment"}, kinds
@@ -360,6 +373,11 @@ def test_a_mount_inside_a_delete_dir_is_never_emptied(
     )
     try:
         (doomed / "sub" / "precious").write_text("on another filesystem")
+        # The preview counts what the sweep will free, names what it will refuse.
+        freed, problems = sweepable_bytes(str(log_dir))
+        assert MiB <= freed < 2 * MiB
+        assert len(problems) == 1 and str(doomed) in problems[0], problems
+        assert "another filesystem" in problems[0]
         executor(state).recover([log_dir], sweep_deleted=True)
         assert (doomed / "sub" / "precious").read_text() == "on another filesystem"
         assert (doomed / "00000000000000000000.log").exists()

@@ -13,7 +13,7 @@ from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
 from diskguard.retention.cycle import RetentionCycle
 from diskguard.retention.daemonstate import daemon_rates
-from diskguard.retention.mode import DRY_RUN, REFUSED
+from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED
 from diskguard.retention.planner import Deletion, Plan
 from diskguard.retention.report import dumps, plan_json
 from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms, plural
@@ -62,10 +62,15 @@ def blockers(chosen: Plan, mode: str, reason: str, scanned: Sequence[Filesystem]
         if fs.usage_percent <= fs.limit_percent and fs.excess_bytes <= 0:
             continue
         if fs.excess_bytes <= 0:
+            pending = format_bytes(fs.pending_reclaim_bytes)
             lines.append(
-                f"{fs.mount}: over its {fs.limit_percent:g}% limit, but the "
-                f"{format_bytes(fs.pending_reclaim_bytes)} already pending reclaim covers the "
-                "excess (on its way out, not freed yet); nothing more to delete."
+                f"{fs.mount}: over its {fs.limit_percent:g}% limit, but the {pending} the "
+                "offline sweep removes first (-delete dirs, *.deleted files) covers the "
+                "excess; no live segment goes."
+                if mode == OFFLINE
+                else f"{fs.mount}: over its {fs.limit_percent:g}% limit, but the {pending} "
+                "already pending reclaim covers the excess (on its way out, not freed yet); "
+                "nothing more to delete."
             )
             continue
         if not fs.reachable:

@@ -69,28 +69,13 @@ class Sweeper:
         real = os.path.realpath(log_dir)
 
         def sweep_dirs(session: list[dict[str, Any]]) -> None:
-            with os.scandir(real) as it:
-                entries = sorted(it, key=lambda e: e.name)
-            # Only -delete dirs: a -future dir is a replica move between log dirs in progress
-            # (its data is the partition's future), and -stray dirs are KRaft's, left for the
-            # broker to decide about.
-            for part in _dirs(entries, PartitionDirKind.DELETE):
+            delete_dirs, partitions = _targets(real, self.listings)
+            for part in delete_dirs:
                 self._sweep_delete_dir(real, part.name, session)
-            for part in _dirs(entries, PartitionDirKind.LIVE):
-                if self._may_hold_deleted(part.path):
-                    self._sweep_partition(real, part.path, session)
+            for part in partitions:
+                self._sweep_partition(real, part.path, session)
 
         self._locked(real, log_dir, sweep_dirs)
-
-    def _may_hold_deleted(self, path: str) -> bool:
-        """False only when the (re-validated) listing shows no ``*.deleted`` name: sweeping
-        every partition dir before every offline cycle listed 300k names at 100k segments."""
-        if self.listings is None:
-            return True
-        try:
-            return self.listings.listing(path, full=False).deleted_files > 0
-        except OSError:
-            return True  # let the sweep itself meet (and report) the problem
 
     def sweep_only(self, allowed: set[str], sweep_paths: Iterable[str | os.PathLike[str]]) -> None:
         """Sweep the given partition dirs, grouped per log dir so each lock is taken once."""
@@ -168,24 +153,9 @@ class Sweeper:
         self._sweep_item(log_dir_real, entry, fields, session)
 
     def _sweep_partition(self, log_dir_real: str, path: str, session: list[dict[str, Any]]) -> None:
-        names: list[str] = []
-        nbytes = 0
-        with os.scandir(path) as entries:
-            for entry in entries:
-                name = entry.name
-                if not is_deleted_leftover(name):
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if not stat.S_ISREG(st.st_mode):
-                    continue
-                names.append(name)
-                nbytes += st.st_blocks * 512 if st.st_nlink == 1 else 0
+        names, nbytes = _leftovers(path)
         if not names:
             return
-        names.sort()
         parsed = parse_partition_dir(os.path.basename(path))
         assert parsed is not None
         fields = sweep_fields(
@@ -295,6 +265,86 @@ class Sweeper:
             )
             return
         self._finish_item(entry, recovered=True)
+
+
+def sweepable_bytes(log_dir: str, listings: ListingCache | None = None) -> tuple[int, list[str]]:
+    """What an offline sweep of ``log_dir`` would free now, and what of it it would refuse.
+
+    ``plan`` in offline mode counts these bytes as pending reclaim: the cycle it previews
+    sweeps before it plans, so without them the plan chose live segments the sweep makes
+    unnecessary. The same targets, sizes and refusals as ``Sweeper.sweep``; read only (no
+    ``.lock``, no journal, no audit)."""
+    real = os.path.realpath(log_dir)
+    try:
+        delete_dirs, partitions = _targets(real, listings)
+    except OSError as exc:
+        return 0, [f"{log_dir}: cannot list it to preview the offline sweep: {exc.strerror or exc}"]
+    total, problems = 0, []
+    for part in delete_dirs:
+        try:
+            total += _tree_size(real, part.name)[0]
+        except Refused as exc:
+            problems.append(f"{part.path}: the offline sweep will refuse it: {exc}")
+        except OSError as exc:
+            problems.append(f"{part.path}: the offline sweep cannot size it: {exc.strerror or exc}")
+    for part in partitions:
+        try:
+            total += _leftovers(part.path)[1]
+        except OSError as exc:
+            problems.append(f"{part.path}: the offline sweep cannot list it: {exc.strerror or exc}")
+    return total, problems
+
+
+def _targets(
+    real: str, listings: ListingCache | None
+) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]:
+    """The sweep's targets in the log dir ``real``: its ``-delete`` dirs, and the live
+    partition dirs that may hold ``*.deleted`` leftovers.
+
+    Only -delete dirs: a -future dir is a replica move between log dirs in progress (its data
+    is the partition's future), and -stray dirs are KRaft's, left for the broker to decide
+    about."""
+    with os.scandir(real) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    partitions = [
+        part
+        for part in _dirs(entries, PartitionDirKind.LIVE)
+        if _may_hold_deleted(listings, part.path)
+    ]
+    return _dirs(entries, PartitionDirKind.DELETE), partitions
+
+
+def _may_hold_deleted(listings: ListingCache | None, path: str) -> bool:
+    """False only when the (re-validated) listing shows no ``*.deleted`` name: sweeping
+    every partition dir before every offline cycle listed 300k names at 100k segments."""
+    if listings is None:
+        return True
+    try:
+        return listings.listing(path, full=False).deleted_files > 0
+    except OSError:
+        return True  # let the sweep itself meet (and report) the problem
+
+
+def _leftovers(path: str) -> tuple[list[str], int]:
+    """The ``*.deleted`` leftovers of one partition dir (regular files only, sorted) and the
+    bytes removing them frees (a file with another hard link frees nothing)."""
+    names: list[str] = []
+    nbytes = 0
+    with os.scandir(path) as entries:
+        for entry in entries:
+            name = entry.name
+            if not is_deleted_leftover(name):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            names.append(name)
+            nbytes += st.st_blocks * 512 if st.st_nlink == 1 else 0
+    names.sort()
+    return names, nbytes
 
 
 def _dirs(entries: Iterable[os.DirEntry[str]], kind: PartitionDirKind) -> list[os.DirEntry[str]]:

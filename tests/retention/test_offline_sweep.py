@@ -17,7 +17,7 @@ from pathlib import Path
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
 from diskguard.retention.fileexecutor import FileExecutor
 from diskguard.retention.journal import JOURNAL_FILE, JOURNAL_LOCK_FILE
-from diskguard.retention.sweep import sweepable_bytes
+from diskguard.retention.sweeptargets import sweepable_bytes
 from support.cli import json_events, run_cli
 from support.configs import write_config
 from support.disks import df_percent, disk_capacity, files_under

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ from diskguard.retention.reclaim import Forecast, GrowthEstimator
 from diskguard.retention.reclaimwatch import ReclaimWatch, reclaim_settings
 from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.stuck import DELETE_FAILED, StuckTracker
+from diskguard.retention.sweeptargets import preview_sweep
 
 if TYPE_CHECKING:
     from diskguard.broker.client import BrokerClient
@@ -130,9 +130,8 @@ class RetentionCycle:
         if self.broker is None:
             return
         now = time.monotonic()
-        if self._settings_from_broker_at is not None and now - self._settings_from_broker_at < (
-            max_age
-        ):
+        last = self._settings_from_broker_at
+        if last is not None and now - last < max_age:
             return
         self._settings_from_broker_at = now
         settings = reclaim_settings(
@@ -236,8 +235,8 @@ class RetentionCycle:
         if executor is not None:
             self._finish_interrupted(executor)
         result = self._scan_with_policies(full, mode)
-        if self.read_only and mode.mode == OFFLINE:
-            result = self._with_sweep_preview(result)
+        if self.read_only and mode.mode == OFFLINE:  # plan: the sweep an offline cycle runs first
+            result = preview_sweep(result, self.inputs.cache)
         if not self.read_only:
             self.requested.prune(result)
         chosen, warnings = self._plan(result, mode.mode)
@@ -282,25 +281,6 @@ class RetentionCycle:
         if act:
             log_cycle(outcome, self._quiet)
         return outcome
-
-    def _with_sweep_preview(self, result: ScanResult) -> ScanResult:
-        """``plan`` in offline mode: what the offline sweep would free counts as pending
-        reclaim, as the cycle previewed sweeps ``-delete`` dirs and ``*.deleted`` leftovers
-        before it plans; else the plan would choose live segments the sweep spares."""
-        from diskguard.retention.sweep import sweepable_bytes  # offline plans only
-
-        problems: list[str] = []
-        filesystems = []
-        for fs in result.filesystems:
-            dirs = []
-            for d in fs.log_dirs:
-                freed, refused = (0, []) if d.error else sweepable_bytes(d.path, self.inputs.cache)
-                problems.extend(refused)
-                dirs.append(replace(d, pending_reclaim_bytes=d.pending_reclaim_bytes + freed))
-            filesystems.append(replace(fs, log_dirs=tuple(dirs)))
-        return replace(
-            result, filesystems=tuple(filesystems), warnings=(*result.warnings, *problems)
-        )
 
     def _set_quiet(self, quiet: frozenset[str], chosen: Plan) -> None:
         """The mounts whose repeating events stay quiet (stuck, said already); the offline

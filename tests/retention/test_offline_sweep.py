@@ -154,6 +154,7 @@ def test_offline_sweep_then_live_segments_for_what_remains(
         tmp_path, [log_dir], disk_usage_percent=limit, mode="offline", offline_headroom=0
     )
     plan_before = json.loads(run_cli("plan", "--json", "-c", str(cfg)).stdout)
+    human_before = run_cli("plan", "-c", str(cfg)).stdout
     proc = run_cli("enforce", "--once", "-c", str(cfg))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert not doomed.exists()
@@ -165,6 +166,7 @@ def test_offline_sweep_then_live_segments_for_what_remains(
     (fs_before,) = plan_before["filesystems"]
     assert fs_before["pending_reclaim_bytes"] >= 2 * MiB
     planned = [(d["topic"], d["partition"], d["base_offset"]) for d in plan_before["deletions"]]
+    assert "the offline sweep removes first" in " ".join(human_before.split()), human_before
     assert planned == [(e["topic"], e["partition"], e["base_offset"]) for e in deleted]
     assert planned, plan_before
     actions = pair_actions(list(read_audit(tmp_path / "state" / "audit.jsonl")))

@@ -156,6 +156,12 @@ def render_plan(
     console.print(fs_table)
     for line in forecast_lines(chosen, mode):
         console.print(line)
+    for fs in chosen.filesystems:
+        if mode == OFFLINE and fs.pending_reclaim_bytes and fs.excess_bytes > 0:
+            console.print(
+                f"{fs.mount}: pending is what the offline sweep removes first (-delete dirs, "
+                "*.deleted files); the segments below are for what remains."
+            )
     blocked = blockers(chosen, mode, reason, scanned)
     if not chosen.deletions:
         console.print(

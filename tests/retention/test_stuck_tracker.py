@@ -9,7 +9,7 @@ from structlog.testing import capture_logs
 
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision
-from diskguard.retention.planner import FilesystemPlan, Plan
+from diskguard.retention.planner import FilesystemPlan, Limits, Plan, over_ceiling
 from diskguard.retention.stuck import (
     HEARTBEAT_S,
     MIN_MOVE_BYTES,
@@ -39,6 +39,13 @@ def fs_plan(**kw: object) -> FilesystemPlan:
         "unreachable_bytes": 10 * GiB,
     }
     base.update(kw)
+    # Bytes and the rounded percentage agree, as in a real plan: the stuck rule reads the bytes.
+    if "usage_percent" in kw and "used_bytes" not in kw:
+        used = int(100 * GiB * float(kw["usage_percent"]) / 100)  # type: ignore[arg-type]
+        base.update(used_bytes=used, available_bytes=100 * GiB - used)
+    elif "used_bytes" in kw and "usage_percent" not in kw:
+        used = int(kw["used_bytes"])  # type: ignore[call-overload]
+        base.update(available_bytes=100 * GiB - used, usage_percent=round(used / GiB, 3))
     return FilesystemPlan(**base)  # type: ignore[arg-type]
 
 
@@ -187,3 +194,29 @@ def test_stuck_on_failed_deletions_then_refused_or_under_the_limit() -> None:
     with capture_logs() as logs:
         assert tracker.observe(mode(OFFLINE), Plan((under,), ()), 3.0) == frozenset()
     assert [e["event"] for e in logs] == ["retention_stuck_cleared"]
+
+
+def test_over_the_limit_by_less_than_the_rounding_is_over() -> None:
+    """70.0003 % reads 70.0 in a plan, but the trigger (exact bytes) calls it over 70 %: the
+    tracker must agree, or the daemon's skip check (stuck set == over set) never matches and
+    a stuck filesystem in that band would run a cycle on every poll."""
+    used = int(100 * GiB * 0.700003)
+    covered = fs_plan(
+        used_bytes=used,
+        limit_percent=70.0,
+        target_percent=70.0,
+        excess_bytes=0,
+        pending_reclaim_bytes=GiB,
+        unreachable_bytes=0,
+    )
+    assert covered.usage_percent == 70.0
+    assert over_ceiling(covered.usage, Limits(70.0, 70.0), 0) == (True, False)
+    assert covered.over_usage_limit
+    assert stuck_reason(mode(BROKER), covered)[0] == "pending_reclaim"  # type: ignore[index]
+    tracker = StuckTracker()
+    tracker.observe(mode(BROKER), Plan((covered,), ()), 0.0)
+    assert tracker.states["/data"].over_percent
+    # Exactly at the limit is not over, for the trigger and the tracker alike.
+    at = fs_plan(used_bytes=70 * GiB, limit_percent=70.0, excess_bytes=0, unreachable_bytes=0)
+    assert over_ceiling(at.usage, Limits(70.0, 70.0), 0) == (False, False)
+    assert stuck_reason(mode(BROKER), at) is None

@@ -59,7 +59,7 @@ def blockers(chosen: Plan, mode: str, reason: str, scanned: Sequence[Filesystem]
     by_mount = {fs.usage.mount: fs for fs in scanned}
     lines: list[str] = []
     for fs in chosen.filesystems:
-        if fs.usage_percent <= fs.limit_percent and fs.excess_bytes <= 0:
+        if not fs.over_usage_limit and fs.excess_bytes <= 0:
             continue
         if fs.excess_bytes <= 0:
             pending = format_bytes(fs.pending_reclaim_bytes)
@@ -146,7 +146,7 @@ def render_plan(
             # trigger's rule on the exact bytes, not on the rounded ``usage_percent``.
             Text(
                 f"{fs.usage_percent:.2f}%",
-                style="bold red" if fs.usage.usage_percent > fs.limit_percent else "",
+                style="bold red" if fs.over_usage_limit else "",
             ),
             f"{fs.limit_percent:g}%",
             f"{fs.target_percent:g}%",

@@ -103,7 +103,7 @@ def over_limit(fs: dict[str, Any]) -> bool:
     usage = FilesystemUsage(
         fs["mount"], fs["device"], fs["total_bytes"], fs["used_bytes"], fs["available_bytes"]
     )
-    return usage.usage_percent > float(fs["limit_percent"])
+    return usage.above(float(fs["limit_percent"]))
 
 
 #: Redpanda-style alert levels: 1 low space, 2 degraded.

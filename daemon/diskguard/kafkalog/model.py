@@ -130,6 +130,12 @@ class FilesystemUsage:
         denominator = self.used_bytes + self.available_bytes
         return 100.0 * self.used_bytes / denominator if denominator else 0.0
 
+    def above(self, percent: float) -> bool:
+        """Is usage above ``percent``, on the exact bytes? The one rule for "over the limit"
+        (trigger, stuck tracker, displays): the rounded ``usage_percent`` of a plan or status
+        reads 70.0 for 70.0004 %, and exactly at the limit is not over."""
+        return self.usage_percent > percent
+
     def used_bytes_at(self, percent: float) -> int:
         """The ``used`` value at which df would show ``percent`` usage."""
         return int((self.used_bytes + self.available_bytes) * percent / 100.0)

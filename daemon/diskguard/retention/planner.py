@@ -154,6 +154,12 @@ class FilesystemPlan:
         return self.excess_bytes > 0
 
     @property
+    def over_usage_limit(self) -> bool:
+        """Usage above ``limit_percent`` on the exact bytes, as the trigger decides it
+        (``usage_percent`` is rounded to 3 decimals; ``max_bytes`` excess is not counted)."""
+        return self.usage.above(self.limit_percent)
+
+    @property
     def reachable(self) -> bool:
         return self.unreachable_bytes <= 0
 
@@ -210,7 +216,7 @@ def over_ceiling(usage: FilesystemUsage, limits: Limits, pending_bytes: int) -> 
     broker's next retention check nothing asked can free space for a whole period more, so
     ``used + growth - pending + period_growth`` must stay under the ceiling.
     """
-    if usage.usage_percent > limits.limit_percent:
+    if usage.above(limits.limit_percent):
         return True, False
     if limits.defer_forecast or not (limits.growth_bytes or limits.period_growth_bytes):
         return False, False

@@ -69,7 +69,7 @@ class StuckState:
 def stuck_reason(mode: ModeDecision, fs: FilesystemPlan) -> tuple[str, str] | None:
     """Pure: ``(reason, detail)`` when ``fs`` is over its limit and the cycle cannot help."""
     if fs.excess_bytes <= 0:
-        if fs.usage_percent > fs.limit_percent:
+        if fs.over_usage_limit:
             return PENDING_RECLAIM, (
                 f"{fs.pending_reclaim_bytes} bytes already pending reclaim cover the excess"
             )
@@ -176,7 +176,7 @@ class StuckTracker:
             used_bytes=fs.used_bytes,
             grow_allowance=_allowance(reason, fs, move),
             move_bytes=move,
-            over_percent=fs.usage_percent > fs.limit_percent,
+            over_percent=fs.over_usage_limit,
         )
         if previous is None or (previous.reason, previous.mode) != (reason, mode.mode):
             self.states[fs.mount] = fresh

@@ -6,7 +6,7 @@ becomes its one line and its exit code, anything unexpected one line and exit 1.
 
 The commands are listed once, in :data:`COMMANDS`, and imported only when run: ``diskguard
 plan`` does not pay for the Spark job, the daemon loop or the Kafka clients. Nor does this
-module import the config (pydantic): the command's modules do, with the cyclic garbage
+module import the config: the command's modules do, with the cyclic garbage
 collector paused (issue 15: start-up, see :func:`_collector_paused`).
 """
 
@@ -40,9 +40,10 @@ _COMMAND_PROCESS = False
 def _collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off while a command's modules load.
 
-    Importing pydantic, the config models and a command's modules creates some 100,000
+    Importing click, the config and a command's modules creates tens of thousands of
     objects that live as long as the process; the collector's passes over them free nothing
-    and cost ~10 ms of every one-shot command (issue 15). In a command's own process they are
+    and cost milliseconds of every one-shot command (issue 15: ~10 ms when the config was
+    pydantic's). In a command's own process they are
     then frozen (``gc.freeze``), so that later collections skip them instead of traversing
     them all again; elsewhere (tests, library use) the collector is only resumed.
     """

@@ -6,54 +6,46 @@ errors: a misspelt ``disk_usage_persent`` silently falling back to "off" is the 
 possible failure for a guard.
 """
 
-# No ``from __future__ import annotations`` here: pydantic would then compile and evaluate
-# each field's annotation from its string form, ~1 ms of every command's start-up (issue 15).
+# No ``from __future__ import annotations`` here: configschema reads each field's annotation
+# as an object (a string would have to be evaluated).
+import dataclasses
 import os
 import re
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictBool,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-
 from diskguard.configcheck import program_problem, state_dir_problem
+from diskguard.configschema import Loc, Problem, build
 from diskguard.errors import ConfigError
 from diskguard.kafkalog.serverprops import read_server_properties
-from diskguard.pydanticplugins import skip_plugin_discovery
 from diskguard.units import parse_duration, parse_size
 
 DEFAULT_CONFIG_PATH = Path("/etc/diskguard/diskguard.toml")
 
-# Before the first model below is built (start-up: see the module).
-skip_plugin_discovery()
 
-
-def _no_items() -> list[Any]:
-    """The default of list keys. Not ``list`` itself: pydantic reads a factory's signature,
-    and a builtin's is parsed from text by the tokenizer, whose regexes then compile (~3 ms
-    of every command's start-up, issue 15)."""
-    return []
-
-
-def _not_boolean(value: Any) -> Any:
-    """TOML ``true`` is not a number: pydantic would read it as 1 (``disk_usage_percent =
-    true`` would mean 1 % and every deletable segment would go)."""
+def _percent(value: object) -> float:
+    """A percentage of a disk: a number in (0, 100]. TOML ``true`` is not a number (read as 1
+    it would make ``disk_usage_percent = true`` mean 1 %, and every deletable segment go); a
+    number in quotes is read as the number."""
     if isinstance(value, bool):
         raise ValueError("expected a number, got a boolean")
-    return value
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"expected a number, got {value!r:.40}") from None
+    if not isinstance(value, int | float):
+        raise ValueError(f"expected a number, got {type(value).__name__}")
+    if not value > 0:  # also NaN
+        raise ValueError(f"must be greater than 0, got {value!r:.40}")
+    if not value <= 100:
+        raise ValueError(f"must be at most 100, got {value!r:.40}")
+    return float(value)
 
 
-def _at_least(floor: str) -> AfterValidator:
+def _at_least(floor: str) -> Any:
     """A duration floor: an interval of 0 makes the daemon loop spin instead of sleep."""
     seconds = parse_duration(floor)
 
@@ -62,104 +54,99 @@ def _at_least(floor: str) -> AfterValidator:
             raise ValueError(f"must be at least {floor}, got {value:g}s")
         return value
 
-    return AfterValidator(check)
+    return check
 
 
-Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
-Percent = Annotated[float, BeforeValidator(_not_boolean), Field(gt=0, le=100)]
+def _regexes(patterns: list[str]) -> list[str]:
+    """Topic patterns compile now, not at the first cycle that reads them."""
+    if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
+        raise ValueError("expected an array of strings (regular expressions)")
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
+    return list(patterns)
+
+
+def _host_port(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f'expected HOST:PORT such as "127.0.0.1:9309", got {value!r:.40}')
+    _host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f'expected HOST:PORT such as "127.0.0.1:9309", got {value!r}')
+    return value
+
+
+Size = Annotated[int, parse_size]
+Duration = Annotated[float, parse_duration]
+Percent = Annotated[float, _percent]
 #: Floors (README's config table): below them a timer stops being a timer.
-CheckInterval = Annotated[Duration, _at_least("100ms")]
-PollInterval = Annotated[Duration, _at_least("10ms")]
-SnapshotInterval = Annotated[Duration, _at_least("100ms")]
-HookTimeout = Annotated[Duration, _at_least("100ms")]
+CheckInterval = Annotated[float, parse_duration, _at_least("100ms")]
+PollInterval = Annotated[float, parse_duration, _at_least("10ms")]
+SnapshotInterval = Annotated[float, parse_duration, _at_least("100ms")]
+HookTimeout = Annotated[float, parse_duration, _at_least("100ms")]
+Patterns = Annotated[list[str], _regexes]
+HostPort = Annotated[str, _host_port]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class BrokerConfig(_Section):
-    log_dirs: list[Path] = Field(default_factory=_no_items)
+@dataclass(frozen=True)
+class BrokerConfig:
+    log_dirs: list[Path] = field(default_factory=list)
     server_properties: Path | None = None
     bootstrap_servers: str | None = None
-    client: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    #: Used for the IBM reserved-size check and offline headroom when server.properties
-    #: does not say; Kafka's own defaults.
+    client: dict[str, str | int | float | bool] = field(default_factory=dict)
     segment_bytes: Size = 1024**3
     segment_index_bytes: Size = 10 * 1024**2
 
 
-class RetentionConfig(_Section):
+@dataclass(frozen=True)
+class RetentionConfig:
     disk_usage_percent: Percent = 100.0
     target_percent: Percent | None = None
     max_bytes: Size | None = None
     mode: Literal["auto", "broker", "offline", "dry-run"] = "auto"
-    #: Regexes of topics never deleted, *in addition to* the internal topics (``__*``,
-    #: ``_schemas``, ``_confluent-*``), which are always protected (``topicpolicy``).
-    protect_topics: list[str] = Field(default_factory=_no_items)
-    #: Regexes of topics the operator knows to be ``cleanup.policy=delete`` (or accepts to
-    #: trim although ``compact,delete``) while diskguard cannot learn their policy.
-    assume_delete_policy: list[str] = Field(default_factory=_no_items)
+    protect_topics: Patterns = field(default_factory=list)
+    assume_delete_policy: Patterns = field(default_factory=list)
     check_interval: CheckInterval = 5.0
-    #: How often the daemon re-reads each filesystem's usage (one statvfs, microseconds) between
-    #: inotify hints: what keeps the reaction time under a second even when events are lost.
     usage_poll_interval: PollInterval = 0.25
-    #: Offline rescue only: extra free space left for the broker's own log recovery
-    #: (producer snapshots, checkpoints, index rebuilds write before it can serve).
     offline_headroom: Size = 256 * 1024**2
-    #: Prefer, among equally old segments, those every consumer group has read.
-    consumer_aware: StrictBool = True
+    consumer_aware: bool = True
 
-    @field_validator("protect_topics", "assume_delete_policy")
-    @classmethod
-    def _regexes_compile(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
-        return patterns
-
-    @model_validator(mode="after")
-    def _target_below_ceiling(self) -> "RetentionConfig":
+    def __post_init__(self) -> None:
         if self.target_percent is not None and self.target_percent > self.disk_usage_percent:
             raise ValueError(
                 f"target_percent ({self.target_percent}) must not exceed "
                 f"disk_usage_percent ({self.disk_usage_percent})"
             )
-        return self
 
     @property
     def effective_target_percent(self) -> float:
         return self.disk_usage_percent if self.target_percent is None else self.target_percent
 
 
-class QuotaConfig(_Section):
+@dataclass(frozen=True)
+class QuotaConfig:
     """AlterClientQuotas entity and rate applied while overfull."""
 
     producer_byte_rate: Size = 1024
-    #: Entities as Kafka names them, e.g. ``{"user" = "alice"}`` or ``{"client-id" = "app"}``;
-    #: empty = the default entity for users and client ids.
-    entities: list[dict[str, str | None]] = Field(default_factory=_no_items)
+    entities: list[dict[str, str | None]] = field(default_factory=list)
 
 
-class FlowControlConfig(_Section):
+@dataclass(frozen=True)
+class FlowControlConfig:
     overfull_percent: Percent | None = None
     underfull_percent: Percent | None = None
     overfull_bytes: Size | None = None
     underfull_bytes: Size | None = None
-    #: Hard floor on free space, like Redpanda's storage_min_free_bytes. None = min(5 GiB, 5%).
     min_free_bytes: Size | None = None
-    on_change: list[str] = Field(default_factory=_no_items)
+    on_change: list[str] = field(default_factory=list)
     on_change_timeout: HookTimeout = 30.0
-    actuators: list[Literal["exec", "quota", "acl"]] = Field(default_factory=_no_items)
-    quota: QuotaConfig = Field(default_factory=QuotaConfig)
-    #: ACL principal denied WRITE while overfull.
+    actuators: list[Literal["exec", "quota", "acl"]] = field(default_factory=list)
+    quota: QuotaConfig = field(default_factory=QuotaConfig)
     acl_principal: str = "User:*"
 
-    @model_validator(mode="after")
-    def _hysteresis(self) -> "FlowControlConfig":
+    def __post_init__(self) -> None:
         if (self.overfull_percent is None) != (self.underfull_percent is None):
             raise ValueError("overfull_percent and underfull_percent must be set together")
         if (
@@ -181,70 +168,69 @@ class FlowControlConfig(_Section):
             raise ValueError("underfull_bytes must be below overfull_bytes")
         if "exec" in self.actuators and not self.on_change:
             raise ValueError("actuator 'exec' needs flow_control.on_change")
-        return self
 
     @property
     def enabled(self) -> bool:
         return self.overfull_percent is not None or self.overfull_bytes is not None
 
 
-class AlertsConfig(_Section):
+@dataclass(frozen=True)
+class AlertsConfig:
     low_space_percent: Percent | None = None
     low_space_bytes: Size | None = None
 
 
-class BallastConfig(_Section):
+@dataclass(frozen=True)
+class BallastConfig:
     path: Path | None = None
     size: Size = 1024**3
 
 
-class SnapshotsConfig(_Section):
+def _hostname() -> str:
+    return os.uname().nodename
+
+
+@dataclass(frozen=True)
+class SnapshotsConfig:
     interval: SnapshotInterval = 60.0
     topic: str | None = None
     spool_max_bytes: Size = 64 * 1024**2
     spool_file_bytes: Size = 4 * 1024**2
-    #: gethostname(), read as glibc does (uname's nodename) without importing socket (start-up).
-    host: str = Field(default_factory=lambda: os.uname().nodename)
+    host: str = field(default_factory=_hostname)
 
 
-class MetricsConfig(_Section):
-    listen: str | None = None
-
-    @field_validator("listen")
-    @classmethod
-    def _host_port(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        _host, sep, port = value.rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f'expected HOST:PORT such as "127.0.0.1:9309", got {value!r}')
-        return value
+@dataclass(frozen=True)
+class MetricsConfig:
+    listen: HostPort | None = None
 
 
-class LoggingConfig(_Section):
+@dataclass(frozen=True)
+class LoggingConfig:
     format: Literal["json", "console"] = "json"
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
-class DaemonConfig(_Section):
+@dataclass(frozen=True)
+class DaemonConfig:
     state_dir: Path = Path("/var/lib/diskguard")
 
 
-class Config(_Section):
-    broker: BrokerConfig = Field(default_factory=BrokerConfig)
-    retention: RetentionConfig = Field(default_factory=RetentionConfig)
-    flow_control: FlowControlConfig = Field(default_factory=FlowControlConfig)
-    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
-    ballast: BallastConfig = Field(default_factory=BallastConfig)
-    snapshots: SnapshotsConfig = Field(default_factory=SnapshotsConfig)
-    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
-    logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    daemon: DaemonConfig = Field(default_factory=DaemonConfig)
-    #: Where this config was read from; not a TOML key.
-    source: Path = Field(default=Path("<memory>"), exclude=True)
+@dataclass(frozen=True)
+class Config:
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    flow_control: FlowControlConfig = field(default_factory=FlowControlConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    ballast: BallastConfig = field(default_factory=BallastConfig)
+    snapshots: SnapshotsConfig = field(default_factory=SnapshotsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    #: The file it came from (not a key of it): messages name it.
+    source: Path = field(default=Path("<memory>"), metadata={"toml": False})
 
 
-def _dotted(loc: tuple[int | str, ...]) -> str:
+def _dotted(loc: Loc) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
@@ -252,48 +238,14 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
         elif re.fullmatch(r"[A-Za-z0-9_-]+", item):
             parts.append(item)
         else:
-            # Quoted as TOML would (a key with a newline must not break the one-line rule).
             import json  # only on this error path: check-config otherwise never loads it
 
             parts.append(json.dumps(item))
     return ".".join(parts) or "(top level)"
 
 
-def _known_keys(section: tuple[int | str, ...]) -> list[str]:
-    """The TOML keys of the table at ``section`` (a pydantic loc), [] when it is no section."""
-    model: type[BaseModel] = Config
-    for item in section:
-        field = model.model_fields.get(item) if isinstance(item, str) else None
-        annotation = field.annotation if field is not None else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return [name for name, field in model.model_fields.items() if not field.exclude]
-
-
-def _unknown_key(loc: tuple[int | str, ...]) -> str:
-    """The message for an unknown key, naming the closest known key of the same table when one
-    is close: a typo should cost one glance, not a trip to the README."""
-    key = loc[-1] if loc else None
-    if isinstance(key, str):
-        import difflib  # only on this error path: not worth its import at every start-up
-
-        close = difflib.get_close_matches(key, _known_keys(loc[:-1]), n=1)
-        if close:
-            return f"unknown key (did you mean {close[0]}?)"
-    return "unknown key"
-
-
-def _pydantic_problems(path: Path, exc: ValidationError) -> list[str]:
-    problems = []
-    for err in exc.errors():
-        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = _unknown_key(loc)
-        msg = msg.removeprefix("Value error, ")
-        problems.append(f"{path}: {_dotted(loc)}: {msg}")
-    return problems
+def _lines(path: Path, problems: list[Problem]) -> list[str]:
+    return [f"{path}: {_dotted(loc)}: {message}" for loc, message in problems]
 
 
 def parse_config(data: dict[str, Any], source: Path, writes: bool = True) -> Config:
@@ -303,17 +255,20 @@ def parse_config(data: dict[str, Any], source: Path, writes: bool = True) -> Con
     ``check-config`` checking for them), so it must be writable by this user. Read-only
     commands (``plan``, ``status``, ``audit``) only need it not to be something else.
     """
-    try:
-        config = Config.model_validate({**data, "source": source})
-    except ValidationError as exc:
-        raise ConfigError(_pydantic_problems(source, exc)) from None
-    return _resolve(config, writes)
+    problems: list[Problem] = []
+    config = build(Config, data, (), problems)
+    if config is None:
+        raise ConfigError(_lines(source, problems))
+    broker_table = data.get("broker")
+    given = set(broker_table) if isinstance(broker_table, dict) else set()
+    return _resolve(dataclasses.replace(config, source=source), given, writes)
 
 
-def _resolve(config: Config, writes: bool = True) -> Config:
+def _resolve(config: Config, broker_keys: set[str], writes: bool = True) -> Config:
     """Cross-file checks: server.properties, log dirs existing, state dir usable, the hook
     runnable, a broker address for what needs one. All of them are checks of what the config
-    asks for, so every command refuses such a config, not only the one that would trip."""
+    asks for, so every command refuses such a config, not only the one that would trip.
+    ``broker_keys``: the keys the file's ``[broker]`` sets (server.properties fills the rest)."""
     source = config.source
     problems: list[str] = []
     broker = config.broker
@@ -330,12 +285,9 @@ def _resolve(config: Config, writes: bool = True) -> Config:
         else:
             if not log_dirs:
                 log_dirs = list(props.log_dirs)
-            if props.segment_bytes is not None and "segment_bytes" not in broker.model_fields_set:
+            if props.segment_bytes is not None and "segment_bytes" not in broker_keys:
                 updates["segment_bytes"] = props.segment_bytes
-            if (
-                props.segment_index_bytes is not None
-                and "segment_index_bytes" not in broker.model_fields_set
-            ):
+            if props.segment_index_bytes is not None and "segment_index_bytes" not in broker_keys:
                 updates["segment_index_bytes"] = props.segment_index_bytes
     if not log_dirs and not problems:
         problems.append(
@@ -381,12 +333,12 @@ def _resolve(config: Config, writes: bool = True) -> Config:
     if problems:
         raise ConfigError(problems)
     updates["log_dirs"] = resolved_dirs
-    top: dict[str, Any] = {"broker": broker.model_copy(update=updates)}
+    top: dict[str, Any] = {"broker": dataclasses.replace(broker, **updates)}
     if flow.on_change and "exec" not in flow.actuators:
         # A configured hook is meant to run: without this, ``on_change`` alone was ignored
         # while the daemon still logged that producers were being held back.
-        top["flow_control"] = flow.model_copy(update={"actuators": [*flow.actuators, "exec"]})
-    return config.model_copy(update=top)
+        top["flow_control"] = dataclasses.replace(flow, actuators=[*flow.actuators, "exec"])
+    return dataclasses.replace(config, **top)
 
 
 def load_config(path: Path, writes: bool = True) -> Config:

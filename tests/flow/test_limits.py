@@ -1,8 +1,9 @@
 """The edge that builds ``FlowLimits`` from the config, and the proof that the state machine
-itself stays pure (no config, no pydantic, no I/O module loaded by importing it)."""
+itself stays pure (no config, no TOML parser, no I/O module loaded by importing it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -43,8 +44,8 @@ def test_from_config_and_default_floor(tmp_path: Path) -> None:
     )
     limits = flow_limits(cfg, 20 * GiB)
     assert limits == FlowLimits(90, 80, 9 * GiB, 8 * GiB, GiB, 70, 2 * GiB)
-    explicit = cfg.model_copy(
-        update={"flow_control": cfg.flow_control.model_copy(update={"min_free_bytes": 0})}
+    explicit = dataclasses.replace(
+        cfg, flow_control=dataclasses.replace(cfg.flow_control, min_free_bytes=0)
     )
     assert flow_limits(explicit, 20 * GiB).min_free_bytes == 0
 
@@ -54,9 +55,9 @@ def test_state_machine_imports_nothing_from_the_edges() -> None:
     code = (
         "import json, sys, diskguard.flow.state; print(json.dumps(["
         "sorted(m for m in sys.modules if m.startswith('diskguard')), "
-        "'pydantic' in sys.modules, 'tomllib' in sys.modules]))"
+        "'diskguard.configschema' in sys.modules, 'tomllib' in sys.modules]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded, pydantic, tomllib = json.loads(out.stdout)
+    loaded, schema, tomllib = json.loads(out.stdout)
     assert set(loaded) <= PURE, sorted(set(loaded) - PURE)
-    assert not pydantic and not tomllib
+    assert not schema and not tomllib

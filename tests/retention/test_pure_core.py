@@ -1,4 +1,4 @@
-"""The pure core imports nothing from the edges: no config (pydantic, tomllib), no scan, no
+"""The pure core imports nothing from the edges: no config (its schema, tomllib), no scan, no
 I/O module. Each import runs in a fresh interpreter, so what it loads is all its own."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ PURE = frozenset(
     }
 )
 #: Third-party modules only an edge needs (config parsing).
-EDGE_LIBRARIES = ("pydantic", "tomllib")
+EDGE_LIBRARIES = ("tomllib",)
 
 
 def loaded_by(module: str) -> list[str]:

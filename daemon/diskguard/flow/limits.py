@@ -1,7 +1,7 @@
 """The config -> ``FlowLimits`` translation (edge).
 
 Kept out of ``flow.state`` so the state machine stays pure: it takes plain numbers and
-never sees the pydantic config, just as ``retention.planner.Limits`` is built by
+never sees the config, just as ``retention.planner.Limits`` is built by
 ``retention.inputs.limits_for``.
 """
 

@@ -64,7 +64,7 @@ def describe(value: object) -> str:
 
 def toml_keys(cls: type) -> list[str]:
     """The keys of a section's table, in declaration order."""
-    return [f.name for f in dataclasses.fields(cls) if f.metadata.get("toml", True)]
+    return list(_kinds(cls))
 
 
 def _unknown(key: int | str, known: list[str]) -> str:

@@ -32,6 +32,7 @@ from support.configs import write_config
 from support.daemonproc import DaemonProc
 from support.disks import ceiling_under, df_percent
 from support.fsfixtures import fill
+from support.net import Gate
 from support.realbroker import RealBroker
 
 pytestmark = pytest.mark.realkafka
@@ -533,3 +534,57 @@ def test_check_config_connect_learns_the_reclaim_latency_and_the_authorizer(
 
     values = BrokerClient(real_kafka.bootstrap, timeout=10).broker_configs(0)
     assert values is not None and values["log.retention.check.interval.ms"] == "1000"
+
+
+# ------------------------------------------------ the broker back after a refusal (issue 15)
+
+
+def test_auto_mode_refused_then_the_broker_reachable_again_acts_at_once(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    """The broker runs (holds ``.lock``, writes its checkpoints) but cannot be reached at the
+    configured address: auto mode refuses, the daemon is stuck and backs its rescans off.
+    The address working again is noticed by the background probe within about a second, and
+    the cycle it wakes asks the broker (DeleteRecords) at once. Meanwhile the broker's own
+    checkpoint writes wake cycles that must not stall the loop on the dead address: they take
+    the probe's answer."""
+    topic = "pb-orders"
+    real_kafka.create_topic(topic, **{"segment.bytes": "200000"})
+    assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
+    bases = segments(real_kafka, topic)
+    assert len(bases) >= 3, bases
+    gate = Gate(int(real_kafka.bootstrap.rsplit(":", 1)[1]))
+    try:
+        config = write_config(
+            tmp_path,
+            real_kafka.log_dir,
+            broker={"bootstrap_servers": gate.address},
+            assume_delete_policy=[f"^{topic}$"],
+            protect_topics=only(topic),
+            mode="auto",
+            check_interval="1s",
+            disk_usage_percent=round(ceiling_under(real_kafka.log_dir, 60_000), 6),
+        )
+        with DaemonProc(config) as daemon:
+            daemon.wait_for("daemon_started", timeout=60)
+            stuck = daemon.wait_for("retention_stuck", timeout=30, reason="refused")
+            assert "not reachable" in stuck["detail"], stuck
+            time.sleep(12)  # the back-off grows past 8 s; the broker writes checkpoints
+            assert not daemon.named("delete_records")
+            # Probes from the loop itself are info lines: one per cycle that asked; the
+            # probe thread's are debug. Cycles woken by checkpoints did not ask.
+            assert len(daemon.named("broker_unreachable")) <= 2, daemon.named("broker_unreachable")
+            gate.open()
+            opened = time.monotonic()
+            daemon.wait_for("broker_reachable_again", timeout=10)
+            asked = daemon.wait_for("delete_records", timeout=10, topic=topic)
+            print(f"DeleteRecords {time.monotonic() - opened:.2f} s after the address worked")
+            assert asked["low_watermark"] == bases[1]
+            daemon.wait_for("retention_stuck_cleared", timeout=30, reason="refused")
+            assert not daemon.named("segment_deleted") or all(
+                e["mode"] == "broker" for e in daemon.named("segment_deleted")
+            )
+            assert daemon.stop() == 0
+    finally:
+        gate.close()
+    assert watermarks(real_kafka, topic)[0] == bases[1]

@@ -17,11 +17,11 @@ futures shaped like confluent-kafka's.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from diskguard.broker.errors import describe_error, rdkafka_logger
 from diskguard.logs import get_logger
 from diskguard.retention.planner import NO_OFFSET, Deletion, DeletionResult
 
@@ -63,52 +63,6 @@ class AdminApi(Protocol):
     ) -> Mapping[Any, concurrent.futures.Future[Any]]: ...
 
 
-#: Hints for the answers an operator is most likely to meet.
-_HINTS = {
-    "UNSUPPORTED_VERSION": "the broker does not support DeleteRecords",
-    "_TRANSPORT": "connection to the broker lost (a broker that does not implement "
-    "DeleteRecords may drop the connection)",
-    "NOT_LEADER_FOR_PARTITION": "this broker is not the partition leader; retried next cycle",
-    "TOPIC_AUTHORIZATION_FAILED": "the client lacks DELETE permission on the topic",
-    "UNKNOWN_TOPIC_OR_PART": "the broker does not know this topic/partition",
-    "REQUEST_TIMED_OUT": "the broker did not answer in time",
-    "_TIMED_OUT": "the broker did not answer in time",
-}
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for an admin-call failure: Kafka's error name, its text and a hint."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        err = exc.args[0]
-        name = err.name()
-        hint = _HINTS.get(name)
-        text = f"{name}: {err.str()}"
-        return f"{text} ({hint})" if hint else text
-    # concurrent.futures.TimeoutError is this builtin since Python 3.11.
-    if isinstance(exc, TimeoutError):
-        return "timed out waiting for the broker's answer"
-    return f"{type(exc).__name__}: {exc}"
-
-
-class _StructlogBridge(logging.Handler):
-    """librdkafka's own log lines (connection refused, ...) as structlog debug events instead
-    of raw ``%3|...`` lines on stderr."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        log.debug("librdkafka", message=record.getMessage(), rdkafka_level=record.levelname)
-
-
-def _rdkafka_logger() -> logging.Logger:
-    logger = logging.getLogger("diskguard.librdkafka")
-    if not logger.handlers:
-        logger.addHandler(_StructlogBridge())
-        logger.propagate = False
-        logger.setLevel(logging.DEBUG)
-    return logger
-
-
 class BrokerClient:
     """One AdminClient for the local broker's cluster."""
 
@@ -129,8 +83,14 @@ class BrokerClient:
                 "client.id": "diskguard",
                 **dict(client_settings or {}),
             }
-            admin = AdminClient(conf, logger=_rdkafka_logger())
+            admin = AdminClient(conf, logger=rdkafka_logger())
         self._admin: AdminApi = admin
+        #: The last ``reachable()`` answer (None before the first): the daemon probes in the
+        #: background while stuck and this is False (``daemon.brokerprobe``).
+        self.last_reachable: bool | None = None
+        #: Set by the daemon while that probe runs: ``reachable()`` then gives the probe's
+        #: last answer at once, so the loop never waits out a dead broker's timeout itself.
+        self.answer_from_probe = False
 
     def close(self) -> None:
         """Serve pending log callbacks; the AdminClient itself has no close."""
@@ -143,13 +103,23 @@ class BrokerClient:
                 poll(0)
 
     # -- reachability --------------------------------------------------------------------
-    def reachable(self) -> bool:
-        """Metadata round trip within ``timeout``: is a broker answering at ``bootstrap``?"""
+    def reachable(self, quiet: bool = False, probe: bool = False) -> bool:
+        """Metadata round trip within ``timeout``: is a broker answering at ``bootstrap``?
+        ``probe``: the daemon's background probe asking (always a round trip); ``quiet``: a
+        failure is a debug line (that probe repeats every interval)."""
+        if self.answer_from_probe and not probe and self.last_reachable is not None:
+            return self.last_reachable
         try:
             self._admin.list_topics(timeout=self.timeout)
+            self.last_reachable = True
             return True
         except Exception as exc:
-            log.info("broker_unreachable", bootstrap=self.bootstrap, error=describe_error(exc))
+            self.last_reachable = False
+            error = describe_error(exc)
+            if quiet:
+                log.debug("broker_unreachable", bootstrap=self.bootstrap, error=error)
+            else:
+                log.info("broker_unreachable", bootstrap=self.bootstrap, error=error)
             return False
         finally:
             self._serve_logs()

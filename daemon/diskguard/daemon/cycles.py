@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from diskguard.daemon.brokerprobe import BrokerProbe
 from diskguard.daemon.forecast import ReclaimForecast
 from diskguard.daemon.watch import HintSummary
 from diskguard.flow.limits import flow_limits
@@ -32,6 +33,8 @@ class RetentionCycles(ReclaimForecast):
 
     #: Stuck over a limit: what the last cycle saw (``retention.stuck``).
     stuck: StuckTracker
+    #: Asks the broker from a thread while retention is refused for want of it.
+    _probe: BrokerProbe
     #: Bytes deleted per mount since the last snapshot.
     deleted: DeletedBytesCounter
     #: Scan warnings already logged.
@@ -50,6 +53,13 @@ class RetentionCycles(ReclaimForecast):
         counts only if a probe answers differently (our own offline sweep opens it for
         writing); a reload resets the full-rescan timer, which runs a cycle regardless.
         """
+        if self._probe.take_back():
+            # The broker answers again: decide the mode afresh (the cycle's cached "not
+            # reachable" would refuse once more) and run the cycle now.
+            if self.runtime.broker is not None:
+                self.runtime.broker.answer_from_probe = False
+            self.runtime.broker_reachable(max_age=0)
+            return False
         if not self.stuck.states or len(usages) < len(self.mounts):
             return False
         limits = limits_for(self.config, BROKER)
@@ -132,6 +142,13 @@ class RetentionCycles(ReclaimForecast):
             self._locks_seen = {
                 str(d): lockfile.held_by_other(d) for d in self.config.broker.log_dirs
             }
+        # Stuck while the broker does not answer (auto mode refused under a held .lock, the
+        # topics' cleanup policies unknown, DeleteRecords failing): its answering again may end
+        # that, so it is asked in the background rather than at the backed-off rescans.
+        broker = self.runtime.broker
+        if broker is not None:
+            broker.answer_from_probe = bool(self.stuck.states) and broker.last_reachable is False
+            self._probe.want(broker.answer_from_probe)
         return outcome
 
     def _recover(self) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 
 from diskguard.config import Config, load_config
+from diskguard.daemon.brokerprobe import BrokerProbe
 from diskguard.daemon.cycles import RetentionCycles
 from diskguard.daemon.flowcontrol import FlowControl
 from diskguard.daemon.snapshot import record_snapshots
@@ -78,6 +79,7 @@ class Daemon(RetentionCycles, FlowControl):
         self._wake = threading.Event()
         self._reload = False
         self._watch = Watcher(self._wake)
+        self._probe = BrokerProbe(self._probe_broker, config.retention.check_interval, self._wake)
         #: Stuck over a limit: what the last cycle saw, and the rescan back-off.
         self.stuck = StuckTracker()
         self._locks_seen: dict[str, bool] = {}
@@ -102,6 +104,7 @@ class Daemon(RetentionCycles, FlowControl):
         state_dir.mkdir(parents=True, exist_ok=True)
         self.runtime = RetentionCycle(config)
         self.runtime.stuck = self.stuck
+        self._probe.interval = max(1.0, config.retention.check_interval)
         self.runtime.warm_heads_s = WARM_HEADS_S
         # One entry per device (st_dev), whatever mount point leads to it: a bind mount of
         # the same disk is the same filesystem. The key is the label, the first mount point
@@ -131,6 +134,11 @@ class Daemon(RetentionCycles, FlowControl):
                 dict(config.broker.client),
                 self.spool,
             )
+
+    def _probe_broker(self) -> bool:
+        """The background probe (``brokerprobe``): the current cycle's client, quietly."""
+        broker = self.runtime.broker
+        return broker is not None and broker.reachable(quiet=True, probe=True)
 
     def _teardown(self) -> None:
         if self.sink is not None:
@@ -253,6 +261,7 @@ class Daemon(RetentionCycles, FlowControl):
             reclaim_settings_source=self.runtime.reclaim.settings.source,
         )
         self._watch.start(self.config.broker.log_dirs, self)
+        self._probe.start()
         sdnotify.ready(status_line(self.memory))
         watchdog_every = sdnotify.watchdog_interval()
         timers = _Timers()
@@ -265,6 +274,7 @@ class Daemon(RetentionCycles, FlowControl):
         finally:
             sdnotify.stopping()
             self._watch.stop()
+            self._probe.stop()
             self._teardown()
             log.info("daemon_stopped")
         return 0

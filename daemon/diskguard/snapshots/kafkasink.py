@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from diskguard.broker.client import _rdkafka_logger
+from diskguard.broker.errors import rdkafka_logger
 from diskguard.logs import get_logger
 from diskguard.snapshots.record import encode_record
 from diskguard.snapshots.spool import Spool, SpoolPosition
@@ -137,7 +137,7 @@ class KafkaSink:
         return shipped
 
     def _new_producer(self) -> Producer:
-        return Producer({**self._settings, "error_cb": self._on_error}, logger=_rdkafka_logger())
+        return Producer({**self._settings, "error_cb": self._on_error}, logger=rdkafka_logger())
 
     def _on_error(self, err: KafkaError) -> None:
         """Client-level errors (all brokers down, fatal idempotence errors)."""

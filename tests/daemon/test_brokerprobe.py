@@ -1,0 +1,88 @@
+"""The background broker probe on its own: probes only while wanted, wakes the loop once per
+answer, survives a probe that raises, stops promptly (the daemon end to end is in
+test_broker_back_e2e.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from diskguard.daemon.brokerprobe import BrokerProbe
+
+
+class Answers:
+    """A probe whose answers the test sets; counts the calls."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.calls = 0
+        self.raise_next = False
+
+    def __call__(self) -> bool:
+        self.calls += 1
+        if self.raise_next:
+            self.raise_next = False
+            raise RuntimeError("client closed")
+        return self.up
+
+
+def wait_until(cond: object, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_idle_until_wanted_then_probes_every_interval_until_an_answer() -> None:
+    answers, wake = Answers(), threading.Event()
+    probe = BrokerProbe(answers, 0.05, wake)
+    probe.start()
+    try:
+        time.sleep(0.2)
+        assert answers.calls == 0 and not probe.probing  # not wanted: never asks
+        probe.want(True)
+        assert wait_until(lambda: answers.calls >= 3)
+        assert not wake.is_set() and not probe.take_back()
+        answers.up = True
+        assert wait_until(wake.is_set)
+        assert probe.take_back()
+        assert not probe.take_back()  # each answer once
+        assert not probe.probing  # an answer ends the probing until wanted again
+        calls = answers.calls
+        time.sleep(0.2)
+        assert answers.calls == calls
+    finally:
+        probe.stop()
+
+
+def test_not_wanted_any_more_stops_probing_and_a_raising_probe_is_a_no() -> None:
+    answers, wake = Answers(), threading.Event()
+    probe = BrokerProbe(answers, 0.05, wake)
+    probe.start()
+    try:
+        answers.raise_next = True
+        probe.want(True)
+        assert wait_until(lambda: answers.calls >= 2)  # the thread lived through the raise
+        assert not wake.is_set()
+        probe.want(False)
+        time.sleep(0.1)
+        calls = answers.calls
+        time.sleep(0.2)
+        assert answers.calls <= calls + 1  # at most the probe under way
+        assert not wake.is_set()
+    finally:
+        probe.stop()
+
+
+def test_stop_ends_the_thread_while_waiting_or_probing() -> None:
+    for wanted in (False, True):
+        probe = BrokerProbe(Answers(), 30.0, threading.Event())
+        probe.start()
+        probe.want(wanted)
+        time.sleep(0.05)
+        started = time.monotonic()
+        probe.stop()
+        assert time.monotonic() - started < 2.0
+        assert not probe._thread.is_alive()

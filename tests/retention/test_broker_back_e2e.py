@@ -86,6 +86,9 @@ def test_a_broker_answering_again_ends_the_stuck_state_without_waiting_for_the_b
                 daemon.wait_for("daemon_started", timeout=60)
                 stuck = daemon.wait_for("retention_stuck", timeout=30, reason=reason)
                 assert detail in stuck["detail"], stuck
+                # A reload rebuilds the broker client under the running probe.
+                daemon.proc.send_signal(signal.SIGHUP)
+                daemon.wait_for("config_reloaded", timeout=30)
                 time.sleep(STUCK_S)
                 assert not daemon.named("delete_records")
                 assert not daemon.named("segment_deleted")  # never unlinked under the broker

@@ -33,7 +33,7 @@ class RetentionCycles(ReclaimForecast):
 
     #: Stuck over a limit: what the last cycle saw (``retention.stuck``).
     stuck: StuckTracker
-    #: Asks the broker from a thread while retention is refused for want of it.
+    #: Asks the broker from a thread while a filesystem is stuck and the broker does not answer.
     _probe: BrokerProbe
     #: Bytes deleted per mount since the last snapshot.
     deleted: DeletedBytesCounter
@@ -54,10 +54,8 @@ class RetentionCycles(ReclaimForecast):
         writing); a reload resets the full-rescan timer, which runs a cycle regardless.
         """
         if self._probe.take_back():
-            # The broker answers again: decide the mode afresh (the cycle's cached "not
-            # reachable" would refuse once more) and run the cycle now.
-            if self.runtime.broker is not None:
-                self.runtime.broker.answer_from_probe = False
+            # The broker answers again: run the cycle now, on the probe's answer (the cycle's
+            # cached "not reachable" would refuse once more; no round trip from the loop).
             self.runtime.broker_reachable(max_age=0)
             return False
         if not self.stuck.states or len(usages) < len(self.mounts):

@@ -288,6 +288,11 @@ class DaemonProcess:
                 event = {"event": "<text>", "line": line.rstrip()}
             self.events.put(event)
 
+    def dump_threads(self) -> None:
+        """``kill -USR2``: the daemon writes every thread's stack to stderr (our log)."""
+        self.proc.send_signal(signal.SIGUSR2)
+        time.sleep(1.0)
+
     def stop(self, timeout: float = 15.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -594,11 +599,14 @@ def run(seconds: float, root: Path, keep: bool, out: TextIO) -> int:
     )
     t = Tally()
     other = OtherApp(box.other_app / "heap-dump.hprof")
+    code = 1
     try:
         code = _main_loop(con, seconds, box, broker, daemon, other, t, limits)
     finally:
         other.remove()
         broker.close()
+        if code and daemon.proc.poll() is None:
+            daemon.dump_threads()  # where a daemon that stopped answering is, in its log
         rc = daemon.stop()
         while not daemon.events.empty():
             event = daemon.events.get()

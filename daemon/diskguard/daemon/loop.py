@@ -21,6 +21,7 @@ uses but does not own: ``watch`` (inotify hints), ``statefile`` (its memory and
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import threading
@@ -379,6 +380,9 @@ def fsusage_contains(mount: str, path: Path | None) -> bool:
 
 def run_daemon(config: Config) -> int:
     configure_logging(config.logging.format, config.logging.level)
+    # ``kill -USR2``: every thread's stack on stderr (the journal), for a daemon that seems
+    # stuck; it goes on running.
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     daemon = Daemon(config)
     if config.metrics.listen:
         daemon.metrics.start(config.metrics.listen)

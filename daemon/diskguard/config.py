@@ -12,6 +12,7 @@ import dataclasses
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -45,7 +46,7 @@ def _percent(value: object) -> float:
     return float(value)
 
 
-def _at_least(floor: str) -> Any:
+def _at_least(floor: str) -> Callable[[float], float]:
     """A duration floor: an interval of 0 makes the daemon loop spin instead of sleep."""
     seconds = parse_duration(floor)
 
@@ -96,6 +97,8 @@ class BrokerConfig:
     server_properties: Path | None = None
     bootstrap_servers: str | None = None
     client: dict[str, str | int | float | bool] = field(default_factory=dict)
+    #: Used for the IBM reserved-size check and offline headroom when server.properties
+    #: does not say; Kafka's own defaults.
     segment_bytes: Size = 1024**3
     segment_index_bytes: Size = 10 * 1024**2
 
@@ -106,11 +109,20 @@ class RetentionConfig:
     target_percent: Percent | None = None
     max_bytes: Size | None = None
     mode: Literal["auto", "broker", "offline", "dry-run"] = "auto"
+    #: Regexes of topics never deleted, *in addition to* the internal topics (``__*``,
+    #: ``_schemas``, ``_confluent-*``), which are always protected (``topicpolicy``).
     protect_topics: Patterns = field(default_factory=list)
+    #: Regexes of topics the operator knows to be ``cleanup.policy=delete`` (or accepts to
+    #: trim although ``compact,delete``) while diskguard cannot learn their policy.
     assume_delete_policy: Patterns = field(default_factory=list)
     check_interval: CheckInterval = 5.0
+    #: How often the daemon re-reads each filesystem's usage (one statvfs, microseconds) between
+    #: inotify hints: what keeps the reaction time under a second even when events are lost.
     usage_poll_interval: PollInterval = 0.25
+    #: Offline rescue only: extra free space left for the broker's own log recovery
+    #: (producer snapshots, checkpoints, index rebuilds write before it can serve).
     offline_headroom: Size = 256 * 1024**2
+    #: Prefer, among equally old segments, those every consumer group has read.
     consumer_aware: bool = True
 
     def __post_init__(self) -> None:
@@ -130,6 +142,8 @@ class QuotaConfig:
     """AlterClientQuotas entity and rate applied while overfull."""
 
     producer_byte_rate: Size = 1024
+    #: Entities as Kafka names them, e.g. ``{"user" = "alice"}`` or ``{"client-id" = "app"}``;
+    #: empty = the default entity for users and client ids.
     entities: list[dict[str, str | None]] = field(default_factory=list)
 
 
@@ -139,11 +153,13 @@ class FlowControlConfig:
     underfull_percent: Percent | None = None
     overfull_bytes: Size | None = None
     underfull_bytes: Size | None = None
+    #: Hard floor on free space, like Redpanda's storage_min_free_bytes. None = min(5 GiB, 5%).
     min_free_bytes: Size | None = None
     on_change: list[str] = field(default_factory=list)
     on_change_timeout: HookTimeout = 30.0
     actuators: list[Literal["exec", "quota", "acl"]] = field(default_factory=list)
     quota: QuotaConfig = field(default_factory=QuotaConfig)
+    #: ACL principal denied WRITE while overfull.
     acl_principal: str = "User:*"
 
     def __post_init__(self) -> None:
@@ -187,6 +203,7 @@ class BallastConfig:
 
 
 def _hostname() -> str:
+    """gethostname(), read as glibc does (uname's nodename) without importing socket."""
     return os.uname().nodename
 
 
@@ -226,7 +243,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
-    #: The file it came from (not a key of it): messages name it.
+    #: Where this config was read from (messages name it); not a TOML key.
     source: Path = field(default=Path("<memory>"), metadata={"toml": False})
 
 
@@ -238,6 +255,7 @@ def _dotted(loc: Loc) -> str:
         elif re.fullmatch(r"[A-Za-z0-9_-]+", item):
             parts.append(item)
         else:
+            # Quoted as TOML would (a key with a newline must not break the one-line rule).
             import json  # only on this error path: check-config otherwise never loads it
 
             parts.append(json.dumps(item))

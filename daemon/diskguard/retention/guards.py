@@ -59,6 +59,13 @@ def is_deleted_leftover(name: str) -> bool:
     return parsed is not None and parsed[1] in (*SEGMENT_FILE_SUFFIXES, SNAPSHOT_SUFFIX)
 
 
+def unlink_frees(st: os.stat_result) -> int:
+    """Bytes unlinking the file ``st`` describes gives back: its allocated blocks if it is a
+    regular file with no other hard link (another link keeps the data), else 0. Segment
+    removal, the offline sweep and ``plan``'s preview of the sweep all count with this rule."""
+    return st.st_blocks * 512 if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else 0
+
+
 class SegmentDirListing:
     """Segment-named entries of one partition dir with their file type (``st_mode`` type
     bits, links not followed), and the base offsets of its regular ``.log`` files, sorted.

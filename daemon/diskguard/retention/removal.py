@@ -20,6 +20,7 @@ from typing import Any
 
 from diskguard.host.fsjournal import commits_in_order
 from diskguard.kafkalog.model import DELETED_SUFFIX
+from diskguard.retention.guards import unlink_frees
 
 #: Test hook: called with a step name before each step that changes the disk.
 StepHook = Callable[[str], None]
@@ -145,8 +146,7 @@ class SegmentRemover:
                 # already names the file, so unlinking it directly is just as recoverable.
                 os.unlink(name, dir_fd=dfd)
                 renamed.append((name, True))
-            if st.st_nlink == 1:
-                freed += st.st_blocks * 512
+            freed += unlink_frees(st)
         return freed
 
     def remove(self, partition_dir: str, names: Sequence[str]) -> int:
@@ -226,5 +226,5 @@ def unlink_regular(dfd: int, names: Sequence[str]) -> tuple[int, bool]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=dfd)
             changed = True
-            freed += st.st_blocks * 512 if st.st_nlink == 1 else 0
+            freed += unlink_frees(st)
     return freed, changed

@@ -31,7 +31,7 @@ from diskguard.retention.audit import (
     sweep_fields,
 )
 from diskguard.retention.executor import audit_outcome
-from diskguard.retention.guards import Refused, is_deleted_leftover
+from diskguard.retention.guards import Refused, is_deleted_leftover, unlink_frees
 from diskguard.retention.journal import (
     CANCELLED,
     SWEEP,
@@ -306,8 +306,7 @@ def _remove_below(parent_fd: int, name: str, dev: int) -> int:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(child, dir_fd=fd)
-                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                    freed += st.st_blocks * 512
+                freed += unlink_frees(st)
         return freed
     finally:
         os.close(fd)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import PartitionDirKind, parse_partition_dir
 from diskguard.kafkalog.scan import ScanResult
-from diskguard.retention.guards import Refused, is_deleted_leftover
+from diskguard.retention.guards import Refused, is_deleted_leftover, unlink_frees
 
 
 def preview_sweep(result: ScanResult, listings: ListingCache | None = None) -> ScanResult:
@@ -111,7 +111,7 @@ def leftovers(path: str) -> tuple[list[str], int]:
             if not stat.S_ISREG(st.st_mode):
                 continue
             names.append(name)
-            nbytes += st.st_blocks * 512 if st.st_nlink == 1 else 0
+            nbytes += unlink_frees(st)
     names.sort()
     return names, nbytes
 
@@ -170,8 +170,7 @@ def _walk_size(parent_fd: int, name: str, dev: int) -> tuple[int, int]:
                 nbytes, nfiles = nbytes + b, nfiles + n
             else:
                 nfiles += 1
-                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                    nbytes += st.st_blocks * 512
+                nbytes += unlink_frees(st)
         return nbytes, nfiles
     finally:
         os.close(fd)

@@ -199,6 +199,29 @@ def test_per_partition_errors_become_failed_results(answer: Any, expected: str) 
 
 
 @pytest.mark.parametrize(
+    ("answer", "lasting"),
+    [
+        (kafka_error(KafkaError.TOPIC_AUTHORIZATION_FAILED), True),
+        (kafka_error(KafkaError.POLICY_VIOLATION), True),
+        (kafka_error(KafkaError.NOT_LEADER_FOR_PARTITION), False),
+        (kafka_error(KafkaError.REQUEST_TIMED_OUT), False),
+        (kafka_error(KafkaError.UNKNOWN_TOPIC_OR_PART), False),
+        (NEVER, False),
+        (40, False),
+    ],
+)
+def test_only_answers_that_recur_mark_a_failure_lasting(answer: Any, lasting: bool) -> None:
+    """A denied or policy-violating DeleteRecords repeats until an ACL or a topic config
+    changes (the cycle sets the partition aside); a leader moving or a timeout may pass."""
+    admin = FakeAdmin()
+    admin.delete_answers[("orders", 0)] = answer
+    client = BrokerClient("unused:9092", timeout=0.2, admin=admin)
+    bad, good = client.delete_records([deletion("orders", 0, 0, 100), deletion("x", 1, 0, 9)])
+    assert not bad.ok and bad.lasting is lasting
+    assert good.ok and not good.lasting
+
+
+@pytest.mark.parametrize(
     "exc",
     [kafka_error(KafkaError._TRANSPORT), ValueError("bad offsets"), TypeError("bad type")],
 )
@@ -208,7 +231,7 @@ def test_a_failing_call_fails_every_deletion_without_raising(exc: BaseException)
     client = BrokerClient("unused:9092", timeout=0.2, admin=admin)
     results = client.delete_records([deletion("a", 0, 0, 5), deletion("b", 0, 0, 5)])
     assert [r.ok for r in results] == [False, False]
-    assert all(r.error for r in results)
+    assert all(r.error and not r.lasting for r in results)
     assert client.delete_records([]) == []
 
 

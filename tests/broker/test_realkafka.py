@@ -588,3 +588,90 @@ def test_auto_mode_refused_then_the_broker_reachable_again_acts_at_once(
     finally:
         gate.close()
     assert watermarks(real_kafka, topic)[0] == bases[1]
+
+
+def test_a_topic_whose_deletes_an_acl_denies_is_set_aside(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    """A DENY DELETE ACL on the topic holding the oldest segments: DeleteRecords answers
+    TOPIC_AUTHORIZATION_FAILED, once. The partition is set aside (not retried every cycle,
+    not stuck) and the next cycle trims the other topic, so the disk gets under its limit."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    denied_topic, other = "sa-denied", "sa-other"
+    for topic in (denied_topic, other):
+        real_kafka.create_topic(topic, **{"segment.bytes": "200000"})
+        assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
+    other_bases = segments(real_kafka, other)
+    assert len(segments(real_kafka, denied_topic)) >= 3 and len(other_bases) >= 3
+    # Any ACL on a topic ends allow.everyone.if.no.acl.found for it: allow all, deny DELETE
+    # (a DENY wins), so only DeleteRecords is refused.
+    acls = [
+        AclBinding(
+            ResourceType.TOPIC,
+            denied_topic,
+            ResourcePatternType.LITERAL,
+            "User:*",
+            "*",
+            operation,
+            permission,
+        )
+        for operation, permission in (
+            (AclOperation.ALL, AclPermissionType.ALLOW),
+            (AclOperation.DELETE, AclPermissionType.DENY),
+        )
+    ]
+    admin = real_kafka.admin()
+    for future in admin.create_acls(acls).values():
+        future.result(10)
+    try:
+        config = write_config(
+            tmp_path,
+            real_kafka.log_dir,
+            broker={"bootstrap_servers": real_kafka.bootstrap},
+            assume_delete_policy=None,
+            protect_topics=[f"^(?!({denied_topic}|{other})$)"],
+            mode="broker",
+            check_interval="1s",
+            disk_usage_percent=round(ceiling_under(real_kafka.log_dir, 60_000), 6),
+        )
+        with DaemonProc(config) as daemon:
+            daemon.wait_for("daemon_started", timeout=60)
+            failed = daemon.wait_for("delete_records_failed", timeout=30, topic=denied_topic)
+            assert "TOPIC_AUTHORIZATION_FAILED" in failed["error"], failed
+            aside = daemon.wait_for("partition_set_aside", timeout=10, topic=denied_topic)
+            assert aside["partition"] == 0 and aside["retry_in_s"] == 300
+            asked = daemon.wait_for("delete_records", timeout=30, topic=other)
+            assert asked["low_watermark"] == other_bases[1]
+            time.sleep(5)  # more cycles: the denied partition is not asked again
+            assert len(daemon.named("delete_records_failed")) == 1
+            stuck = daemon.named("retention_stuck")  # pending_reclaim, till the broker's check
+            assert all(e["reason"] != "delete_failed" for e in stuck), stuck
+            assert daemon.stop() == 0
+        audit = [
+            json.loads(line)
+            for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()
+        ]
+        (intent,) = [a for a in audit if a["phase"] == "intent" and a["topic"] == denied_topic]
+        outcomes = [a for a in audit if a["action_id"] == intent["action_id"]]
+        assert [a["phase"] for a in outcomes] == ["intent", "failed"], outcomes
+    finally:
+        match = AclBindingFilter(
+            ResourceType.TOPIC,
+            denied_topic,
+            ResourcePatternType.LITERAL,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        admin.delete_acls([match])[match].result(10)
+    assert watermarks(real_kafka, denied_topic)[0] == 0
+    assert watermarks(real_kafka, other)[0] == other_bases[1]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from diskguard.broker.client import BrokerClient
 from diskguard.config import load_config
@@ -115,3 +116,55 @@ def test_accepted_delete_records_are_pending_reclaim_next_cycle(
         runtime.close()
         third.close()
     assert inodes(log_dir) == before
+
+
+def test_a_topic_the_broker_denies_is_set_aside_and_younger_segments_go_instead(
+    over_ceiling: tuple[Path, Path, dict[Any, Any], float], tmp_path: Path
+) -> None:
+    """An ACL denies DeleteRecords on the topic holding the oldest segment: the first cycle
+    asks for it and fails; the partitions are set aside (said once), and the next cycle asks
+    for the next oldest segments of the other partitions instead of the same ones again.
+    After a config reload (a new cycle object) they are tried again."""
+    _mount, log_dir, truth, limit = over_ceiling
+    config = load_config(
+        write_config(
+            tmp_path,
+            log_dir,
+            broker={"bootstrap_servers": "127.0.0.1:1"},
+            disk_usage_percent=limit,
+            mode="broker",
+        )
+    )
+    order = expected_order(truth)
+    topic = order[0][0]  # the topic of the globally oldest segment
+    admin = AcceptingAdmin(denied=frozenset({topic}))
+    with hold_lock(log_dir):
+        runtime = RetentionCycle(config)
+        runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+        with capture_logs() as logs:
+            first = runtime.run(act=True)
+        failed = {(r.deletion.topic, r.deletion.partition) for r in first.results if not r.ok}
+        assert order[0][:2] in failed and {t for t, _ in failed} == {topic}
+        assert all(r.lasting for r in first.results if not r.ok)
+        set_aside = [e for e in logs if e["event"] == "partition_set_aside"]
+        assert {(e["topic"], e["partition"]) for e in set_aside} == failed
+        assert all("TOPIC_AUTHORIZATION_FAILED" in e["error"] for e in set_aside)
+
+        with capture_logs() as logs:
+            second = runtime.run(act=True)
+        asked = [(d.topic, d.partition, d.base_offset) for d in second.plan.deletions]
+        assert asked, "the denied bytes must come from other partitions"
+        tried_first = {(d.topic, d.partition, d.base_offset) for d in first.plan.deletions}
+        others = [k for k in order if k not in tried_first and k[:2] not in failed]
+        assert asked == others[: len(asked)]
+        assert all(r.ok for r in second.results)
+        reason = {t.topic: t.reason for t in second.plan.protected}[topic]
+        assert "set aside" in reason and "TOPIC_AUTHORIZATION_FAILED" in reason
+        assert not [e for e in logs if e["event"] == "partition_set_aside"]
+        runtime.close()
+
+        reloaded = RetentionCycle(config)
+        reloaded.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+        third = reloaded.run(act=True)
+        assert order[0][:2] in {(d.topic, d.partition) for d in third.plan.deletions}
+        reloaded.close()

@@ -136,7 +136,12 @@ def test_only_active_segments_left_a_meaningful_move_either_way_needs_a_cycle() 
     assert not tracker.all_stuck([])
 
 
-def failed(fs: FilesystemPlan, ok: bool = False, error: str = "Read-only file system") -> object:
+def failed(
+    fs: FilesystemPlan,
+    ok: bool = False,
+    error: str = "Read-only file system",
+    lasting: bool = False,
+) -> object:
     from diskguard.retention.planner import Deletion, DeletionResult
 
     d = Deletion(
@@ -150,7 +155,7 @@ def failed(fs: FilesystemPlan, ok: bool = False, error: str = "Read-only file sy
         files=("00000000000000000000.log",),
         mount=fs.mount,
     )
-    return DeletionResult(d, ok, GiB if ok else 0, OFFLINE, None if ok else error)
+    return DeletionResult(d, ok, GiB if ok else 0, OFFLINE, None if ok else error, lasting=lasting)
 
 
 def test_every_deletion_failing_is_stuck_until_one_succeeds() -> None:
@@ -180,6 +185,27 @@ def test_every_deletion_failing_is_stuck_until_one_succeeds() -> None:
     assert "Read-only file system" in logs[0]["detail"]
     assert logs[0]["log_level"] == "warning"
     assert not tracker.states
+
+
+def test_failures_that_set_their_partitions_aside_are_not_stuck() -> None:
+    """Denied by an ACL (``lasting``): the partitions are set aside and the next plan takes
+    other segments, so the next cycle must run at once, not after a stuck back-off. A stuck
+    state from earlier plain failures ends too."""
+    tracker = StuckTracker()
+    chosen = fs_plan(chosen_count=1, chosen_bytes=GiB, unreachable_bytes=0)
+    plan = Plan((chosen,), ())
+    denied = failed(chosen, error="TOPIC_AUTHORIZATION_FAILED", lasting=True)
+    with capture_logs() as logs:
+        assert tracker.observe_results(mode(BROKER), plan, [denied], 0.0) == frozenset()
+        assert not tracker.states
+        tracker.observe_results(mode(BROKER), plan, [failed(chosen)], 1.0)
+        assert tracker.states["/data"].reason == "delete_failed"
+        # One plain failure among lasting ones: still stuck, the retry cannot help it.
+        tracker.observe_results(mode(BROKER), plan, [denied, failed(chosen)], 2.0)
+        assert tracker.states["/data"].reason == "delete_failed"
+        tracker.observe_results(mode(BROKER), plan, [denied], 3.0)
+    assert not tracker.states
+    assert [e["event"] for e in logs] == ["retention_stuck", "retention_stuck_cleared"]
 
 
 def test_stuck_on_failed_deletions_then_refused_or_under_the_limit() -> None:

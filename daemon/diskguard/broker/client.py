@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from diskguard.broker.errors import describe_error, rdkafka_logger
+from diskguard.broker.errors import describe_error, is_lasting, rdkafka_logger
 from diskguard.logs import get_logger
 from diskguard.retention.planner import NO_OFFSET, Deletion, DeletionResult
 
@@ -138,6 +138,7 @@ class BrokerClient:
 
         request = [TopicPartition(t, p, off) for (t, p), off in wanted.items()]
         outcome: dict[tuple[str, int], tuple[int | None, str | None]] = {}
+        lasting: set[tuple[str, int]] = set()  # refused until an ACL or config changes
         try:
             futures = self._admin.delete_records(
                 request, request_timeout=self.timeout, operation_timeout=self.timeout
@@ -154,6 +155,8 @@ class BrokerClient:
                 answer = future.result(timeout=max(0.0, deadline - time.monotonic()))
             except Exception as exc:
                 outcome[key] = (None, describe_error(exc))
+                if is_lasting(exc):
+                    lasting.add(key)
                 continue
             low = getattr(answer, "low_watermark", None)
             if not isinstance(low, int):
@@ -174,7 +177,8 @@ class BrokerClient:
             if error is None:
                 results.append(DeletionResult(d, True, d.bytes, MODE))
             else:
-                results.append(DeletionResult(d, False, 0, MODE, error))
+                key = (d.topic, d.partition)
+                results.append(DeletionResult(d, False, 0, MODE, error, lasting=key in lasting))
         for (topic, partition), (low, error) in outcome.items():
             if error is None:
                 log.info("delete_records", topic=topic, partition=partition, low_watermark=low)

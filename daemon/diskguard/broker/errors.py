@@ -23,6 +23,21 @@ _HINTS = {
 }
 
 
+#: Per-partition DeleteRecords answers that repeat until something outside diskguard changes
+#: (an ACL, the topic's cleanup.policy): the cycle sets the partition aside (``setaside``).
+#: Everything else (a leader moving, timeouts, a lost connection) may pass: retried next cycle.
+LASTING = frozenset({"TOPIC_AUTHORIZATION_FAILED", "POLICY_VIOLATION"})
+
+
+def is_lasting(exc: BaseException) -> bool:
+    """Is ``exc`` a Kafka error in ``LASTING``?"""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].name() in LASTING
+    return False
+
+
 def describe_error(exc: BaseException) -> str:
     """One line for an admin-call failure: Kafka's error name, its text and a hint."""
     from confluent_kafka import KafkaError, KafkaException

@@ -129,8 +129,7 @@ class RetentionCycle:
         """Ask the broker for its retention-check settings, at most every ``max_age`` s."""
         if self.broker is None:
             return
-        now = time.monotonic()
-        last = self._settings_from_broker_at
+        now, last = time.monotonic(), self._settings_from_broker_at
         if last is not None and now - last < max_age:
             return
         self._settings_from_broker_at = now
@@ -263,6 +262,7 @@ class RetentionCycle:
         results: tuple[Any, ...] = ()
         if act and chosen.deletions:
             results = self._act(mode, chosen, executor)
+            self.inputs.set_aside_failed(results)
             if self.stuck is not None and results:
                 now = time.monotonic()
                 self._set_quiet(

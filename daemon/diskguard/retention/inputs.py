@@ -6,7 +6,8 @@ The I/O half of planning; ``planner`` itself never sees the config or the disk.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from diskguard.config import Config
@@ -16,11 +17,15 @@ from diskguard.kafkalog.model import Filesystem
 from diskguard.kafkalog.scan import ScanResult, scan
 from diskguard.kafkalog.serverprops import local_broker_id
 from diskguard.kafkalog.topicpolicy import ProtectionRule
+from diskguard.logs import get_logger
 from diskguard.retention.mode import BROKER, OFFLINE
-from diskguard.retention.planner import Limits
+from diskguard.retention.planner import DeletionResult, Limits
 from diskguard.retention.policystore import PolicyStore
 from diskguard.retention.reclaim import Forecast
 from diskguard.retention.requested import RequestedLogStart
+from diskguard.retention.setaside import SetAside
+
+log = get_logger("diskguard.retention")
 
 
 def limits_for(config: Config, mode: str) -> Limits:
@@ -66,6 +71,8 @@ class PlanInputs:
     #: Known topic policies (cache, broker answers, KRaft metadata); None: none known, so
     #: every topic not internal, not compacted by evidence, is "policy unknown".
     policies: PolicyStore | None = None
+    #: Partitions whose deletion failed in a way that recurs: protected for a while.
+    set_aside: SetAside = field(default_factory=SetAside)
     _broker_facts: tuple[str | None, int | None, list[str]] | None = field(
         default=None, init=False, repr=False
     )
@@ -135,7 +142,22 @@ class PlanInputs:
         )
         if rule_warnings:
             result = replace(result, warnings=(*rule_warnings, *result.warnings))
+        aside = self.set_aside.apply(result.filesystems, time.monotonic())
+        if aside is not result.filesystems:
+            result = replace(result, filesystems=aside)
         return result
+
+    def set_aside_failed(self, results: Iterable[DeletionResult]) -> None:
+        """After acting: set aside the partitions whose deletion failed for a lasting reason
+        (``setaside``), and say so once each time."""
+        for entry in self.set_aside.record(results, time.monotonic()):
+            log.warning(
+                "partition_set_aside",
+                topic=entry.topic,
+                partition=entry.partition,
+                error=entry.error,
+                retry_in_s=self.set_aside.hold_s,
+            )
 
     def limits_of(self, mode: str, mount: str) -> Limits:
         """The limits of the filesystem labelled ``mount`` in ``mode``: with its forecast in

@@ -100,6 +100,8 @@ class DeletionResult:
     ``freed_bytes``: offline, the allocated bytes unlinked (``st_blocks * 512``); broker, the
     segment's bytes, which the broker frees at its next retention check + file delete delay.
     ``refused``: nothing was attempted (a guard rail or the ``.lock`` said no).
+    ``lasting``: the failure will recur until something outside diskguard changes (an ACL,
+    a file's flags): the cycle sets the partition aside (``setaside``) instead of retrying.
     """
 
     deletion: Deletion
@@ -108,6 +110,7 @@ class DeletionResult:
     mode: str = "offline"
     error: str | None = None
     refused: bool = False
+    lasting: bool = False
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,9 @@ class StuckTracker:
     ) -> frozenset[str]:
         """After the cycle acted: a filesystem where every deletion tried failed is stuck
         (``delete_failed``, the first error as detail); one where any succeeded is not any
-        more. Returns the mounts to keep quiet (stuck, said already)."""
+        more, nor one whose failures were all ``lasting``: their partitions are set aside
+        (``setaside``), so the next plan takes other segments. Returns the mounts to keep
+        quiet (stuck, said already)."""
         tried: dict[str, list[DeletionResult]] = {}
         for res in results:
             tried.setdefault(res.deletion.mount, []).append(res)
@@ -144,7 +146,7 @@ class StuckTracker:
             if not done:
                 continue
             previous = self.states.get(fs.mount)
-            if any(r.ok for r in done):
+            if any(r.ok for r in done) or all(r.lasting for r in done):
                 if previous is not None and previous.reason == DELETE_FAILED:
                     del self.states[fs.mount]
                     self._cleared(fs.mount, previous, now, fs.usage_percent)

@@ -1,0 +1,99 @@
+"""Partitions set aside after a deletion of theirs failed in a way that will recur (pure).
+
+The planner chooses the globally oldest segments. When deleting one of them fails for a
+reason that the next try cannot change (the broker denies DeleteRecords on the topic:
+``TOPIC_AUTHORIZATION_FAILED``; a file that refuses removal: ``EPERM``), every later plan
+would choose the same segments first again, count their bytes as freed, and stop short:
+the filesystem stays over its limit while younger segments of other topics could go, and
+each cycle writes the same intent and failure to the audit log. So the cycle sets such a
+partition aside for ``HOLD_S``: the plans meanwhile treat it as protected, with the error as
+the reason (``plan``, ``retention_stuck`` and the audit say why), and it is tried again after
+that, or at once after a config reload (a new cycle, a new memory), when an operator who
+fixed the ACL sends SIGHUP. Failures that may pass by themselves (a leader moving, a timeout,
+a broker down) are not set aside: the next cycle simply tries again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from diskguard.kafkalog.model import Filesystem
+from diskguard.retention.planner import DeletionResult
+
+#: How long a partition stays aside before it is tried again (as often as ``retention_stuck``
+#: repeats itself): long enough that the audit log is not written every cycle, short enough
+#: that a fixed ACL is noticed without a reload.
+HOLD_S = 300.0
+
+
+@dataclass(frozen=True)
+class SetAsidePartition:
+    """One partition kept out of the plans until ``until`` (the caller's monotonic clock)."""
+
+    topic: str
+    partition: int
+    error: str
+    until: float
+
+    def reason(self, remaining_s: float) -> str:
+        """The protection reason the plans show for it."""
+        return (
+            f"partition {self.partition} set aside: deleting its oldest segment failed "
+            f"({self.error}); tried again in {max(0, round(remaining_s))} s or at a config reload"
+        )
+
+
+class SetAside:
+    """The partitions set aside now, keyed by ``(topic, partition)``."""
+
+    def __init__(self, hold_s: float = HOLD_S) -> None:
+        self.hold_s = hold_s
+        self._entries: dict[tuple[str, int], SetAsidePartition] = {}
+
+    def record(self, results: Iterable[DeletionResult], now: float) -> list[SetAsidePartition]:
+        """Set aside the partitions of failed results marked ``lasting``; returns the ones
+        newly set aside (each partition once, with its first such error)."""
+        added: list[SetAsidePartition] = []
+        for r in results:
+            if r.ok or r.refused or not r.lasting:
+                continue
+            key = (r.deletion.topic, r.deletion.partition)
+            if key in self._entries and self._entries[key].until > now:
+                continue
+            entry = SetAsidePartition(key[0], key[1], r.error or "failed", now + self.hold_s)
+            self._entries[key] = entry
+            added.append(entry)
+        return added
+
+    def active(self, now: float) -> dict[tuple[str, int], SetAsidePartition]:
+        """The entries still in force at ``now`` (expired ones are forgotten)."""
+        for key in [k for k, e in self._entries.items() if e.until <= now]:
+            del self._entries[key]
+        return dict(self._entries)
+
+    def apply(self, filesystems: tuple[Filesystem, ...], now: float) -> tuple[Filesystem, ...]:
+        """``filesystems`` with the partitions set aside marked protected (their reason the
+        error); the very same tuple when nothing is set aside (the common case)."""
+        entries = self.active(now)
+        if not entries:
+            return filesystems
+        return tuple(_protect(fs, entries, now) for fs in filesystems)
+
+
+def _protect(
+    fs: Filesystem, entries: dict[tuple[str, int], SetAsidePartition], now: float
+) -> Filesystem:
+    log_dirs = []
+    for log_dir in fs.log_dirs:
+        parts = []
+        changed = False
+        for part in log_dir.partitions:
+            entry = entries.get((part.topic, part.partition))
+            if entry is not None and not part.protected:
+                why = entry.reason(entry.until - now)
+                part = replace(part, protected=True, protected_reason=why)
+                changed = True
+            parts.append(part)
+        log_dirs.append(replace(log_dir, partitions=tuple(parts)) if changed else log_dir)
+    return replace(fs, log_dirs=tuple(log_dirs))

@@ -187,10 +187,11 @@ def test_every_deletion_failing_is_stuck_until_one_succeeds() -> None:
     assert not tracker.states
 
 
-def test_failures_that_set_their_partitions_aside_are_not_stuck() -> None:
+def test_failures_that_set_their_partitions_aside_are_stuck_only_the_second_time() -> None:
     """Denied by an ACL (``lasting``): the partitions are set aside and the next plan takes
-    other segments, so the next cycle must run at once, not after a stuck back-off. A stuck
-    state from earlier plain failures ends too."""
+    other segments, so that cycle runs at once, not after a stuck back-off. If it fails the
+    same way, nothing may be deletable (no DELETE on any topic): stuck, so further partitions
+    are tried at the back-off's pace, not in a burst of cycles. A success starts afresh."""
     tracker = StuckTracker()
     chosen = fs_plan(chosen_count=1, chosen_bytes=GiB, unreachable_bytes=0)
     plan = Plan((chosen,), ())
@@ -198,14 +199,25 @@ def test_failures_that_set_their_partitions_aside_are_not_stuck() -> None:
     with capture_logs() as logs:
         assert tracker.observe_results(mode(BROKER), plan, [denied], 0.0) == frozenset()
         assert not tracker.states
-        tracker.observe_results(mode(BROKER), plan, [failed(chosen)], 1.0)
+        tracker.observe_results(mode(BROKER), plan, [denied, denied], 1.0)
         assert tracker.states["/data"].reason == "delete_failed"
-        # One plain failure among lasting ones: still stuck, the retry cannot help it.
-        tracker.observe_results(mode(BROKER), plan, [denied, failed(chosen)], 2.0)
+        assert "TOPIC_AUTHORIZATION_FAILED" in tracker.states["/data"].detail
+        tracker.observe_results(mode(BROKER), plan, [denied, failed(chosen, ok=True)], 2.0)
+        assert not tracker.states
+        # A new episode: the first all-lasting failure is again not stuck; a plain failure
+        # among lasting ones is (retrying cannot help it).
+        assert tracker.observe_results(mode(BROKER), plan, [denied], 3.0) == frozenset()
+        assert not tracker.states
+        under = fs_plan(usage_percent=70.0, excess_bytes=0, unreachable_bytes=0)
+        tracker.observe(mode(BROKER), Plan((under,), ()), 4.0)  # under its limit meanwhile
+        assert tracker.observe_results(mode(BROKER), plan, [denied], 5.0) == frozenset()
+        tracker.observe_results(mode(BROKER), plan, [denied, failed(chosen)], 6.0)
         assert tracker.states["/data"].reason == "delete_failed"
-        tracker.observe_results(mode(BROKER), plan, [denied], 3.0)
-    assert not tracker.states
-    assert [e["event"] for e in logs] == ["retention_stuck", "retention_stuck_cleared"]
+    assert [e["event"] for e in logs] == [
+        "retention_stuck",
+        "retention_stuck_cleared",
+        "retention_stuck",
+    ]
 
 
 def test_stuck_on_failed_deletions_then_refused_or_under_the_limit() -> None:

@@ -105,6 +105,8 @@ class StuckTracker:
     def __init__(self, heartbeat_s: float = HEARTBEAT_S) -> None:
         self.heartbeat_s = heartbeat_s
         self.states: dict[str, StuckState] = {}
+        #: Mounts whose last cycle that acted had only ``lasting`` failures, none succeeding.
+        self._set_aside_only: set[str] = set()
 
     def observe(self, mode: ModeDecision, plan: Plan, now: float) -> frozenset[str]:
         """Update from one cycle, log what changed; return the mounts to keep quiet."""
@@ -112,6 +114,8 @@ class StuckTracker:
         seen: set[str] = set()
         for fs in plan.filesystems:
             seen.add(fs.mount)
+            if fs.chosen_count == 0:  # nothing to try: a later failure starts afresh
+                self._set_aside_only.discard(fs.mount)
             found = stuck_reason(mode, fs)
             previous = self.states.get(fs.mount)
             if found is None and previous is not None and _retrying(previous, mode, fs):
@@ -134,9 +138,12 @@ class StuckTracker:
     ) -> frozenset[str]:
         """After the cycle acted: a filesystem where every deletion tried failed is stuck
         (``delete_failed``, the first error as detail); one where any succeeded is not any
-        more, nor one whose failures were all ``lasting``: their partitions are set aside
-        (``setaside``), so the next plan takes other segments. Returns the mounts to keep
-        quiet (stuck, said already)."""
+        more. Failures that were all ``lasting`` set their partitions aside (``setaside``), so
+        the next plan takes other segments: the first time that is not stuck (the next cycle
+        runs at once); if that plan fails the same way too, nothing may be deletable at all
+        (diskguard's principal lacks DELETE on every topic), and it is stuck like any other
+        failure, so the retries that set more partitions aside come at the back-off's pace,
+        not one cycle after another. Returns the mounts to keep quiet (stuck, said already)."""
         tried: dict[str, list[DeletionResult]] = {}
         for res in results:
             tried.setdefault(res.deletion.mount, []).append(res)
@@ -146,10 +153,14 @@ class StuckTracker:
             if not done:
                 continue
             previous = self.states.get(fs.mount)
-            if any(r.ok for r in done) or all(r.lasting for r in done):
+            if any(r.ok for r in done):
+                self._set_aside_only.discard(fs.mount)
                 if previous is not None and previous.reason == DELETE_FAILED:
                     del self.states[fs.mount]
                     self._cleared(fs.mount, previous, now, fs.usage_percent)
+                continue
+            if all(r.lasting for r in done) and fs.mount not in self._set_aside_only:
+                self._set_aside_only.add(fs.mount)
                 continue
             first = next((r.error for r in done if r.error), "no error given")
             detail = f"all {len(done)} deletion(s) tried failed; the first: {first}"
@@ -210,6 +221,7 @@ class StuckTracker:
 
     def forget(self, mount: str) -> None:
         self.states.pop(mount, None)
+        self._set_aside_only.discard(mount)
 
     # -- events ---------------------------------------------------------------
     def _stuck(self, fs: FilesystemPlan, state: StuckState, now: float, heartbeat: bool) -> None:

@@ -377,10 +377,12 @@ class FileExecutor:
                 self.journal.append(
                     {"op": "settled", "action_id": entry["action_id"], "segments": settled}
                 )
-        for (i, d, _, _), (freed, err, _) in zip(checked, outcomes, strict=True):
+        lasting = started.removal.lasting
+        for (i, d, _, _), (freed, err, _), again in zip(checked, outcomes, lasting, strict=True):
             if err is not None:
                 failed_partitions.add((d.topic, d.partition))
-            results[i] = DeletionResult(d, err is None, freed if err is None else 0, MODE, err)
+            ok = err is None
+            results[i] = DeletionResult(d, ok, freed if ok else 0, MODE, err, lasting=again)
 
     def _step(self, name: str) -> None:
         if self._on_step is not None:

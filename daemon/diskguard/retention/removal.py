@@ -26,6 +26,10 @@ from diskguard.retention.guards import unlink_frees
 StepHook = Callable[[str], None]
 
 _HOLE_IO = "not deleted: an older segment of this partition failed first (no hole)"
+#: A rename that fails with these fails again until someone changes the file or its dir (an
+#: immutable or append-only flag: EPERM even for root; a dir diskguard may not write:
+#: EACCES). Not EROFS or EIO: those are the whole filesystem's, for the stuck tracker.
+LASTING_ERRNOS = frozenset({errno.EPERM, errno.EACCES})
 
 
 class SegmentRemover:
@@ -71,6 +75,7 @@ class SegmentRemover:
                     b.freed[k] = self.rename_all(b.fds[pd], sub["names"], renamed[k])
                 except OSError as exc:
                     b.errors[k] = stopped[pd] = f"{exc.strerror or exc} ({exc.filename or pd})"
+                    b.lasting[k] = exc.errno in LASTING_ERRNOS
                 finally:
                     if pd in b.fds:  # a dir that could not be opened was not changed
                         _touch(b.touched, pd)
@@ -189,13 +194,15 @@ class SegmentRemover:
 
 class StartedBatch:
     """A batch whose files are renamed and unlinked but not fsync'd yet (``start_batch``):
-    per segment the bytes freed, the error, whether it was left untouched; the open dirs."""
+    per segment the bytes freed, the error, whether it was left untouched, whether its error
+    will recur (``LASTING_ERRNOS``); the open dirs."""
 
     def __init__(self, subs: Sequence[Mapping[str, Any]]) -> None:
         self.subs = subs
         self.freed = [0] * len(subs)
         self.errors: list[str | None] = [None] * len(subs)
         self.untouched = [False] * len(subs)
+        self.lasting = [False] * len(subs)
         self.fds: dict[str, int] = {}
         self.touched: dict[str, None] = {}  # partition dirs, the one changed last at the end
 

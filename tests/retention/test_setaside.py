@@ -104,3 +104,33 @@ def test_a_partition_protected_by_policy_keeps_its_own_reason() -> None:
     aside.record([failed("a", 0)], now=0.0)
     (out,) = aside.apply((fs,), now=1.0)
     assert out.log_dirs[0].partitions[0].protected_reason == "cleanup.policy=compact"
+
+
+def test_export_and_load_carry_the_entries_across_processes_by_wall_clock() -> None:
+    daemon = SetAside(hold_s=300)
+    daemon.record([failed("a", 0)], now=1000.0)  # monotonic clock of the daemon
+    exported = daemon.export(now=1060.0, wall_now=1_700_000_060.0)
+    assert exported == [{"topic": "a", "partition": 0, "error": DENIED, "until": 1_700_000_300.0}]
+    plan = SetAside(hold_s=300)  # another process, another monotonic clock
+    plan.load(exported, now=5.0, wall_now=1_700_000_100.0)
+    (entry,) = plan.active(5.0).values()
+    assert entry.until == 205.0 and entry.error == DENIED
+
+
+def test_load_ignores_what_it_cannot_trust() -> None:
+    aside = SetAside(hold_s=300)
+    aside.load(
+        [
+            {"topic": "expired", "partition": 0, "error": "x", "until": 99.0},
+            {"topic": "no-error", "partition": 0, "until": 500.0},
+            {"topic": "bad-partition", "partition": "0", "error": "x", "until": 500.0},
+            "not a dict",
+            {"topic": "far", "partition": 1, "error": "x", "until": 1e12},
+        ],
+        now=0.0,
+        wall_now=100.0,
+    )
+    # Only the well-formed one, and a clock far ahead holds it no longer than hold_s.
+    assert {k: e.until for k, e in aside.active(0.0).items()} == {("far", 1): 300.0}
+    aside.load({"not": "a list"}, now=0.0, wall_now=100.0)
+    assert list(aside.active(0.0)) == [("far", 1)]

@@ -5,7 +5,9 @@ the limit (measured before this: 62.8 % under a 61.5 % limit, every cycle)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,9 +15,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from diskguard.config import load_config
+from diskguard.daemon.statefile import STATE_EVERY_S
 from diskguard.retention.cycle import RetentionCycle
 from support import disks
+from support.cli import run_cli
 from support.configs import write_config
+from support.daemonproc import DaemonProc
 from support.fsfixtures import loop_ext4
 from support.logdirs import build, expected_order
 
@@ -62,3 +67,35 @@ def test_a_segment_that_refuses_removal_sets_its_partition_aside(
         assert "set aside" in reason and "Operation not permitted" in reason
     # Nothing of that partition went: no hole behind the segment that refused.
     assert sorted(p.name for p in pdir.iterdir()) == before
+
+
+def test_plan_and_status_show_what_the_running_daemon_set_aside(
+    immutable_oldest: tuple[Path, list[tuple[str, int, int]], float], tmp_path: Path
+) -> None:
+    """The daemon's memory is in ``state.json``: a ``plan`` run beside it protects the
+    partition with the daemon's reason instead of choosing the segment the daemon knows it
+    cannot delete, and ``status`` lists it."""
+    log_dir, order, limit = immutable_oldest
+    topic, partition = order[0][:2]
+    config = write_config(
+        tmp_path, log_dir, disk_usage_percent=limit, mode="offline", check_interval="1s"
+    )
+    with DaemonProc(config) as daemon:
+        daemon.wait_for("partition_set_aside", timeout=60, topic=topic, partition=partition)
+        daemon.wait_for("daemon_started", timeout=30)
+        time.sleep(STATE_EVERY_S + 1)  # state.json rewritten since
+        plan = json.loads(run_cli("plan", "--json", "-c", str(config)).stdout)
+        reason = {t["topic"]: t["reason"] for t in plan["protected"]}.get(topic, "")
+        assert f"partition {partition} set aside" in reason, plan["protected"]
+        assert "Operation not permitted" in reason
+        assert (topic, partition) not in {(d["topic"], d["partition"]) for d in plan["deletions"]}
+        status = json.loads(run_cli("status", "--json", "-c", str(config)).stdout)
+        (entry,) = status["set_aside"]
+        assert (entry["topic"], entry["partition"]) == (topic, partition)
+        assert 0 < entry["until"] - time.time() <= 300
+        text = run_cli("status", "-c", str(config), env={"COLUMNS": "300"}).stdout
+        assert f"{topic}-{partition}: set aside (kept, not deleted) until" in text
+        assert daemon.stop() == 0
+    # No daemon any more: plan chooses the oldest segment again (it has no memory of its own).
+    plan = json.loads(run_cli("plan", "--json", "-c", str(config)).stdout)
+    assert not any("set aside" in t["reason"] for t in plan["protected"])

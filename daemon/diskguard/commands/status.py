@@ -88,9 +88,11 @@ def collect_status(config: Config) -> dict[str, Any]:
                 "reclaim": reclaim,
             }
         )
+    set_aside = (daemon or {}).get("set_aside")
     return {
         "daemon_running": daemon is not None,
         "filesystems": filesystems,
+        "set_aside": set_aside if isinstance(set_aside, list) else [],
         "unreadable_processes": open_scan.denied_pids,
         "warnings": list(result.warnings),
     }
@@ -162,8 +164,22 @@ def _render(status: dict[str, Any]) -> None:
             )
     for fs in status["filesystems"]:
         console.print(f"{fs['mount']}: {reclaim_line(fs['reclaim'])}")
+    for entry in status["set_aside"]:
+        console.print(set_aside_line(entry), markup=False, highlight=False)
     for warning in status["warnings"]:
         click.echo(f"warning: {warning}", err=True)
+
+
+def set_aside_line(entry: Any) -> str:
+    """One partition the daemon set aside (``retention.setaside``), as read from state.json."""
+    try:
+        until = dt.datetime.fromtimestamp(float(entry["until"]), tz=dt.UTC)
+        return (
+            f"{entry['topic']}-{entry['partition']}: set aside (kept, not deleted) until "
+            f"{until:%H:%M:%S} UTC or a config reload: {entry['error']}"
+        )
+    except (TypeError, KeyError, ValueError, OverflowError, OSError):
+        return f"set aside (unreadable entry in state.json): {entry!r}"
 
 
 def _seconds(value: float | None) -> str:

@@ -134,6 +134,7 @@ class RetentionCycles(ReclaimForecast):
             # what was freed before the scan is already out of its pending.
             self.memory.usage[mount] = fs.usage
         self._last_poll_at = time.monotonic()
+        self.memory.set_aside = self.runtime.inputs.set_aside.export(time.monotonic(), time.time())
         if self.stuck.states:
             # What the .lock looked like to this cycle: a later .lock event is a change only
             # if a probe answers differently.

@@ -37,11 +37,14 @@ class Memory:
     deleted_open: dict[str, int] = field(default_factory=dict)
     #: mount -> growth rate and broker reclaim latency view (status, metrics, snapshots).
     reclaim: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Partitions the retention cycle set aside (``SetAside.export``): plan and status show them.
+    set_aside: list[dict[str, object]] = field(default_factory=list)
 
 
 def write_state(memory: Memory, state_dir: Path) -> None:
     """``<state_dir>/state.json``: what `status`, `plan` and `enforce` read of the running
-    daemon (flow state, last deletion, pending reclaim, reclaim view per filesystem)."""
+    daemon (flow state, last deletion, pending reclaim, reclaim view per filesystem; the
+    partitions set aside)."""
     data = {
         "pid": os.getpid(),
         "updated": time.time(),
@@ -55,6 +58,7 @@ def write_state(memory: Memory, state_dir: Path) -> None:
             }
             for mount, st in memory.flow.items()
         },
+        "set_aside": memory.set_aside,
     }
     try:
         # Not fsync'd: a view of this process, rewritten every few seconds; two fsyncs each

@@ -1,6 +1,6 @@
 """What a running daemon last wrote to ``<state_dir>/state.json``, as the one-shot commands
 read it: ``status`` shows it, ``plan``/``enforce --once``/``check-config --connect`` take the
-write rate it measured.
+write rate it measured, ``plan``/``enforce --once`` the partitions it set aside.
 
 Its own module, apart from the retention cycle, so that ``status`` can read it without
 importing the cycle's executors, broker client and segment dating (issue 15: start-up).
@@ -55,3 +55,14 @@ def daemon_rates(config: Config, max_age: float = 60.0) -> dict[str, float]:
         if isinstance(rate, int | float) and rate >= 0:
             out[str(mount)] = float(rate)
     return out
+
+
+def daemon_set_aside(config: Config, max_age: float = 60.0) -> list[Any]:
+    """The partitions the running daemon set aside (``retention.setaside``), as it wrote them
+    recently; ``plan`` and ``enforce --once`` take them over, so a dry run shows what the
+    daemon will do rather than the deletion the broker (or the file) keeps refusing."""
+    state = daemon_state(config)
+    if state is None or time.time() - float(state.get("updated", 0)) > max_age:
+        return []
+    entries = state.get("set_aside")
+    return entries if isinstance(entries, list) else []

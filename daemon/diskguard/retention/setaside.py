@@ -72,6 +72,41 @@ class SetAside:
             del self._entries[key]
         return dict(self._entries)
 
+    def export(self, now: float, wall_now: float) -> list[dict[str, object]]:
+        """The entries in force as plain data for ``state.json``, ``until`` as wall-clock
+        seconds: ``plan`` and ``status`` then show what the running daemon set aside."""
+        return [
+            {
+                "topic": e.topic,
+                "partition": e.partition,
+                "error": e.error,
+                "until": round(wall_now + (e.until - now), 3),
+            }
+            for e in self.active(now).values()
+        ]
+
+    def load(self, entries: object, now: float, wall_now: float) -> None:
+        """Take over ``export``'s entries (read back from ``state.json``); anything malformed
+        or expired is ignored (the partition is then planned as usual)."""
+        if not isinstance(entries, list):
+            return
+        for item in entries:
+            if not isinstance(item, dict):
+                continue
+            topic, partition = item.get("topic"), item.get("partition")
+            error, until = item.get("error"), item.get("until")
+            if not (
+                isinstance(topic, str)
+                and isinstance(partition, int)
+                and isinstance(error, str)
+                and isinstance(until, int | float)
+            ):
+                continue
+            remaining = min(float(until) - wall_now, self.hold_s)
+            if remaining > 0:
+                key = (topic, partition)
+                self._entries[key] = SetAsidePartition(topic, partition, error, now + remaining)
+
     def apply(self, filesystems: tuple[Filesystem, ...], now: float) -> tuple[Filesystem, ...]:
         """``filesystems`` with the partitions set aside marked protected (their reason the
         error); the very same tuple when nothing is set aside (the common case)."""

@@ -10,6 +10,9 @@ library registers there) out of the scrape, and lets tests run several instances
 The server is a small ``http.server`` rather than ``prometheus_client.start_http_server``
 because it also serves ``/healthz``: 200 while the daemon loop completes cycles, 503 once it
 has stalled — a liveness signal a load balancer or Kubernetes probe can use without systemd.
+
+Size: one class declares every metric, so the names a dashboard and the alert rules join on
+are read in one place; split by kind they would be scattered for no other gain.
 """
 
 from __future__ import annotations
@@ -167,6 +170,13 @@ class Metrics:
             "diskguard_scan_duration_seconds",
             "Wall time of one log-dir scan.",
             buckets=_SCAN_BUCKETS,
+            registry=r,
+        )
+        self.partitions_set_aside = Gauge(
+            "diskguard_partitions_set_aside",
+            "Partitions kept out of retention's plans for now: deleting from them failed in a "
+            "way that recurs (an ACL denying DELETE, an immutable file); younger segments of "
+            "other partitions go instead.",
             registry=r,
         )
         self.last_cycle = Gauge(

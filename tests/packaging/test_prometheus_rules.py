@@ -28,7 +28,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_rules_are_valid() -> None:
     result = _promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -59,6 +59,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
         "DiskguardFilesystemOverCeiling",
         "DiskguardFilesystemOverfull",
         "DiskguardFilesystemSpaceFillingUp",
+        "DiskguardPartitionsSetAside",
         "DiskguardRetentionTargetUnreachable",
         "DiskguardStale",
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from support.configs import write_config
 from support.daemonproc import DaemonProc
 from support.fsfixtures import loop_ext4
 from support.logdirs import build, expected_order
+from support.net import free_port
 
 MiB = 1024**2
 
@@ -77,8 +79,14 @@ def test_plan_and_status_show_what_the_running_daemon_set_aside(
     cannot delete, and ``status`` lists it."""
     log_dir, order, limit = immutable_oldest
     topic, partition = order[0][:2]
+    port = free_port()
     config = write_config(
-        tmp_path, log_dir, disk_usage_percent=limit, mode="offline", check_interval="1s"
+        tmp_path,
+        log_dir,
+        disk_usage_percent=limit,
+        mode="offline",
+        check_interval="1s",
+        metrics={"listen": f"127.0.0.1:{port}"},
     )
     with DaemonProc(config) as daemon:
         daemon.wait_for("partition_set_aside", timeout=60, topic=topic, partition=partition)
@@ -95,6 +103,8 @@ def test_plan_and_status_show_what_the_running_daemon_set_aside(
         assert 0 < entry["until"] - time.time() <= 300
         text = run_cli("status", "-c", str(config), env={"COLUMNS": "300"}).stdout
         assert f"{topic}-{partition}: set aside (kept, not deleted) until" in text
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert b"\ndiskguard_partitions_set_aside 1.0\n" in scraped
         assert daemon.stop() == 0
     # No daemon any more: plan chooses the oldest segment again (it has no memory of its own).
     plan = json.loads(run_cli("plan", "--json", "-c", str(config)).stdout)

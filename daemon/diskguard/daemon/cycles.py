@@ -135,6 +135,7 @@ class RetentionCycles(ReclaimForecast):
             self.memory.usage[mount] = fs.usage
         self._last_poll_at = time.monotonic()
         self.memory.set_aside = self.runtime.inputs.set_aside.export(time.monotonic(), time.time())
+        self.metrics.partitions_set_aside.set(len(self.memory.set_aside))
         if self.stuck.states:
             # What the .lock looked like to this cycle: a later .lock event is a change only
             # if a probe answers differently.

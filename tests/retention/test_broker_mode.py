@@ -19,7 +19,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from diskguard.broker.client import BrokerClient
-from diskguard.config import load_config
+from diskguard.config import Config, load_config
 from diskguard.retention.cycle import RetentionCycle
 from support import disks
 from support.cli import json_events, run_cli
@@ -43,6 +43,26 @@ def over_ceiling(tmp_path: Path) -> Iterator[tuple[Path, Path, dict[Any, Any], f
 
 def inodes(log_dir: Path) -> dict[str, int]:
     return {str(p): os.stat(p).st_ino for p in log_dir.rglob("*")}
+
+
+def broker_config(tmp_path: Path, log_dir: Path, limit: float) -> Config:
+    """Broker mode over ``log_dir`` at ``limit``; the address is never dialled (``cycle``)."""
+    return load_config(
+        write_config(
+            tmp_path,
+            log_dir,
+            broker={"bootstrap_servers": "127.0.0.1:1"},
+            disk_usage_percent=limit,
+            mode="broker",
+        )
+    )
+
+
+def cycle(config: Config, admin: AcceptingAdmin) -> RetentionCycle:
+    """A retention cycle whose broker client talks to ``admin``."""
+    runtime = RetentionCycle(config)
+    runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+    return runtime
 
 
 def test_running_broker_files_are_never_unlinked(
@@ -76,19 +96,11 @@ def test_accepted_delete_records_are_pending_reclaim_next_cycle(
     over_ceiling: tuple[Path, Path, dict[Any, Any], float], tmp_path: Path
 ) -> None:
     _mount, log_dir, truth, limit = over_ceiling
-    cfg_path = write_config(
-        tmp_path,
-        log_dir,
-        broker={"bootstrap_servers": "127.0.0.1:1"},
-        disk_usage_percent=limit,
-        mode="broker",
-    )
-    config = load_config(cfg_path)
+    config = broker_config(tmp_path, log_dir, limit)
     admin = AcceptingAdmin()
     before = inodes(log_dir)
     with hold_lock(log_dir):
-        runtime = RetentionCycle(config)
-        runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+        runtime = cycle(config, admin)
         first = runtime.run(act=True)
         chosen = [(d.topic, d.partition, d.base_offset) for d in first.plan.deletions]
         assert chosen and chosen == expected_order(truth)[: len(chosen)]
@@ -110,8 +122,7 @@ def test_accepted_delete_records_are_pending_reclaim_next_cycle(
         assert second.exit_code() == 0
         assert len(admin.calls) == 1
         # A fresh process (enforce --once from cron) remembers the request too.
-        third = RetentionCycle(config)
-        third.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+        third = cycle(config, admin)
         assert third.run(act=True).plan.deletions == ()
         runtime.close()
         third.close()
@@ -126,21 +137,12 @@ def test_a_topic_the_broker_denies_is_set_aside_and_younger_segments_go_instead(
     for the next oldest segments of the other partitions instead of the same ones again.
     After a config reload (a new cycle object) they are tried again."""
     _mount, log_dir, truth, limit = over_ceiling
-    config = load_config(
-        write_config(
-            tmp_path,
-            log_dir,
-            broker={"bootstrap_servers": "127.0.0.1:1"},
-            disk_usage_percent=limit,
-            mode="broker",
-        )
-    )
+    config = broker_config(tmp_path, log_dir, limit)
     order = expected_order(truth)
     topic = order[0][0]  # the topic of the globally oldest segment
     admin = AcceptingAdmin(denied=frozenset({topic}))
     with hold_lock(log_dir):
-        runtime = RetentionCycle(config)
-        runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+        runtime = cycle(config, admin)
         with capture_logs() as logs:
             first = runtime.run(act=True)
         failed = {(r.deletion.topic, r.deletion.partition) for r in first.results if not r.ok}
@@ -163,8 +165,7 @@ def test_a_topic_the_broker_denies_is_set_aside_and_younger_segments_go_instead(
         assert not [e for e in logs if e["event"] == "partition_set_aside"]
         runtime.close()
 
-        reloaded = RetentionCycle(config)
-        reloaded.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+        reloaded = cycle(config, admin)
         third = reloaded.run(act=True)
         assert order[0][:2] in {(d.topic, d.partition) for d in third.plan.deletions}
         reloaded.close()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import stat
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -31,7 +30,7 @@ from diskguard.retention.audit import (
     sweep_fields,
 )
 from diskguard.retention.executor import audit_outcome
-from diskguard.retention.guards import Refused, is_deleted_leftover, unlink_frees
+from diskguard.retention.guards import Refused, is_deleted_leftover
 from diskguard.retention.journal import (
     CANCELLED,
     SWEEP,
@@ -41,7 +40,7 @@ from diskguard.retention.journal import (
     process_identity,
 )
 from diskguard.retention.removal import unlink_regular
-from diskguard.retention.sweeptargets import leftovers, open_dir_at, targets, tree_size
+from diskguard.retention.sweeptargets import leftovers, targets, tree_size, walk_below
 
 log = get_logger("diskguard.offline")
 
@@ -277,7 +276,7 @@ def _remove_tree(log_dir_real: str, name: str) -> int:
     try:
         dev = os.fstat(dfd).st_dev
         try:
-            freed = _remove_below(dfd, name, dev)
+            freed, _ = walk_below(dfd, name, dev, remove=True)
         except FileNotFoundError:
             return 0
         with contextlib.suppress(FileNotFoundError):
@@ -286,30 +285,6 @@ def _remove_tree(log_dir_real: str, name: str) -> int:
         return freed
     finally:
         os.close(dfd)
-
-
-def _remove_below(parent_fd: int, name: str, dev: int) -> int:
-    fd = open_dir_at(parent_fd, name, dev)
-    try:
-        freed = 0
-        with os.scandir(fd) as it:
-            children = sorted(e.name for e in it)
-        for child in children:
-            try:
-                st = os.stat(child, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                freed += _remove_below(fd, child, dev)
-                with contextlib.suppress(FileNotFoundError):
-                    os.rmdir(child, dir_fd=fd)
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(child, dir_fd=fd)
-                freed += unlink_frees(st)
-        return freed
-    finally:
-        os.close(fd)
 
 
 def _remove_names(partition_dir: str, names: Sequence[str]) -> int:

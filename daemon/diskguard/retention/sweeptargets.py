@@ -8,6 +8,7 @@ can preview the sweep (``preview_sweep``) without loading the journal and execut
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -134,7 +135,7 @@ def tree_size(log_dir_real: str, name: str) -> tuple[int, int]:
     dfd = os.open(log_dir_real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         dev = os.fstat(dfd).st_dev
-        return _walk_size(dfd, name, dev)
+        return walk_below(dfd, name, dev)
     finally:
         os.close(dfd)
 
@@ -154,23 +155,34 @@ def open_dir_at(parent_fd: int, name: str, dev: int) -> int:
     return fd
 
 
-def _walk_size(parent_fd: int, name: str, dev: int) -> tuple[int, int]:
+def walk_below(parent_fd: int, name: str, dev: int, remove: bool = False) -> tuple[int, int]:
+    """Bytes (``unlink_frees``) and count of the files below dir ``name``, never following a
+    symlink, Refused at another device; with ``remove``, each file is unlinked and each dir
+    removed on the way back up, and only what went is counted. One walk for both, so the
+    sweep's preview in ``plan`` and the sweep itself count alike."""
     fd = open_dir_at(parent_fd, name, dev)
     try:
         nbytes, nfiles = 0, 0
         with os.scandir(fd) as it:
-            children = [e.name for e in it]
+            children = sorted(e.name for e in it)
         for child in children:
             try:
                 st = os.stat(child, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
             if stat.S_ISDIR(st.st_mode):
-                b, n = _walk_size(fd, child, dev)
+                b, n = walk_below(fd, child, dev, remove)
                 nbytes, nfiles = nbytes + b, nfiles + n
-            else:
-                nfiles += 1
-                nbytes += unlink_frees(st)
+                if remove:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.rmdir(child, dir_fd=fd)
+                continue
+            if remove:
+                try:
+                    os.unlink(child, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
+            nbytes, nfiles = nbytes + unlink_frees(st), nfiles + 1
         return nbytes, nfiles
     finally:
         os.close(fd)

@@ -116,6 +116,7 @@ def test_dashboard_shows_what_operators_need() -> None:
         'mountpoint=~"$mountpoint", quantile="max"}',
         "diskguard_broker_reclaim_expected_seconds",
         "predict_linear(diskguard_filesystem_avail_bytes",
+        "diskguard_partitions_set_aside",
     ):
         assert needed in exprs, needed
 

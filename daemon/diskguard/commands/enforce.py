@@ -12,7 +12,7 @@ from diskguard.cli import config_option, fail, load_or_exit, no_traceback
 from diskguard.errors import ExitCode
 from diskguard.logs import configure_logging
 from diskguard.retention.cycle import RetentionCycle
-from diskguard.retention.daemonstate import daemon_rates, daemon_set_aside
+from diskguard.retention.daemonstate import daemon_memory
 from diskguard.retention.outcome import CycleOutcome
 from diskguard.units import format_bytes, plural
 
@@ -46,8 +46,8 @@ def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
         # Cron, scripts, CI: the JSON event stream on stdout, as the daemon writes it.
         configure_logging(config.logging.format, config.logging.level, eager=True)
     with RetentionCycle(config) as retention:
-        retention.daemon_rates = daemon_rates(config)
-        retention.inputs.set_aside.load(daemon_set_aside(config), time.monotonic(), time.time())
+        retention.daemon_rates, set_aside = daemon_memory(config)
+        retention.inputs.set_aside.load(set_aside, time.monotonic(), time.time())
         outcome = retention.run(act=True)
     for warning in outcome.warnings:
         click.echo(f"warning: {warning}", err=True)

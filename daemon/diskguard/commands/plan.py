@@ -13,7 +13,7 @@ from diskguard.cli import config_option, load_or_exit, no_traceback
 from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
 from diskguard.retention.cycle import RetentionCycle
-from diskguard.retention.daemonstate import daemon_rates, daemon_set_aside
+from diskguard.retention.daemonstate import daemon_memory
 from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED
 from diskguard.retention.planner import Deletion, Plan
 from diskguard.retention.report import dumps, plan_json
@@ -264,8 +264,8 @@ def plan_command(config_path: Path, as_json: bool) -> None:
     """Show which segments a retention cycle would delete now, and why. Deletes nothing."""
     config = load_or_exit(config_path, writes=False)
     with RetentionCycle(config, read_only=True) as retention, progress(None, "scanning") as advance:
-        retention.daemon_rates = daemon_rates(config)
-        retention.inputs.set_aside.load(daemon_set_aside(config), time.monotonic(), time.time())
+        retention.daemon_rates, set_aside = daemon_memory(config)
+        retention.inputs.set_aside.load(set_aside, time.monotonic(), time.time())
         retention.inputs.on_partition = advance
         outcome = retention.run(act=False)
     if as_json:

@@ -26,7 +26,7 @@ from diskguard.flow.state import FlowState, step
 from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
 from diskguard.kafkalog.model import FilesystemUsage, usage_fields
 from diskguard.kafkalog.scan import scan
-from diskguard.retention.daemonstate import daemon_state
+from diskguard.retention.daemonstate import daemon_state, set_aside_of
 from diskguard.retention.reclaimwatch import reclaim_settings
 from diskguard.retention.report import dumps
 from diskguard.units import format_bytes, plural
@@ -88,11 +88,10 @@ def collect_status(config: Config) -> dict[str, Any]:
                 "reclaim": reclaim,
             }
         )
-    set_aside = (daemon or {}).get("set_aside")
     return {
         "daemon_running": daemon is not None,
         "filesystems": filesystems,
-        "set_aside": set_aside if isinstance(set_aside, list) else [],
+        "set_aside": set_aside_of(daemon),
         "unreadable_processes": open_scan.denied_pids,
         "warnings": list(result.warnings),
     }

@@ -40,29 +40,44 @@ def daemon_state(config: Config) -> dict[str, Any] | None:
     return state
 
 
-def daemon_rates(config: Config, max_age: float = 60.0) -> dict[str, float]:
-    """mount -> write rate the running daemon measured, if it wrote one recently.
+def recent_state(config: Config, max_age: float = 60.0) -> dict[str, Any] | None:
+    """``daemon_state`` if the daemon wrote it within ``max_age`` seconds, else None."""
+    state = daemon_state(config)
+    if state is None or time.time() - float(state.get("updated", 0)) > max_age:
+        return None
+    return state
+
+
+def rates_of(state: dict[str, Any] | None) -> dict[str, float]:
+    """mount -> write rate the daemon measured, from its ``state`` (empty for None).
 
     ``plan`` and ``enforce --once`` have no usage history of their own; without this their
     broker-mode forecast would assume no growth at all.
     """
-    state = daemon_state(config)
-    if state is None or time.time() - float(state.get("updated", 0)) > max_age:
-        return {}
     out: dict[str, float] = {}
-    for mount, fs in (state.get("filesystems") or {}).items():
+    for mount, fs in ((state or {}).get("filesystems") or {}).items():
         rate = ((fs or {}).get("reclaim") or {}).get("growth_bytes_per_s")
         if isinstance(rate, int | float) and rate >= 0:
             out[str(mount)] = float(rate)
     return out
 
 
-def daemon_set_aside(config: Config, max_age: float = 60.0) -> list[Any]:
-    """The partitions the running daemon set aside (``retention.setaside``), as it wrote them
-    recently; ``plan`` and ``enforce --once`` take them over, so a dry run shows what the
-    daemon will do rather than the deletion the broker (or the file) keeps refusing."""
-    state = daemon_state(config)
-    if state is None or time.time() - float(state.get("updated", 0)) > max_age:
-        return []
-    entries = state.get("set_aside")
+def set_aside_of(state: dict[str, Any] | None) -> list[Any]:
+    """The partitions the daemon set aside (``retention.setaside``), from its ``state``: as
+    written, for ``SetAside.load`` to check (empty for None or anything not a list)."""
+    entries = (state or {}).get("set_aside")
     return entries if isinstance(entries, list) else []
+
+
+def daemon_rates(config: Config, max_age: float = 60.0) -> dict[str, float]:
+    """``rates_of`` a running daemon's recent state (``check-config --connect``)."""
+    return rates_of(recent_state(config, max_age))
+
+
+def daemon_memory(config: Config, max_age: float = 60.0) -> tuple[dict[str, float], list[Any]]:
+    """What ``plan`` and ``enforce --once`` take over from a running daemon's recent state, in
+    one read: its write rates (``rates_of``) and the partitions it set aside
+    (``set_aside_of``), so a dry run shows what the daemon will do rather than the deletion
+    the broker (or the file) keeps refusing."""
+    state = recent_state(config, max_age)
+    return rates_of(state), set_aside_of(state)

@@ -51,6 +51,27 @@ def test_only_lasting_failures_are_set_aside_each_partition_once() -> None:
     assert aside.record([failed("a", 0)], now=1100.0) == []
 
 
+def test_a_refusal_of_the_topic_sets_aside_every_partition_of_it_at_once() -> None:
+    """An ACL (or the topic's cleanup.policy) refuses the whole topic: its other partitions
+    are set aside with the first, not found refused one per cycle while other topics wait.
+    A refusal that is the partition's own (offline: one file's flags) stays the partition's."""
+    aside = SetAside(hold_s=300)
+    partitions = {"a": [0, 1, 2], "b": [0, 1]}
+    added = aside.record(
+        [failed("a", 1, whole_topic=True), failed("b", 0)],
+        now=1000.0,
+        partitions_of=lambda topic: partitions[topic],
+    )
+    assert [(e.topic, e.partition) for e in added] == [("a", 1), ("b", 0), ("a", 0), ("a", 2)]
+    errors = {(e.topic, e.partition): e.error for e in added}
+    assert errors[("a", 1)] == DENIED
+    assert errors[("a", 0)].startswith(DENIED) and "partition 1" in errors[("a", 0)]
+    assert "whole topic" in errors[("a", 2)]
+    assert ("b", 1) not in aside.active(1000.0)
+    reason = added[2].reason(300)
+    assert reason.startswith("partition 0 set aside:") and "whole topic" in reason
+
+
 def test_an_entry_expires_and_is_set_aside_again_if_it_still_fails() -> None:
     aside = SetAside(hold_s=300)
     aside.record([failed("a", 0)], now=1000.0)

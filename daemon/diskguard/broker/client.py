@@ -178,7 +178,10 @@ class BrokerClient:
                 results.append(DeletionResult(d, True, d.bytes, MODE))
             else:
                 key = (d.topic, d.partition)
-                results.append(DeletionResult(d, False, 0, MODE, error, lasting=key in lasting))
+                refused = key in lasting  # LASTING errors are the topic's (``errors``)
+                results.append(
+                    DeletionResult(d, False, 0, MODE, error, lasting=refused, whole_topic=refused)
+                )
         for (topic, partition), (low, error) in outcome.items():
             if error is None:
                 log.info("delete_records", topic=topic, partition=partition, low_watermark=low)

@@ -25,6 +25,8 @@ _HINTS = {
 
 #: Per-partition DeleteRecords answers that repeat until something outside diskguard changes
 #: (an ACL, the topic's cleanup.policy): the cycle sets the partition aside (``setaside``).
+#: Both are the topic's, not the partition's (the broker authorizes DeleteRecords on the topic
+#: resource; the policy is a topic config), so every partition of the topic is set aside.
 #: Everything else (a leader moving, timeouts, a lost connection) may pass: retried next cycle.
 LASTING = frozenset({"TOPIC_AUTHORIZATION_FAILED", "POLICY_VIOLATION"})
 

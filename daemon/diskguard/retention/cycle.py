@@ -262,7 +262,7 @@ class RetentionCycle:
         results: tuple[Any, ...] = ()
         if act and chosen.deletions:
             results = self._act(mode, chosen, executor)
-            self.inputs.set_aside_failed(results)
+            self.inputs.set_aside_failed(results, result.filesystems)
             if self.stuck is not None and results:
                 now = time.monotonic()
                 self._set_quiet(

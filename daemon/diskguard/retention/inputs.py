@@ -147,10 +147,19 @@ class PlanInputs:
             result = replace(result, filesystems=aside)
         return result
 
-    def set_aside_failed(self, results: Iterable[DeletionResult]) -> None:
+    def set_aside_failed(
+        self, results: Iterable[DeletionResult], filesystems: Iterable[Filesystem] = ()
+    ) -> None:
         """After acting: set aside the partitions whose deletion failed for a lasting reason
-        (``setaside``), and say so once each time."""
-        for entry in self.set_aside.record(results, time.monotonic()):
+        (``setaside``) — for a topic's refusal, every partition of the topic in the scanned
+        ``filesystems`` — and say so once each time."""
+        by_topic: dict[str, list[int]] = {}
+        for fs in filesystems:
+            for log_dir in fs.log_dirs:
+                for part in log_dir.partitions:
+                    by_topic.setdefault(part.topic, []).append(part.partition)
+        entries = self.set_aside.record(results, time.monotonic(), lambda t: by_topic.get(t, ()))
+        for entry in entries:
             log.warning(
                 "partition_set_aside",
                 topic=entry.topic,

@@ -102,6 +102,8 @@ class DeletionResult:
     ``refused``: nothing was attempted (a guard rail or the ``.lock`` said no).
     ``lasting``: the failure will recur until something outside diskguard changes (an ACL,
     a file's flags): the cycle sets the partition aside (``setaside``) instead of retrying.
+    ``whole_topic``: that refusal is the topic's (an ACL, the topic's cleanup.policy), so it
+    holds for every partition of the topic: all of them are set aside at once.
     """
 
     deletion: Deletion
@@ -111,6 +113,7 @@ class DeletionResult:
     error: str | None = None
     refused: bool = False
     lasting: bool = False
+    whole_topic: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ a broker down) are not set aside: the next cycle simply tries again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from diskguard.kafkalog.model import Filesystem
@@ -39,8 +39,9 @@ class SetAsidePartition:
     def reason(self, remaining_s: float) -> str:
         """The protection reason the plans show for it."""
         return (
-            f"partition {self.partition} set aside: deleting its oldest segment failed "
-            f"({self.error}); tried again in {max(0, round(remaining_s))} s or at a config reload"
+            f"partition {self.partition} set aside: a deletion failed in a way the next try "
+            f"cannot change ({self.error}); tried again in {max(0, round(remaining_s))} s or at "
+            "a config reload"
         )
 
 
@@ -51,19 +52,39 @@ class SetAside:
         self.hold_s = hold_s
         self._entries: dict[tuple[str, int], SetAsidePartition] = {}
 
-    def record(self, results: Iterable[DeletionResult], now: float) -> list[SetAsidePartition]:
-        """Set aside the partitions of failed results marked ``lasting``; returns the ones
-        newly set aside (each partition once, with its first such error)."""
+    def record(
+        self,
+        results: Iterable[DeletionResult],
+        now: float,
+        partitions_of: Callable[[str], Iterable[int]] = lambda _topic: (),
+    ) -> list[SetAsidePartition]:
+        """Set aside the partitions of failed results marked ``lasting``, and for a refusal
+        that is the topic's (``whole_topic``) every partition ``partitions_of`` gives for the
+        topic: else a topic of many partitions would be found refused one partition per
+        cycle while other topics' segments wait. Returns the entries newly set aside (each
+        partition once, with its first such error)."""
         added: list[SetAsidePartition] = []
-        for r in results:
-            if r.ok or r.refused or not r.lasting:
-                continue
-            key = (r.deletion.topic, r.deletion.partition)
+
+        def add(topic: str, partition: int, error: str) -> None:
+            key = (topic, partition)
             if key in self._entries and self._entries[key].until > now:
-                continue
-            entry = SetAsidePartition(key[0], key[1], r.error or "failed", now + self.hold_s)
+                return
+            entry = SetAsidePartition(topic, partition, error, now + self.hold_s)
             self._entries[key] = entry
             added.append(entry)
+
+        failed = [r for r in results if not r.ok and not r.refused and r.lasting]
+        for r in failed:
+            add(r.deletion.topic, r.deletion.partition, r.error or "failed")
+        for r in failed:
+            if r.whole_topic:
+                d = r.deletion
+                why = (
+                    f"{r.error or 'failed'} (the answer for partition {d.partition}: it holds "
+                    "for the whole topic)"
+                )
+                for partition in sorted(set(partitions_of(d.topic))):
+                    add(d.topic, partition, why)
         return added
 
     def active(self, now: float) -> dict[tuple[str, int], SetAsidePartition]:

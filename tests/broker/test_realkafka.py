@@ -8,12 +8,13 @@ what diskguard may delete is confined to the test's topic with ``protect_topics`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from diskguard.retention.planner import Deletion
 from diskguard.snapshots.kafkasink import KafkaSink
 from diskguard.snapshots.record import build_snapshot
 from diskguard.snapshots.spool import Spool
-from support.cli import run_cli
+from support.cli import json_events, run_cli
 from support.configs import write_config
 from support.daemonproc import DaemonProc
 from support.disks import ceiling_under, df_percent
@@ -616,12 +617,30 @@ def test_auto_mode_refused_then_the_broker_reachable_again_acts_at_once(
     assert watermarks(real_kafka, topic)[0] == bases[1]
 
 
-def test_a_topic_whose_deletes_an_acl_denies_is_set_aside(
-    real_kafka: RealBroker, tmp_path: Path
-) -> None:
-    """A DENY DELETE ACL on the topic holding the oldest segments: DeleteRecords answers
-    TOPIC_AUTHORIZATION_FAILED, once. The partition is set aside (not retried every cycle,
-    not stuck) and the next cycle trims the other topic, so the disk gets under its limit."""
+def trim_only(broker: RealBroker, tmp_path: Path, topics: tuple[str, ...], **keys: Any) -> Path:
+    """Once the broker's disk is quiet (``settled``): a broker-mode config that may trim only
+    ``topics`` (every other topic protected), over its limit by 150 kB, most of one 200 kB
+    segment: writeback settling (ext4 releasing the metadata it reserved for delayed
+    allocation) cannot bring it under alone."""
+    settled(broker)
+    return write_config(
+        tmp_path,
+        broker.log_dir,
+        broker={"bootstrap_servers": broker.bootstrap},
+        assume_delete_policy=None,
+        protect_topics=[f"^(?!({'|'.join(topics)})$)"],
+        mode="broker",
+        disk_usage_percent=round(ceiling_under(broker.log_dir, 150_000), 6),
+        **keys,
+    )
+
+
+@contextlib.contextmanager
+def deletes_denied(broker: RealBroker, topic: str) -> Iterator[None]:
+    """ACLs on ``topic`` that deny DELETE (DeleteRecords) to everyone, removed afterwards.
+
+    Any ACL on a topic ends allow.everyone.if.no.acl.found for it: allow all, deny DELETE (a
+    DENY wins), so only DeleteRecords is refused."""
     from confluent_kafka.admin import (
         AclBinding,
         AclBindingFilter,
@@ -631,46 +650,38 @@ def test_a_topic_whose_deletes_an_acl_denies_is_set_aside(
         ResourceType,
     )
 
+    literal = (ResourceType.TOPIC, topic, ResourcePatternType.LITERAL)
+    acls = [
+        AclBinding(*literal, "User:*", "*", operation, permission)
+        for operation, permission in (
+            (AclOperation.ALL, AclPermissionType.ALLOW),
+            (AclOperation.DELETE, AclPermissionType.DENY),
+        )
+    ]
+    admin = broker.admin()
+    for future in admin.create_acls(acls).values():
+        future.result(10)
+    try:
+        yield
+    finally:
+        match = AclBindingFilter(*literal, None, None, AclOperation.ANY, AclPermissionType.ANY)
+        admin.delete_acls([match])[match].result(10)
+
+
+def test_a_topic_whose_deletes_an_acl_denies_is_set_aside(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    """A DENY DELETE ACL on the topic holding the oldest segments: DeleteRecords answers
+    TOPIC_AUTHORIZATION_FAILED, once. The partition is set aside (not retried every cycle,
+    not stuck) and the next cycle trims the other topic, so the disk gets under its limit."""
     denied_topic, other = "sa-denied", "sa-other"
     for topic in (denied_topic, other):
         real_kafka.create_topic(topic, **{"segment.bytes": "200000"})
         assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
     other_bases = segments(real_kafka, other)
     assert len(segments(real_kafka, denied_topic)) >= 3 and len(other_bases) >= 3
-    # Any ACL on a topic ends allow.everyone.if.no.acl.found for it: allow all, deny DELETE
-    # (a DENY wins), so only DeleteRecords is refused.
-    acls = [
-        AclBinding(
-            ResourceType.TOPIC,
-            denied_topic,
-            ResourcePatternType.LITERAL,
-            "User:*",
-            "*",
-            operation,
-            permission,
-        )
-        for operation, permission in (
-            (AclOperation.ALL, AclPermissionType.ALLOW),
-            (AclOperation.DELETE, AclPermissionType.DENY),
-        )
-    ]
-    admin = real_kafka.admin()
-    for future in admin.create_acls(acls).values():
-        future.result(10)
-    settled(real_kafka)
-    try:
-        config = write_config(
-            tmp_path,
-            real_kafka.log_dir,
-            broker={"bootstrap_servers": real_kafka.bootstrap},
-            assume_delete_policy=None,
-            protect_topics=[f"^(?!({denied_topic}|{other})$)"],
-            mode="broker",
-            check_interval="1s",
-            # Over by most of one 200 kB segment: writeback settling (ext4 releases the
-            # metadata it reserved for delayed allocation) cannot bring it under alone.
-            disk_usage_percent=round(ceiling_under(real_kafka.log_dir, 150_000), 6),
-        )
+    with deletes_denied(real_kafka, denied_topic):
+        config = trim_only(real_kafka, tmp_path, (denied_topic, other), check_interval="1s")
         with DaemonProc(config) as daemon:
             daemon.wait_for("daemon_started", timeout=60)
             failed = daemon.wait_for("delete_records_failed", timeout=30, topic=denied_topic)
@@ -700,16 +711,41 @@ def test_a_topic_whose_deletes_an_acl_denies_is_set_aside(
         (intent,) = [a for a in audit if a["phase"] == "intent" and a["topic"] == denied_topic]
         outcomes = [a for a in audit if a["action_id"] == intent["action_id"]]
         assert [a["phase"] for a in outcomes] == ["intent", "failed"], outcomes
-    finally:
-        match = AclBindingFilter(
-            ResourceType.TOPIC,
-            denied_topic,
-            ResourcePatternType.LITERAL,
-            None,
-            None,
-            AclOperation.ANY,
-            AclPermissionType.ANY,
-        )
-        admin.delete_acls([match])[match].result(10)
     assert watermarks(real_kafka, denied_topic)[0] == 0
     assert watermarks(real_kafka, other)[0] == other_bases[1]
+
+
+def test_enforce_once_sets_a_denied_topic_aside_whole_and_trims_another(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    """``enforce --once`` (cron: no daemon memory) against a DENY DELETE ACL on a topic of
+    three partitions that holds the oldest segments. The broker refuses the first partition
+    asked; the refusal is the topic's, so all three are set aside at once, and the same run
+    plans again and trims the other topic: under the limit, exit 1 (a deletion failed)."""
+    denied_topic, other = "ea-denied", "ea-other"
+    real_kafka.create_topic(denied_topic, partitions=3, **{"segment.bytes": "200000"})
+    real_kafka.create_topic(other, **{"segment.bytes": "200000"})
+    for partition in range(3):
+        produced = real_kafka.produce(
+            denied_topic, 1200, 500, partition=partition, settings={"batch.size": 50_000}
+        )
+        assert produced == [] and len(segments(real_kafka, denied_topic, partition)) >= 3
+    assert real_kafka.produce(other, 1200, 500, settings={"batch.size": 50_000}) == []
+    other_bases = segments(real_kafka, other)
+    with deletes_denied(real_kafka, denied_topic):
+        # Less than one segment over: each round asks for one partition only, so without
+        # the whole topic set aside the second round would ask for partition 1.
+        config = trim_only(real_kafka, tmp_path, (denied_topic, other))
+        proc = run_cli("enforce", "--once", "--json", "-c", str(config), timeout=120)
+    events = json_events(proc.stdout)
+    assert proc.returncode == 1, (proc.stderr, events)
+    failed = [e for e in events if e["event"] == "delete_records_failed"]
+    assert [(e["topic"], e["partition"]) for e in failed] == [(denied_topic, 0)], failed
+    assert "TOPIC_AUTHORIZATION_FAILED" in failed[0]["error"]
+    aside = [(e["topic"], e["partition"]) for e in events if e["event"] == "partition_set_aside"]
+    assert sorted(aside) == [(denied_topic, p) for p in range(3)], aside
+    (asked,) = [e for e in events if e["event"] == "delete_records"]
+    assert (asked["topic"], asked["low_watermark"]) == (other, other_bases[1])
+    assert [e["event"] for e in events].count("retention_cycle") == 2
+    assert "over its" not in proc.stderr, proc.stderr
+    assert [watermarks(real_kafka, denied_topic, p)[0] for p in range(3)] == [0, 0, 0]

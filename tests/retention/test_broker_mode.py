@@ -19,15 +19,18 @@ import pytest
 from structlog.testing import capture_logs
 
 from diskguard.broker.client import BrokerClient
+from diskguard.commands.enforce import enforce_rounds, summary
 from diskguard.config import Config, load_config
+from diskguard.errors import ExitCode
 from diskguard.retention.cycle import RetentionCycle
-from support import disks
+from diskguard.retention.outcome import enforce_exit_code
+from support import disks, kafkagen
 from support.cli import json_events, run_cli
 from support.configs import write_config
 from support.fakes import AcceptingAdmin
 from support.fsfixtures import loop_ext4
 from support.kafkagen import hold_lock
-from support.logdirs import build, expected_order
+from support.logdirs import BASE_TS, build, expected_order
 from support.tansu import run_tansu
 
 MiB = 1024**2
@@ -169,3 +172,58 @@ def test_a_topic_the_broker_denies_is_set_aside_and_younger_segments_go_instead(
         third = reloaded.run(act=True)
         assert order[0][:2] in {(d.topic, d.partition) for d in third.plan.deletions}
         reloaded.close()
+
+
+def test_enforce_plans_again_at_once_without_the_denied_partitions(
+    over_ceiling: tuple[Path, Path, dict[Any, Any], float], tmp_path: Path
+) -> None:
+    """``enforce --once`` has no next cycle: after the denied topic is set aside it plans
+    again within the run, so the disk gets under its limit from another topic. It still
+    exits 1 (a deletion failed: the ACL needs fixing)."""
+    mount, log_dir, truth, _limit = over_ceiling
+    order = expected_order(truth)
+    topic = order[0][0]
+    admin = AcceptingAdmin(denied=frozenset({topic}))
+    limit = round(disks.ceiling_under(mount, 1), 6)  # the oldest segment alone would do
+    with hold_lock(log_dir):
+        runtime = cycle(broker_config(tmp_path, log_dir, limit), admin)
+        with capture_logs() as logs:
+            rounds = enforce_rounds(runtime)
+        runtime.close()
+    assert len(rounds) == 2, [o.results for o in rounds]
+    first, second = rounds
+    assert [r.deletion.topic for r in first.results] == [topic] and first.failed[0].lasting
+    assert second.results and all(r.ok for r in second.results)
+    others = [k for k in order if k[0] != topic]
+    assert [(d.topic, d.partition, d.base_offset) for d in second.plan.deletions] == others[:1]
+    assert all(second.at_or_under_limit(fs) for fs in second.plan.filesystems)
+    assert second.exit_code() == ExitCode.OK and enforce_exit_code(rounds) == ExitCode.FAILED
+    assert [e["event"] for e in logs].count("retention_cycle") == 2
+    assert len(admin.calls) == 2
+    line = summary(rounds, enforce_exit_code(rounds))
+    assert "1 segment deleted" in line and "1 deletion failed, 2 rounds" in line, line
+    assert " OVER" not in line and line.endswith("exit 1"), line
+
+
+def test_enforce_stops_after_two_rounds_that_deleted_nothing(
+    over_ceiling: tuple[Path, Path, dict[Any, Any], float], tmp_path: Path
+) -> None:
+    """Every topic denied (diskguard's principal lacks DELETE everywhere): the oldest
+    segment's topic is set aside, the next oldest one's too, and the run stops there
+    (exit 1) instead of walking every topic of the disk."""
+    mount, log_dir, truth, _limit = over_ceiling
+    order = expected_order(truth)
+    # A third topic, younger than the others: a third round would have had it to ask for.
+    young = BASE_TS + 10**9
+    kafkagen.write_partition(log_dir, "views", 0, [kafkagen.SegmentSpec(5, 1000, young)] * 2)
+    admin = AcceptingAdmin(denied=frozenset({"orders", "clicks", "views"}))
+    limit = round(disks.ceiling_under(mount, 1), 6)
+    with hold_lock(log_dir):
+        runtime = cycle(broker_config(tmp_path, log_dir, limit), admin)
+        rounds = enforce_rounds(runtime)
+        runtime.close()
+    asked = [[(d.topic, d.partition) for d in o.plan.deletions] for o in rounds]
+    second = next(k[:2] for k in order if k[0] != order[0][0])
+    assert asked == [[order[0][:2]], [second]]
+    assert all(o.failed and not any(r.ok for r in o.results) for o in rounds)
+    assert enforce_exit_code(rounds) == ExitCode.FAILED

@@ -19,7 +19,7 @@ from diskguard.config import load_config
 from diskguard.daemon.statefile import STATE_EVERY_S
 from diskguard.retention.cycle import RetentionCycle
 from support import disks
-from support.cli import run_cli
+from support.cli import json_events, run_cli
 from support.configs import write_config
 from support.daemonproc import DaemonProc
 from support.fsfixtures import loop_ext4
@@ -69,6 +69,27 @@ def test_a_segment_that_refuses_removal_sets_its_partition_aside(
         assert "set aside" in reason and "Operation not permitted" in reason
     # Nothing of that partition went: no hole behind the segment that refused.
     assert sorted(p.name for p in pdir.iterdir()) == before
+
+
+def test_enforce_once_gets_under_the_limit_from_the_other_partitions(
+    immutable_oldest: tuple[Path, list[tuple[str, int, int]], float], tmp_path: Path
+) -> None:
+    """``enforce --once`` (from cron: no daemon memory) sets the partition aside and plans
+    again within the run: the disk ends under its limit. Exit 1 still: a deletion failed."""
+    log_dir, order, limit = immutable_oldest
+    cfg = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="offline")
+    stuck = order[0][:2]
+    proc = run_cli("enforce", "--once", "--json", "-c", str(cfg))
+    assert proc.returncode == 1, proc.stderr
+    events = json_events(proc.stdout)
+    cycles = [e for e in events if e["event"] == "retention_cycle"]
+    assert len(cycles) == 2, cycles
+    assert cycles[-1]["usage_after"] <= limit, cycles
+    (aside,) = [e for e in events if e["event"] == "partition_set_aside"]
+    assert (aside["topic"], aside["partition"]) == stuck
+    deleted = [(e["topic"], e["partition"]) for e in events if e["event"] == "segment_deleted"]
+    assert deleted and stuck not in deleted
+    assert "over its" not in proc.stderr, proc.stderr
 
 
 def test_plan_and_status_show_what_the_running_daemon_set_aside(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -13,7 +14,7 @@ from diskguard.errors import ExitCode
 from diskguard.logs import configure_logging
 from diskguard.retention.cycle import RetentionCycle
 from diskguard.retention.daemonstate import daemon_memory
-from diskguard.retention.outcome import CycleOutcome
+from diskguard.retention.outcome import CycleOutcome, another_round, enforce_exit_code
 from diskguard.units import format_bytes, plural
 
 
@@ -29,6 +30,10 @@ from diskguard.units import format_bytes, plural
 @no_traceback
 def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
     """Run one retention cycle, then exit.
+
+    If the broker or the filesystem refuses a partition's deletion for good (an ACL denying
+    DELETE, an immutable file) and the disk is still over its limit, the cycle plans again
+    at once without that partition, as the daemon's next cycle would.
 
     Exit 0: every filesystem at/under its limit as measured after the cycle (in broker mode
     net of what the broker will still remove); 1: limit unreachable, a deletion failed, or
@@ -48,10 +53,11 @@ def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
     with RetentionCycle(config) as retention:
         retention.daemon_rates, set_aside = daemon_memory(config)
         retention.inputs.set_aside.load(set_aside, time.monotonic(), time.time())
-        outcome = retention.run(act=True)
+        rounds = enforce_rounds(retention)
+    outcome = rounds[-1]
     for warning in outcome.warnings:
         click.echo(f"warning: {warning}", err=True)
-    code = outcome.exit_code()
+    code = enforce_exit_code(rounds)
     if code == 3:
         click.echo(f"diskguard: refused: {outcome.mode.reason}", err=True)
     elif code == 1:
@@ -68,27 +74,43 @@ def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
                 err=True,
             )
     if human:
-        click.echo(summary(outcome, code))
+        click.echo(summary(rounds, code))
     sys.exit(code)
 
 
-def summary(outcome: CycleOutcome, code: int) -> str:
-    """One line for a person at a terminal: what the cycle did and where each disk stands."""
-    done = [r for r in outcome.results if r.ok]
+def enforce_rounds(retention: RetentionCycle) -> list[CycleOutcome]:
+    """The cycle, then at once another while the last one set partitions aside and left
+    their filesystem over its limit (``another_round``): what the daemon's next cycle would
+    do, within this one run."""
+    rounds = [retention.run(act=True)]
+    while another_round(rounds):
+        rounds.append(retention.run(act=True))
+    return rounds
+
+
+def summary(rounds: Sequence[CycleOutcome], code: int) -> str:
+    """One line for a person at a terminal: what the run did (all its rounds) and where each
+    disk stands, from before the first round to after the last."""
+    first, last = rounds[0], rounds[-1]
+    results = [r for o in rounds for r in o.results]
+    done = [r for r in results if r.ok]
     freed = sum(r.freed_bytes for r in done)
     what = (
-        f"{plural(len(done), 'segment')} deleted ({format_bytes(freed)}, {outcome.mode.mode})"
+        f"{plural(len(done), 'segment')} deleted ({format_bytes(freed)}, {last.mode.mode})"
         if done
-        else f"nothing deleted ({outcome.mode.mode})"
+        else f"nothing deleted ({last.mode.mode})"
     )
-    if outcome.failed:
-        what += f", {plural(len(outcome.failed), 'deletion')} failed"
+    failed = len(results) - len(done)
+    if failed:
+        what += f", {plural(failed, 'deletion')} failed"
+    if len(rounds) > 1:
+        what += f", {len(rounds)} rounds (partitions set aside)"
+    before = {fs.mount: fs.usage_percent for fs in first.plan.filesystems}
     disks = []
-    for fs in outcome.plan.filesystems:
-        after = outcome.usage_after(fs)
+    for fs in last.plan.filesystems:
+        after = last.usage_after(fs)
         now = f"{after.usage_percent:.1f}%" if after is not None else "?"
-        mark = "" if outcome.at_or_under_limit(fs) else " OVER"
-        disks.append(
-            f"{fs.mount} {fs.usage_percent:.1f}% → {now} (limit {fs.limit_percent:g}%){mark}"
-        )
+        mark = "" if last.at_or_under_limit(fs) else " OVER"
+        was = before.get(fs.mount, fs.usage_percent)
+        disks.append(f"{fs.mount} {was:.1f}% → {now} (limit {fs.limit_percent:g}%){mark}")
     return f"diskguard enforce: {what}; " + "; ".join(disks) + f"; exit {code}"

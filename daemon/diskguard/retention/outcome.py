@@ -3,7 +3,7 @@ the events it logs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,6 +15,10 @@ from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED, ModeDecision
 from diskguard.retention.planner import FilesystemPlan, Limits, Plan, over_ceiling
 
 log = get_logger("diskguard.retention")
+
+#: ``enforce --once`` runs at most this many rounds: the cycle, and re-plans after partitions
+#: were set aside (``another_round``). A bound on time, not the rule that stops it.
+ENFORCE_MAX_ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,37 @@ class CycleOutcome:
         if not all(self.at_or_under_limit(fs) for fs in self.plan.filesystems):
             return ExitCode.FAILED
         return ExitCode.OK
+
+
+def another_round(rounds: Sequence[CycleOutcome]) -> bool:
+    """``enforce --once``: plan again at once, now without the partitions the last round set
+    aside (a deletion failed for a lasting reason, ``setaside``)?
+
+    The daemon's next cycle does exactly that. A one-shot run has no next cycle: from cron,
+    each run would stop at the same refused oldest segments and leave the disk over its
+    limit while other topics' segments could go. So: only while a filesystem where such a
+    failure happened is still over its limit, and not after two rounds in a row that
+    deleted nothing (every partition refusing: the daemon's ``delete_failed`` stuck rule).
+    """
+    last = rounds[-1]
+    if len(rounds) >= ENFORCE_MAX_ROUNDS:
+        return False
+    lasting = {r.deletion.mount for r in last.failed if r.lasting}
+    if not any(
+        fs.mount in lasting and not last.at_or_under_limit(fs) for fs in last.plan.filesystems
+    ):
+        return False
+    return not (len(rounds) >= 2 and not any(r.ok for o in rounds[-2:] for r in o.results))
+
+
+def enforce_exit_code(rounds: Sequence[CycleOutcome]) -> ExitCode:
+    """The last round's ``exit_code``, but 1 if any earlier round's deletion failed: the run
+    says "a deletion failed" even when the next round got the disk under its limit (the
+    operator's ACL or file flag still needs fixing)."""
+    code = rounds[-1].exit_code()
+    if code == ExitCode.OK and any(o.failed for o in rounds[:-1]):
+        return ExitCode.FAILED
+    return code
 
 
 def log_cycle(outcome: CycleOutcome, quiet: frozenset[str] = frozenset()) -> None:

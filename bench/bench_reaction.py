@@ -344,8 +344,15 @@ class DaemonProcess:
 
 
 def write_config(
-    path: Path, log_dir: Path, state_dir: Path, limit: float, target: float | None
+    path: Path,
+    log_dir: Path,
+    state_dir: Path,
+    limit: float,
+    target: float | None,
+    bootstrap: str | None = None,
 ) -> None:
+    """Offline mode, or with ``bootstrap`` broker mode against that broker."""
+    broker = {"broker": {"bootstrap_servers": bootstrap}} if bootstrap else {}
     configs.write_config(
         path.parent,
         log_dir,
@@ -355,8 +362,9 @@ def write_config(
         name=path.name,
         disk_usage_percent=limit,
         target_percent=target,
-        mode="offline",
+        mode="broker" if bootstrap else "offline",
         offline_headroom=0,
+        **broker,
     )
 
 
@@ -592,7 +600,8 @@ def idle(args: argparse.Namespace) -> dict[str, Any]:
         _u, _a, pct = loopfs.statvfs_usage(mnt)
         result["usage_percent"] = round(pct, 3)
         config = work / "diskguard.toml"
-        write_config(config, tree, work / "state", 95.0, None)
+        write_config(config, tree, work / "state", 95.0, None, args.idle_bootstrap)
+        result["mode"] = "broker" if args.idle_bootstrap else "offline"
         daemon = DaemonProcess(config)
         t0 = time.monotonic()
         try:
@@ -711,6 +720,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-tree-segments", type=int, default=100)
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--idle-settle", type=float, default=5.0)
+    ap.add_argument(
+        "--idle-bootstrap",
+        metavar="HOST:PORT",
+        help="the idle daemon in broker mode against this (running) broker; default offline",
+    )
     ap.add_argument("--keep", action="store_true", help="keep (and reuse) the idle tree image")
     ap.add_argument("--only", choices=["reaction", "idle"])
     ap.add_argument("--out", default=str(RESULTS / "reaction.json"))

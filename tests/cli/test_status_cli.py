@@ -174,3 +174,28 @@ def test_last_deletion_is_the_newest_done_line_of_the_mount_or_the_daemons(
     (state / "audit.jsonl").unlink()
     (state / "state.json").unlink()
     assert last() is None
+
+
+def test_set_aside_partitions_are_one_line_per_topic() -> None:
+    """A broker's refusal sets aside every partition of the topic: status says so in one
+    line per topic, with the refused partition's own error and the latest time."""
+    denied = "TOPIC_AUTHORIZATION_FAILED: denied"
+    sibling = f"{denied} (the answer for partition 1: it holds for the whole topic)"
+    until = dt.datetime(2026, 11, 24, 12, 0, 0, tzinfo=dt.UTC).timestamp()
+    entries = [
+        {"topic": "orders", "partition": 1, "error": denied, "until": until},
+        *(
+            {"topic": "orders", "partition": p, "error": sibling, "until": until + p}
+            for p in (0, 2, 3, 7)
+        ),
+        {"topic": "clicks", "partition": 4, "error": "EPERM", "until": until},
+        {"topic": "views"},  # a hand-edited or truncated state.json
+    ]
+    lines = status_cmd.set_aside_lines(entries)
+    assert lines == [
+        "set aside (unreadable entry in state.json): {'topic': 'views'}",
+        "orders, 5 partitions (0-3, 7): set aside (kept, not deleted) until 12:00:07 UTC or a "
+        f"config reload: {denied}",
+        "clicks-4: set aside (kept, not deleted) until 12:00:00 UTC or a config reload: EPERM",
+    ]
+    assert status_cmd.int_ranges([0, 2, 3, 4, 9, 10]) == "0, 2-4, 9-10"

@@ -163,22 +163,53 @@ def _render(status: dict[str, Any]) -> None:
             )
     for fs in status["filesystems"]:
         console.print(f"{fs['mount']}: {reclaim_line(fs['reclaim'])}")
-    for entry in status["set_aside"]:
-        console.print(set_aside_line(entry), markup=False, highlight=False)
+    for line in set_aside_lines(status["set_aside"]):
+        console.print(line, markup=False, highlight=False)
     for warning in status["warnings"]:
         click.echo(f"warning: {warning}", err=True)
 
 
-def set_aside_line(entry: Any) -> str:
-    """One partition the daemon set aside (``retention.setaside``), as read from state.json."""
-    try:
-        until = dt.datetime.fromtimestamp(float(entry["until"]), tz=dt.UTC)
-        return (
-            f"{entry['topic']}-{entry['partition']}: set aside (kept, not deleted) until "
-            f"{until:%H:%M:%S} UTC or a config reload: {entry['error']}"
+def set_aside_lines(entries: list[Any]) -> list[str]:
+    """The partitions the daemon set aside (``retention.setaside``, read from state.json),
+    one line per topic: a broker's refusal sets aside every partition of the topic, and a
+    topic of 50 partitions should not take 50 lines. The error shown is the refused
+    partition's own (the others' name it); the time, the latest of the topic's."""
+    by_topic: dict[str, list[tuple[int, float, str]]] = {}
+    lines = []
+    for entry in entries:
+        try:
+            topic, partition = str(entry["topic"]), int(entry["partition"])
+            until, error = float(entry["until"]), str(entry["error"])
+            dt.datetime.fromtimestamp(until, tz=dt.UTC)
+        except (TypeError, KeyError, ValueError, OverflowError, OSError):
+            lines.append(f"set aside (unreadable entry in state.json): {entry!r}")
+            continue
+        by_topic.setdefault(topic, []).append((partition, until, error))
+    for topic, parts in by_topic.items():
+        latest = dt.datetime.fromtimestamp(max(u for _p, u, _e in parts), tz=dt.UTC)
+        error = min((e for _p, _u, e in parts), key=len)
+        numbers = sorted({p for p, _u, _e in parts})
+        what = (
+            f"{topic}-{numbers[0]}"
+            if len(numbers) == 1
+            else f"{topic}, {len(numbers)} partitions ({int_ranges(numbers)})"
         )
-    except (TypeError, KeyError, ValueError, OverflowError, OSError):
-        return f"set aside (unreadable entry in state.json): {entry!r}"
+        lines.append(
+            f"{what}: set aside (kept, not deleted) until {latest:%H:%M:%S} UTC or a config "
+            f"reload: {error}"
+        )
+    return lines
+
+
+def int_ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"`` (sorted, distinct input)."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _seconds(value: float | None) -> str:

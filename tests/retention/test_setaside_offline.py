@@ -115,8 +115,9 @@ def test_plan_and_status_show_what_the_running_daemon_set_aside(
         time.sleep(STATE_EVERY_S + 1)  # state.json rewritten since
         plan = json.loads(run_cli("plan", "--json", "-c", str(config)).stdout)
         reason = {t["topic"]: t["reason"] for t in plan["protected"]}.get(topic, "")
-        assert f"partition {partition} set aside" in reason, plan["protected"]
-        assert "Operation not permitted" in reason
+        victim = log_dir / f"{topic}-{partition}" / f"{order[0][2]:020d}.log"
+        assert reason.startswith("set aside:"), plan["protected"]
+        assert f"Operation not permitted ({victim})" in reason  # the path: which partition
         assert (topic, partition) not in {(d["topic"], d["partition"]) for d in plan["deletions"]}
         status = json.loads(run_cli("status", "--json", "-c", str(config)).stdout)
         (entry,) = status["set_aside"]

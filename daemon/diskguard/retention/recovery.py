@@ -40,7 +40,7 @@ from diskguard.retention.journal import (
 )
 from diskguard.retention.mode import OFFLINE as MODE
 from diskguard.retention.planner import DeletionResult
-from diskguard.retention.removal import SegmentRemover
+from diskguard.retention.removal import SegmentRemover, os_error_text
 from diskguard.retention.sweep import Sweeper
 
 log = get_logger("diskguard.offline")
@@ -239,7 +239,7 @@ class Recovery:
             if os.path.lexists(partition_dir):
                 freed = self.remover.remove_recovering(partition_dir, names)
         except OSError as exc:
-            error = f"recovery failed: {exc.strerror or exc} ({exc.filename or partition_dir})"
+            error = f"recovery failed: {os_error_text(exc, partition_dir)}"
             log.error("offline_recover_failed", partition_dir=partition_dir, error=error)
             return DeletionResult(d, False, 0, MODE, error)
         audit_outcome(

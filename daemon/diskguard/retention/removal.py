@@ -32,6 +32,17 @@ _HOLE_IO = "not deleted: an older segment of this partition failed first (no hol
 LASTING_ERRNOS = frozenset({errno.EPERM, errno.EACCES})
 
 
+def os_error_text(exc: OSError, directory: str) -> str:
+    """``"Operation not permitted (/data/kafka/orders-0/00000000000000000000.log)"``: the
+    steps work relative to the dir's descriptor, so ``exc.filename`` is a bare name; the
+    message names the whole path (the audit, ``plan`` and ``status`` show which partition)."""
+    name = exc.filename
+    where = (
+        os.path.join(directory, os.fsdecode(name)) if isinstance(name, str | bytes) else directory
+    )
+    return f"{exc.strerror or exc} ({where})"
+
+
 class SegmentRemover:
     """The rename/fsync/unlink steps, each announced to ``on_step`` (crash-point tests)."""
 
@@ -74,7 +85,7 @@ class SegmentRemover:
                         )
                     b.freed[k] = self.rename_all(b.fds[pd], sub["names"], renamed[k])
                 except OSError as exc:
-                    b.errors[k] = stopped[pd] = f"{exc.strerror or exc} ({exc.filename or pd})"
+                    b.errors[k] = stopped[pd] = os_error_text(exc, pd)
                     b.lasting[k] = exc.errno in LASTING_ERRNOS
                 finally:
                     if pd in b.fds:  # a dir that could not be opened was not changed
@@ -92,7 +103,7 @@ class SegmentRemover:
                             os.unlink(name + DELETED_SUFFIX, dir_fd=b.fds[pd])
                 except OSError as exc:
                     # Its .log is renamed already: to Kafka it is gone, like the later ones.
-                    b.errors[k] = f"{exc.strerror or exc} ({exc.filename or pd})"
+                    b.errors[k] = os_error_text(exc, pd)
                 finally:
                     _touch(b.touched, pd)
         except BaseException:

@@ -37,11 +37,13 @@ class SetAsidePartition:
     until: float
 
     def reason(self, remaining_s: float) -> str:
-        """The protection reason the plans show for it."""
+        """The protection reason the plans show for it. It names no partition: the plans
+        give one reason per topic (``planner.protected_topics`` joins the distinct ones), so
+        the partitions of a topic set aside together must read the same; the error names
+        the partition (a topic's refusal) or the file (offline)."""
         return (
-            f"partition {self.partition} set aside: a deletion failed in a way the next try "
-            f"cannot change ({self.error}); tried again in {max(0, round(remaining_s))} s or at "
-            "a config reload"
+            f"set aside: a deletion failed in a way the next try cannot change ({self.error}); "
+            f"tried again in {max(0, round(remaining_s))} s or at a config reload"
         )
 
 
@@ -75,16 +77,17 @@ class SetAside:
 
         failed = [r for r in results if not r.ok and not r.refused and r.lasting]
         for r in failed:
-            add(r.deletion.topic, r.deletion.partition, r.error or "failed")
-        for r in failed:
-            if r.whole_topic:
-                d = r.deletion
-                why = (
-                    f"{r.error or 'failed'} (the answer for partition {d.partition}: it holds "
-                    "for the whole topic)"
-                )
-                for partition in sorted(set(partitions_of(d.topic))):
-                    add(d.topic, partition, why)
+            d = r.deletion
+            if not r.whole_topic:
+                add(d.topic, d.partition, r.error or "failed")
+                continue
+            # One text for every partition of the topic: the refused one first.
+            why = (
+                f"{r.error or 'failed'} (the answer for partition {d.partition}; it holds for "
+                "every partition of the topic)"
+            )
+            for partition in [d.partition, *sorted(set(partitions_of(d.topic)))]:
+                add(d.topic, partition, why)
         return added
 
     def active(self, now: float) -> dict[tuple[str, int], SetAsidePartition]:

@@ -5,6 +5,7 @@ the limit (measured before this: 62.8 % under a 61.5 % limit, every cycle)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -17,7 +18,9 @@ from structlog.testing import capture_logs
 
 from diskguard.config import load_config
 from diskguard.daemon.statefile import STATE_EVERY_S
+from diskguard.retention.audit import AuditLog
 from diskguard.retention.cycle import RetentionCycle
+from diskguard.retention.journal import Journal
 from support import disks
 from support.cli import json_events, run_cli
 from support.configs import write_config
@@ -29,19 +32,25 @@ from support.net import free_port
 MiB = 1024**2
 
 
-@pytest.fixture()
-def immutable_oldest(tmp_path: Path) -> Iterator[tuple[Path, list[tuple[str, int, int]], float]]:
-    """A log dir over its limit whose globally oldest segment's ``.log`` is immutable."""
+@contextlib.contextmanager
+def oldest_immutable(suffix: str) -> Iterator[tuple[Path, list[tuple[str, int, int]], float]]:
+    """A log dir over its limit whose globally oldest segment's ``suffix`` file is immutable."""
     with loop_ext4(64 * MiB) as mount:
         log_dir, truth = build(mount)
         order = expected_order(truth)
         topic, partition, base = order[0]
-        victim = log_dir / f"{topic}-{partition}" / f"{base:020d}.log"
+        victim = log_dir / f"{topic}-{partition}" / f"{base:020d}{suffix}"
         subprocess.run(["chattr", "+i", str(victim)], check=True)
         try:
             yield log_dir, order, disks.over_ceiling(mount, 4, digits=1)
         finally:
             subprocess.run(["chattr", "-i", str(victim)], check=True)
+
+
+@pytest.fixture()
+def immutable_oldest() -> Iterator[tuple[Path, list[tuple[str, int, int]], float]]:
+    with oldest_immutable(".log") as setup:
+        yield setup
 
 
 def test_a_segment_that_refuses_removal_sets_its_partition_aside(
@@ -69,6 +78,38 @@ def test_a_segment_that_refuses_removal_sets_its_partition_aside(
         assert "set aside" in reason and "Operation not permitted" in reason
     # Nothing of that partition went: no hole behind the segment that refused.
     assert sorted(p.name for p in pdir.iterdir()) == before
+
+
+@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
+def test_a_segment_whose_index_refuses_removal_is_left_whole(suffix: str, tmp_path: Path) -> None:
+    """The ``.log`` is renamed first, then the index fails (``EPERM``): the ``.log`` is
+    renamed back, so the segment stays whole. Left half-removed, Kafka's log loading would
+    try to delete the orphaned index it cannot remove and the broker would not start
+    (``test_realkafka_rescue``). Nothing is left open for recovery; the partition is set
+    aside and the next cycle frees the space from the others."""
+    with oldest_immutable(suffix) as (log_dir, order, limit):
+        state = tmp_path / "state"
+        cfg = write_config(tmp_path, log_dir, disk_usage_percent=limit, mode="offline")
+        topic, partition, base = order[0]
+        pdir = log_dir / f"{topic}-{partition}"
+        before = {p.name: p.stat().st_ino for p in pdir.iterdir()}
+        with RetentionCycle(load_config(cfg)) as cycle:
+            first = cycle.run(act=True)
+            failed = [r for r in first.results if not r.ok]
+            assert [(r.deletion.partition, r.deletion.base_offset) for r in failed][:1] == [
+                (partition, base)
+            ]
+            victim = pdir / f"{base:020d}{suffix}"
+            assert failed[0].lasting and f"Operation not permitted ({victim})" in str(
+                failed[0].error
+            )
+            # The same files under the same names: the .log renamed back, not copied.
+            assert {p.name: p.stat().st_ino for p in pdir.iterdir()} == before
+            assert Journal(state, AuditLog(state / "audit.jsonl")).open_entries() == []
+            second = cycle.run(act=True)
+            assert second.results and all(r.ok for r in second.results)
+            assert second.exit_code() == 0
+        assert {p.name: p.stat().st_ino for p in pdir.iterdir()} == before
 
 
 def test_enforce_once_gets_under_the_limit_from_the_other_partitions(

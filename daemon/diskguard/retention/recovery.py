@@ -40,7 +40,7 @@ from diskguard.retention.journal import (
 )
 from diskguard.retention.mode import OFFLINE as MODE
 from diskguard.retention.planner import DeletionResult
-from diskguard.retention.removal import SegmentRemover, os_error_text
+from diskguard.retention.removal import SegmentRemover, SegmentRestored, os_error_text
 from diskguard.retention.sweep import Sweeper
 
 log = get_logger("diskguard.offline")
@@ -238,6 +238,12 @@ class Recovery:
         try:
             if os.path.lexists(partition_dir):
                 freed = self.remover.remove_recovering(partition_dir, names)
+        except SegmentRestored as exc:
+            # A file of it cannot be renamed (an immutable index): the segment is whole
+            # again, and staying so is safer than an entry retried at every start.
+            return self._abandon(
+                entry, f"abandoned: {os_error_text(exc, partition_dir)}; its files are kept"
+            )
         except OSError as exc:
             error = f"recovery failed: {os_error_text(exc, partition_dir)}"
             log.error("offline_recover_failed", partition_dir=partition_dir, error=error)

@@ -32,6 +32,11 @@ _HOLE_IO = "not deleted: an older segment of this partition failed first (no hol
 LASTING_ERRNOS = frozenset({errno.EPERM, errno.EACCES})
 
 
+class SegmentRestored(OSError):
+    """Renaming one of a segment's files failed and the ones renamed before it were renamed
+    back: the segment is whole, as if never touched (``SegmentRemover.rename_all``)."""
+
+
 def os_error_text(exc: OSError, directory: str) -> str:
     """``"Operation not permitted (/data/kafka/orders-0/00000000000000000000.log)"``: the
     steps work relative to the dir's descriptor, so ``exc.filename`` is a bare name; the
@@ -87,6 +92,8 @@ class SegmentRemover:
                 except OSError as exc:
                     b.errors[k] = stopped[pd] = os_error_text(exc, pd)
                     b.lasting[k] = exc.errno in LASTING_ERRNOS
+                    # Whole again: settled as not deleted, nothing left for ``recover``.
+                    b.untouched[k] = isinstance(exc, SegmentRestored)
                 finally:
                     if pd in b.fds:  # a dir that could not be opened was not changed
                         _touch(b.touched, pd)
@@ -140,8 +147,15 @@ class SegmentRemover:
         return list(zip(b.freed, b.errors, b.untouched, strict=True))
 
     def rename_all(self, dfd: int, names: Sequence[str], renamed: list[tuple[str, bool]]) -> int:
-        """Rename a segment's files (``.log`` first) to ``.deleted``; the bytes they hold."""
+        """Rename a segment's files (``.log`` first) to ``.deleted``; the bytes they hold.
+
+        If one cannot be renamed (an immutable ``.index``: ``EPERM``), the ones renamed
+        before it are renamed back (``SegmentRestored``): else the ``.log`` would be gone
+        and its indexes left behind, and Kafka's log loading, which deletes such orphaned
+        index files, fails on the one that cannot be removed: the broker that the rescue
+        was for would not start (measured on Kafka 2.2)."""
         freed = 0
+        first = len(renamed)
         for name in names:
             try:
                 st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
@@ -157,6 +171,8 @@ class SegmentRemover:
                 continue
             except OSError as exc:
                 if exc.errno != errno.ENOSPC:
+                    if self._restore(dfd, names, renamed, first):
+                        raise SegmentRestored(exc.errno, exc.strerror, exc.filename) from exc
                     raise
                 # A longer name may need a new directory block on a full disk: the journal
                 # already names the file, so unlinking it directly is just as recoverable.
@@ -164,6 +180,33 @@ class SegmentRemover:
                 renamed.append((name, True))
             freed += unlink_frees(st)
         return freed
+
+    def _restore(
+        self, dfd: int, names: Sequence[str], renamed: list[tuple[str, bool]], first: int
+    ) -> bool:
+        """Rename back what this call renamed of a segment (``renamed[first:]``, last first);
+        True if the segment is whole again: every file back and none of its names left as
+        ``.deleted`` (from an earlier, interrupted try). Not if a file was unlinked already
+        (the full-disk path) or a rename back fails: then it stays started, for ``recover``."""
+        mine = renamed[first:]
+        if any(unlinked for _name, unlinked in mine):
+            return False
+        for name, _unlinked in reversed(mine):
+            self.step(f"restore:{name}")
+            try:
+                os.rename(name + DELETED_SUFFIX, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except OSError:
+                return False
+            renamed.pop()
+        for name in names:
+            try:
+                os.stat(name + DELETED_SUFFIX, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # as it should be
+            except OSError:
+                pass  # cannot tell: not whole
+            return False
+        return True
 
     def remove(self, partition_dir: str, names: Sequence[str]) -> int:
         """Rename every name to ``.deleted``, fsync, unlink, fsync; the bytes freed."""

@@ -5,8 +5,10 @@ first), unlink, fsync the partition dir (a single ``remove`` fsyncs after the re
 starts before recovery has run, its log loading deletes ``*.deleted`` files and orphaned index
 files by itself instead of rebuilding indexes of a half-deleted segment. A batch renames in
 plan order, so whatever a crash interrupts, the segments already started form a prefix of the
-plan. Freed bytes are allocated blocks (``st_blocks * 512``) of files with a single link; a
-file that vanished meanwhile is fine and counts 0 bytes.
+plan. A file that refuses its rename for good (an immutable index) gets the segment's
+renamed files renamed back (``SegmentRestored``): the segment stays whole instead of losing
+its records to that start-up cleanup. Freed bytes are allocated blocks (``st_blocks * 512``)
+of files with a single link; a file that vanished meanwhile is fine and counts 0 bytes.
 """
 
 from __future__ import annotations
@@ -72,8 +74,9 @@ class SegmentRemover:
         (``recovery``). That fsync was the one a crossing waited on before any space came
         back: behind a writer it waits for the filesystem's journal commit. An I/O error
         renaming one segment stops that partition's later segments (never a hole): they
-        are left untouched. A segment that failed once started is left to ``recover``,
-        which finishes it."""
+        are left untouched. A segment one of whose files refuses the rename is renamed back
+        whole where it can be (``rename_all``) and counts as untouched; one that failed
+        once started otherwise is left to ``recover``, which finishes it."""
         b = StartedBatch(subs)
         stopped: dict[str, str] = {}  # partition dir -> the rename error that stopped it
         renamed: list[list[tuple[str, bool]]] = [[] for _ in subs]  # (name, unlinked already)

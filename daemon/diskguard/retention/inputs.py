@@ -7,7 +7,7 @@ The I/O half of planning; ``planner`` itself never sees the config or the disk.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from diskguard.config import Config
@@ -148,18 +148,23 @@ class PlanInputs:
         return result
 
     def set_aside_failed(
-        self, results: Iterable[DeletionResult], filesystems: Iterable[Filesystem] = ()
+        self, results: Iterable[DeletionResult], filesystems: Sequence[Filesystem] = ()
     ) -> None:
         """After acting: set aside the partitions whose deletion failed for a lasting reason
         (``setaside``) — for a topic's refusal, every partition of the topic in the scanned
-        ``filesystems`` — and say so once each time."""
-        by_topic: dict[str, list[int]] = {}
-        for fs in filesystems:
-            for log_dir in fs.log_dirs:
-                for part in log_dir.partitions:
-                    by_topic.setdefault(part.topic, []).append(part.partition)
-        entries = self.set_aside.record(results, time.monotonic(), lambda t: by_topic.get(t, ()))
-        for entry in entries:
+        ``filesystems`` (looked up only then: most cycles have no such failure) — and say so
+        once each time."""
+
+        def partitions_of(topic: str) -> list[int]:
+            return [
+                part.partition
+                for fs in filesystems
+                for log_dir in fs.log_dirs
+                for part in log_dir.partitions
+                if part.topic == topic
+            ]
+
+        for entry in self.set_aside.record(results, time.monotonic(), partitions_of):
             log.warning(
                 "partition_set_aside",
                 topic=entry.topic,

@@ -62,9 +62,9 @@ class SetAside:
     ) -> list[SetAsidePartition]:
         """Set aside the partitions of failed results marked ``lasting``, and for a refusal
         that is the topic's (``whole_topic``) every partition ``partitions_of`` gives for the
-        topic: else a topic of many partitions would be found refused one partition per
-        cycle while other topics' segments wait. Returns the entries newly set aside (each
-        partition once, with its first such error)."""
+        topic (asked once per such topic): else a topic of many partitions would be found
+        refused one partition per cycle while other topics' segments wait. Returns the
+        entries newly set aside (each partition once, with its first such error)."""
         added: list[SetAsidePartition] = []
 
         def add(topic: str, partition: int, error: str) -> None:
@@ -75,14 +75,19 @@ class SetAside:
             self._entries[key] = entry
             added.append(entry)
 
-        failed = [r for r in results if not r.ok and not r.refused and r.lasting]
-        for r in failed:
+        whole: dict[str, str] = {}  # topic -> the one text for all its partitions
+        for r in results:
+            if r.ok or r.refused or not r.lasting:
+                continue
             d = r.deletion
             if not r.whole_topic:
                 add(d.topic, d.partition, r.error or "failed")
                 continue
-            # One text for every partition of the topic: the refused one first.
-            why = (
+            if d.topic in whole:  # its partitions are set aside already, with one text
+                add(d.topic, d.partition, whole[d.topic])
+                continue
+            # The refused partition first, named in the text all of them share.
+            why = whole[d.topic] = (
                 f"{r.error or 'failed'} (the answer for partition {d.partition}; it holds for "
                 "every partition of the topic)"
             )

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diskguard.kafkalog.model import Partition, SegmentInfo
+from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
 from diskguard.retention.planner import (
+    CommittedOffsets,
+    Head,
+    HeadQueue,
     Limits,
+    LocalHeads,
+    MergedHeads,
+    SegmentReader,
     filesystem_excess,
     plan_filesystem,
     unconsumed_records,
@@ -237,3 +244,89 @@ def test_partition_candidate_by_index_matches_candidates() -> None:
         got = [part.candidate(i) for i in range(part.candidate_count)]
         assert got == list(part.candidates) and part.candidate(part.candidate_count) is None
         assert dataclasses.replace(part, log_start_offset=None).candidate(0) == (0, 10)
+
+
+# -- merged queues: the order of one heap (the parallel plan's contract) ----------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(layouts(), st.integers(0, 80), st.lists(st.integers(0, 2), min_size=6, max_size=6))
+def test_merged_queues_plan_exactly_what_one_heap_plans(
+    layout: tuple,  # type: ignore[type-arg]
+    excess_mib: int,
+    owners: list[int],
+) -> None:
+    """Partitions spread over up to three queues in any way: the same deletions, in the same
+    order, reading the same heads."""
+    parts, segs = layout
+    fs = make_fs(parts, used=100 * MiB + excess_mib * MiB, avail=0)
+    limit = 100.0 * 100 / (100 + excess_mib) if excess_mib else 100.0
+    one = FakeReader(segs)
+    _plan, expected = plan_filesystem(fs, Limits(limit, limit), one)
+
+    def split(
+        ps: Sequence[Partition],
+        read: SegmentReader,
+        committed: CommittedOffsets,
+        led_here: Collection[tuple[str, int]] | None,
+    ) -> HeadQueue:
+        groups = [[p for i, p in enumerate(ps) if owners[i % len(owners)] == k] for k in range(3)]
+        return MergedHeads([LocalHeads(g, read, committed, led_here) for g in groups])
+
+    merged = FakeReader(segs)
+    _plan, got = plan_filesystem(fs, Limits(limit, limit), merged, heads=split)
+    assert got == expected
+    assert merged.reads == one.reads
+
+
+def test_merged_queues_skip_a_log_dir_that_needs_nothing_like_one_heap() -> None:
+    """``max_bytes``: heads of a log dir under its budget are popped and dropped while
+    another dir still needs bytes; a queue that dates ahead must not change what goes."""
+    a = [dataclasses.replace(part("a", i, [0, 10, 20, 30]), log_dir="/data/a") for i in range(3)]
+    b = [dataclasses.replace(part("b", i, [0, 10, 20, 30]), log_dir="/data/b") for i in range(3)]
+    segs = {
+        (p.topic, p.partition, base): (1 * MiB, (ord(p.topic) * 7 + p.partition * 3 + k) % 11)
+        for p in a + b
+        for k, base in enumerate(p.base_offsets)
+    }
+    usage = FilesystemUsage("/data", "/dev/x", 100 * MiB, 50 * MiB, 50 * MiB)
+    fs = Filesystem(
+        usage,
+        (
+            LogDir("/data/a", "/data", tuple(a), 0, kafka_bytes=12 * MiB),
+            LogDir("/data/b", "/data", tuple(b), 0, kafka_bytes=6 * MiB),
+        ),
+    )
+    limits = Limits(99.0, 99.0, max_bytes=5 * MiB)
+    _plan, expected = plan_filesystem(fs, limits, FakeReader(segs))
+    assert {d.log_dir for d in expected} == {"/data/a", "/data/b"}
+
+    def eager(
+        ps: Sequence[Partition],
+        read: SegmentReader,
+        committed: CommittedOffsets,
+        led_here: Collection[tuple[str, int]] | None,
+    ) -> HeadQueue:
+        return MergedHeads([_Eager(ps[0::2], read), LocalHeads(ps[1::2], read, committed)])
+
+    _plan, got = plan_filesystem(fs, limits, FakeReader(segs), heads=eager)
+    assert got == expected
+
+
+class _Eager:
+    """A queue that advances every head it pops, as a child dating ahead does."""
+
+    def __init__(self, parts: Sequence[Partition], read: SegmentReader) -> None:
+        self._local = LocalHeads(parts, read, {})
+
+    def pop(self) -> Head | None:
+        head = self._local.pop()
+        if head is not None:
+            self._local.advance(head)
+        return head
+
+    def advance(self, head: Head) -> None:
+        return None
+
+    def close(self) -> None:
+        self._local.close()

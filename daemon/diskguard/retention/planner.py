@@ -308,8 +308,96 @@ def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
 #: that is full), then (topic, partition, base offset, log dir) for determinism. Keys are
 #: unique (one head per partition dir), so the heap compares keys only, in C: a Python
 #: ``__lt__`` was ~120k calls per 10k pops.
-_HeadKey = tuple[int, bool, bool, str, int, int, str]
-_Head = tuple[_HeadKey, int, Partition, SegmentInfo, int, Mapping[str, int] | None]
+HeadKey = tuple[int, bool, bool, str, int, int, str]
+Head = tuple[HeadKey, int, Partition, SegmentInfo, int, Mapping[str, int] | None]
+
+
+class HeadQueue(Protocol):
+    """Partition heads, oldest key first: what the plan walks (``plan_filesystem``)."""
+
+    def pop(self) -> Head | None:
+        """The head with the smallest key, or None when no candidate is left."""
+
+    def advance(self, head: Head) -> None:
+        """``head``, the one just popped, was chosen: its partition's next candidate joins."""
+
+    def close(self) -> None:
+        """The walk is over (a queue that works elsewhere stops there)."""
+
+
+class LocalHeads:
+    """Every partition's head on one heap, dated through ``read`` as it joins: a head is
+    read only when its partition's previous one was chosen."""
+
+    def __init__(
+        self,
+        parts: Iterable[Partition],
+        read: SegmentReader,
+        committed: CommittedOffsets,
+        led_here: Collection[tuple[str, int]] | None = None,
+    ) -> None:
+        self._read = read
+        self._committed = committed
+        self._led_here = led_here
+        heap = [h for part in parts if (h := _head(part, 0, read, committed, led_here))]
+        heapq.heapify(heap)
+        self._heap = heap
+
+    def pop(self) -> Head | None:
+        return heapq.heappop(self._heap) if self._heap else None
+
+    def advance(self, head: Head) -> None:
+        nxt = _head(head[2], head[1] + 1, self._read, self._committed, self._led_here)
+        if nxt is not None:
+            heapq.heappush(self._heap, nxt)
+
+    def close(self) -> None:
+        self._heap = []
+
+
+class MergedHeads:
+    """Several queues of disjoint partitions as one: their keys are unique, so taking the
+    smallest front each time is the order one heap of them all would give. The front of
+    the queue a head came from is taken at the next ``pop``, after ``advance`` may have
+    added that head's successor to it."""
+
+    def __init__(self, queues: Sequence[HeadQueue]) -> None:
+        self._queues = queues
+        self._fronts: list[tuple[HeadKey, int, Head]] = []
+        for i in range(len(queues)):
+            self._take(i)
+        self._last: int | None = None
+
+    def _take(self, i: int) -> None:
+        head = self._queues[i].pop()
+        if head is not None:
+            heapq.heappush(self._fronts, (head[0], i, head))
+
+    def pop(self) -> Head | None:
+        if self._last is not None:
+            self._take(self._last)
+            self._last = None
+        if not self._fronts:
+            return None
+        _key, self._last, head = heapq.heappop(self._fronts)
+        return head
+
+    def advance(self, head: Head) -> None:
+        """``head`` must be the one just popped (as in ``plan_filesystem``)."""
+        assert self._last is not None
+        self._queues[self._last].advance(head)
+
+    def close(self) -> None:
+        for queue in self._queues:
+            queue.close()
+
+
+#: Makes the queue a plan walks, from the filesystem's partitions and the plan's inputs:
+#: ``LocalHeads``, or an edge's that dates some heads elsewhere (``parallelheads``).
+HeadsFactory = Callable[
+    [Sequence[Partition], SegmentReader, "CommittedOffsets", Collection[tuple[str, int]] | None],
+    HeadQueue,
+]
 
 
 def plan_filesystem(
@@ -318,6 +406,7 @@ def plan_filesystem(
     read: SegmentReader,
     committed: CommittedOffsets | None = None,
     led_here: Collection[tuple[str, int]] | None = None,
+    heads: HeadsFactory = LocalHeads,
 ) -> tuple[FilesystemPlan, list[Deletion]]:
     """Plan one filesystem: the global-oldest prefix set covering its excess."""
     initial_excess, _over = filesystem_excess(fs, limits)
@@ -326,21 +415,57 @@ def plan_filesystem(
     excess = initial_excess
     log_dir_excess = dict(initial_dir_excess)
     committed = _consumers_offsets(fs, committed)
-    total_needed = excess + sum(log_dir_excess.values())
-    heap: list[_Head] = []
-    if total_needed > 0:
-        for log_dir in fs.log_dirs:
-            for part in log_dir.partitions:
-                head = _head(part, 0, read, committed, led_here)
-                if head is not None:
-                    heap.append(head)
-        heapq.heapify(heap)
-
     chosen: list[Deletion] = []
-    chosen_bytes = 0
-    mount = fs.usage.mount
-    while heap and (excess > 0 or any(v > 0 for v in log_dir_excess.values())):
-        key, index, part, info, next_offset, groups = heapq.heappop(heap)
+    if excess + sum(log_dir_excess.values()) > 0:
+        parts = [part for log_dir in fs.log_dirs for part in log_dir.partitions]
+        queue = heads(parts, read, committed, led_here)
+        try:
+            excess = _walk(queue, excess, log_dir_excess, fs.usage.mount, chosen)
+        finally:
+            queue.close()
+
+    chosen_bytes = sum(d.bytes for d in chosen)
+    unreachable = max(0, excess) + sum(max(0, v) for v in log_dir_excess.values())
+    usage = fs.usage
+    plan = FilesystemPlan(
+        mount=usage.mount,
+        device=usage.device,
+        log_dirs=tuple(d.path for d in fs.log_dirs),
+        total_bytes=usage.total_bytes,
+        used_bytes=usage.used_bytes,
+        available_bytes=usage.available_bytes,
+        usage_percent=round(usage.usage_percent, 3),
+        limit_percent=limits.limit_percent,
+        target_percent=limits.target_percent,
+        pending_reclaim_bytes=fs.pending_reclaim_bytes,
+        excess_bytes=initial_excess + sum(initial_dir_excess.values()),
+        chosen_bytes=chosen_bytes,
+        chosen_count=len(chosen),
+        unreachable_bytes=unreachable,
+        predicted_used_bytes=usage.used_bytes + limits.growth_bytes - fs.pending_reclaim_bytes,
+        predicted_trigger=_over and predicted_only,
+        growth_bytes_per_s=limits.growth_bytes_per_s,
+        reclaim_latency_s=limits.reclaim_latency_s,
+        reclaim_period_s=limits.reclaim_period_s,
+        latency_source=limits.latency_source,
+    )
+    return plan, chosen
+
+
+def _walk(
+    queue: HeadQueue,
+    excess: int,
+    log_dir_excess: dict[str, int],
+    mount: str,
+    chosen: list[Deletion],
+) -> int:
+    """Pop heads oldest first into ``chosen`` until the filesystem's excess and every log
+    dir's are covered; returns the filesystem's excess left (``log_dir_excess`` is updated)."""
+    while excess > 0 or any(v > 0 for v in log_dir_excess.values()):
+        popped = queue.pop()
+        if popped is None:
+            break
+        key, _index, _part, info, next_offset, groups = popped
         max_timestamp_ms, _unc, _led, topic, partition, base_offset, log_dir_path = key
         dir_need = log_dir_excess.get(log_dir_path, 0)
         if excess <= 0 and dir_need <= 0:
@@ -367,39 +492,11 @@ def plan_filesystem(
                 groups_without_offset=groups_without_offset(groups) if groups else (),
             )
         )
-        chosen_bytes += size
         excess -= size
         if log_dir_path in log_dir_excess:
             log_dir_excess[log_dir_path] -= size
-        nxt = _head(part, index + 1, read, committed, led_here)
-        if nxt is not None:
-            heapq.heappush(heap, nxt)
-
-    unreachable = max(0, excess) + sum(max(0, v) for v in log_dir_excess.values())
-    usage = fs.usage
-    plan = FilesystemPlan(
-        mount=usage.mount,
-        device=usage.device,
-        log_dirs=tuple(d.path for d in fs.log_dirs),
-        total_bytes=usage.total_bytes,
-        used_bytes=usage.used_bytes,
-        available_bytes=usage.available_bytes,
-        usage_percent=round(usage.usage_percent, 3),
-        limit_percent=limits.limit_percent,
-        target_percent=limits.target_percent,
-        pending_reclaim_bytes=fs.pending_reclaim_bytes,
-        excess_bytes=initial_excess + sum(initial_dir_excess.values()),
-        chosen_bytes=chosen_bytes,
-        chosen_count=len(chosen),
-        unreachable_bytes=unreachable,
-        predicted_used_bytes=usage.used_bytes + limits.growth_bytes - fs.pending_reclaim_bytes,
-        predicted_trigger=_over and predicted_only,
-        growth_bytes_per_s=limits.growth_bytes_per_s,
-        reclaim_latency_s=limits.reclaim_latency_s,
-        reclaim_period_s=limits.reclaim_period_s,
-        latency_source=limits.latency_source,
-    )
-    return plan, chosen
+        queue.advance(popped)
+    return excess
 
 
 def _consumers_offsets(
@@ -430,7 +527,7 @@ def _head(
     read: SegmentReader,
     committed: CommittedOffsets,
     led_here: Collection[tuple[str, int]] | None = None,
-) -> _Head | None:
+) -> Head | None:
     if part.protected:
         return None
     candidate = part.candidate(index)
@@ -459,12 +556,14 @@ def plan(
     read: SegmentReader,
     committed: CommittedOffsets | None = None,
     led_here: Collection[tuple[str, int]] | None = None,
+    heads: HeadsFactory = LocalHeads,
 ) -> Plan:
-    """Plan every filesystem; deletions are in deletion order (per filesystem, oldest first)."""
+    """Plan every filesystem; deletions are in deletion order (per filesystem, oldest first).
+    ``heads``: how each filesystem's partition heads are queued (and where they are dated)."""
     fs_plans: list[FilesystemPlan] = []
     deletions: list[Deletion] = []
     for fs in filesystems:
-        fs_plan, chosen = plan_filesystem(fs, limits_for(fs), read, committed, led_here)
+        fs_plan, chosen = plan_filesystem(fs, limits_for(fs), read, committed, led_here, heads)
         fs_plans.append(fs_plan)
         deletions.extend(chosen)
     return Plan(tuple(fs_plans), tuple(deletions), protected_topics(filesystems))

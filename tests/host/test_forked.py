@@ -1,0 +1,93 @@
+"""Work in a forked child, streamed back: order, errors, an early close, a dead child."""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from diskguard.host.forked import ChildFailed, ForkedStream, can_fork
+
+
+def test_items_come_back_in_order_across_chunks() -> None:
+    with ForkedStream(lambda: ((i, str(i), [i] * 3) for i in range(1000)), chunk=7) as items:
+        assert list(items) == [(i, str(i), [i] * 3) for i in range(1000)]
+
+
+def test_nothing_to_send_is_an_empty_stream() -> None:
+    assert list(ForkedStream(lambda: iter(()))) == []
+
+
+def test_an_oserror_in_the_child_is_raised_again_after_the_items_before_it() -> None:
+    def produce() -> Iterator[int]:
+        yield 1
+        yield 2
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/gone/x.log")
+
+    got: list[int] = []
+    with pytest.raises(FileNotFoundError) as raised:
+        got.extend(ForkedStream(produce, chunk=1))
+    assert got == [1, 2]
+    assert raised.value.filename == "/gone/x.log" and raised.value.errno == errno.ENOENT
+
+
+def test_anything_else_the_child_raises_is_child_failed_with_its_text() -> None:
+    def produce() -> Iterator[int]:
+        yield 1
+        raise ValueError("corrupt time index")
+
+    with pytest.raises(ChildFailed, match="ValueError: corrupt time index"):
+        list(ForkedStream(produce))
+
+
+def test_closing_early_ends_a_child_that_would_run_forever() -> None:
+    stream = ForkedStream(lambda: itertools.count(), chunk=16)
+    pid = stream._pid
+    assert pid is not None
+    assert list(itertools.islice(stream, 50)) == list(range(50))
+    stream.close()
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left behind
+        os.waitpid(pid, os.WNOHANG)
+    stream.close()  # twice is fine
+
+
+def test_a_child_killed_midway_is_an_error_not_a_short_answer() -> None:
+    def produce() -> Iterator[int]:
+        yield 1
+        os.kill(os.getpid(), signal.SIGKILL)
+        yield 2
+
+    with pytest.raises(ChildFailed, match="ended before"):
+        list(ForkedStream(produce, chunk=1))
+
+
+def test_no_fork_while_another_thread_runs() -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not can_fork()
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_output_buffered_before_the_fork_is_written_once() -> None:
+    """The child leaves with os._exit: the parent's unflushed stdout is not flushed twice."""
+    code = (
+        "import sys\n"
+        "sys.stdout.write('before ')\n"
+        "from diskguard.host.forked import ForkedStream\n"
+        "print(list(ForkedStream(lambda: [1, 2])))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout == "before [1, 2]\n"

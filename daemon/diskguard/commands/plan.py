@@ -267,6 +267,7 @@ def plan_command(config_path: Path, as_json: bool) -> None:
         retention.daemon_rates, set_aside = daemon_memory(config)
         retention.inputs.set_aside.load(set_aside, time.monotonic(), time.time())
         retention.inputs.on_partition = advance
+        retention.inputs.cache.parallel = True  # one-shot: list on two cores where worth it
         outcome = retention.run(act=False)
     if as_json:
         data = plan_json(outcome.plan)

@@ -38,7 +38,7 @@ _SEGMENT_LOG = re.compile(r"/([0-9]{20})\.log(?=/)")
 
 
 @dataclass(frozen=True)
-class _Linked:
+class LinkedFile:
     """A file with more than one hard link: its bytes depend on which names are counted."""
 
     name: str
@@ -49,7 +49,7 @@ class _Linked:
     deleted: bool = False
 
     @classmethod
-    def of(cls, name: str, st: os.stat_result, deleted: bool = False) -> _Linked:
+    def of(cls, name: str, st: os.stat_result, deleted: bool = False) -> LinkedFile:
         return cls(name, st.st_dev, st.st_ino, st.st_nlink, allocated_bytes(st), deleted)
 
 
@@ -74,9 +74,9 @@ class InodeTally:
             size = allocated_bytes(st)
             self.single += size
             return size
-        return self.add_linked(_Linked.of("", st))
+        return self.add_linked(LinkedFile.of("", st))
 
-    def add_linked(self, linked: _Linked) -> int:
+    def add_linked(self, linked: LinkedFile) -> int:
         entry = self._linked.get((linked.dev, linked.ino))
         if entry is None:
             self._linked[(linked.dev, linked.ino)] = [linked.nlink, linked.bytes, 1]
@@ -132,7 +132,7 @@ class PartitionListing:
     full: bool
     #: Files with other hard links (``*.deleted`` ones always, others in full listings): they
     #: count per inode across the whole log dir, see ``InodeTally``.
-    linked: tuple[_Linked, ...] = ()
+    linked: tuple[LinkedFile, ...] = ()
     #: A ``remote_log_snapshot`` entry (any kind) is in the dir: tiered storage.
     remote_log_state: bool = False
     #: Regular files named ``*.deleted`` (any size, any link count): the offline sweep
@@ -162,7 +162,7 @@ def list_partition(path: str, full: bool) -> PartitionListing:
         logs.sort()  # 20 digits each: text order is numeric order
         deleted = 0
         deleted_files = 0
-        linked: list[_Linked] = []
+        linked: list[LinkedFile] = []
         if DELETED_SUFFIX + "/" in joined:
             for name in regular:
                 if not name.endswith(DELETED_SUFFIX):
@@ -173,7 +173,7 @@ def list_partition(path: str, full: bool) -> PartitionListing:
                     continue
                 deleted_files += 1
                 if st.st_nlink > 1:
-                    linked.append(_Linked.of(name, st, deleted=True))
+                    linked.append(LinkedFile.of(name, st, deleted=True))
                 else:
                     deleted += allocated_bytes(st)
         # Any kind of entry (it is a directory on a real broker): one lstat, not a second
@@ -203,7 +203,7 @@ def _list_full(path: str) -> PartitionListing:
     bases: set[int] = set()
     deleted = 0
     deleted_files = 0
-    linked: list[_Linked] = []
+    linked: list[LinkedFile] = []
     stats: dict[str, os.stat_result] = {}
     remote = False
     txn_indexes = False
@@ -218,7 +218,7 @@ def _list_full(path: str) -> PartitionListing:
                         deleted_files += 1
                         st = entry.stat(follow_symlinks=False)
                         if st.st_nlink > 1:
-                            linked.append(_Linked.of(name, st, deleted=True))
+                            linked.append(LinkedFile.of(name, st, deleted=True))
                         else:
                             deleted += allocated_bytes(st)
                     continue
@@ -247,7 +247,7 @@ def _list_full(path: str) -> PartitionListing:
         if name in active_files:
             continue
         if st.st_nlink > 1:
-            linked.append(_Linked.of(name, st))
+            linked.append(LinkedFile.of(name, st))
         else:
             settled += allocated_bytes(st)
     return PartitionListing(
@@ -277,8 +277,11 @@ class ListingCache:
     the planner re-stats every segment it considers (``SegmentFileReader``).
     """
 
-    def __init__(self, settle_s: float = 2.0) -> None:
+    def __init__(self, settle_s: float = 2.0, parallel: bool = False) -> None:
         self.settle_s = settle_s
+        #: List many uncached dirs on two cores (``prefetch``): one-shot commands only.
+        self.parallel = parallel
+        self._prefetched: dict[str, tuple[tuple[int, int], PartitionListing] | OSError] = {}
         self._entries: dict[str, tuple[tuple[int, int], PartitionListing]] = {}
         self._log_dirs: dict[str, tuple[tuple[int, int], list[os.DirEntry[str]]]] = {}
         #: path -> (the listing a scan made the Partition of, that Partition)
@@ -287,8 +290,27 @@ class ListingCache:
         self.hits = 0
         self.misses = 0
 
+    def prefetch(self, paths: list[str], full: bool) -> None:
+        """With ``parallel``: list the dirs among ``paths`` never listed before, on two cores
+        (``parallellisting``); ``listing`` then hands each out once."""
+        if not self.parallel:
+            return
+        from diskguard.kafkalog.parallellisting import list_in_parallel
+
+        self._prefetched.update(
+            list_in_parallel([p for p in paths if p not in self._entries], full)
+        )
+
     def listing(self, path: str, full: bool) -> PartitionListing:
         self._touched.add(path)
+        pre = self._prefetched.pop(path, None)
+        if pre is not None:
+            if isinstance(pre, OSError):
+                raise pre
+            self.misses += 1
+            key, listing = pre
+            self._keep(self._entries, path, key, listing)
+            return listing
         st = os.stat(path, follow_symlinks=False)
         key = (st.st_ino, st.st_mtime_ns)
         cached = self._entries.get(path)
@@ -297,7 +319,7 @@ class ListingCache:
             return cached[1]
         self.misses += 1
         listing = list_partition(path, full)
-        self._keep(self._entries, path, st, listing)
+        self._keep(self._entries, path, key, listing)
         return listing
 
     def partition(
@@ -342,16 +364,20 @@ class ListingCache:
         if cached is not None and cached[0] == key:
             return cached[1]
         entries = sorted(os.scandir(path), key=lambda e: e.name)
-        self._keep(self._log_dirs, path, st, entries)
+        self._keep(self._log_dirs, path, key, entries)
         return entries
 
     def _keep(
-        self, store: dict[str, tuple[tuple[int, int], _T]], path: str, st: os.stat_result, value: _T
+        self,
+        store: dict[str, tuple[tuple[int, int], _T]],
+        path: str,
+        key: tuple[int, int],
+        value: _T,
     ) -> None:
-        """Remember ``value`` for ``path`` under its dir's ``(inode, mtime)``, unless the dir
-        changed within ``settle_s`` (a change in the same clock tick could go unseen)."""
-        if time.time() - st.st_mtime_ns / 1e9 > self.settle_s:
-            store[path] = ((st.st_ino, st.st_mtime_ns), value)
+        """Remember ``value`` for ``path`` under its dir's ``key`` ``(inode, mtime_ns)``, unless
+        the dir changed within ``settle_s`` (a change in the same clock tick could go unseen)."""
+        if time.time() - key[1] / 1e9 > self.settle_s:
+            store[path] = (key, value)
         else:
             store.pop(path, None)
 
@@ -362,6 +388,7 @@ class ListingCache:
         for path in [p for p in self._partitions if p not in self._touched]:
             del self._partitions[path]
         self._touched.clear()
+        self._prefetched.clear()
 
 
 def active_stats(path: str, listing: PartitionListing) -> list[os.stat_result]:

@@ -120,6 +120,8 @@ def scan_log_dir(
             warnings=(f"{log_dir}: cannot list log dir: {exc.strerror or exc}",),
             error=exc.strerror or str(exc),
         )
+    if cache is not None and cache.parallel:
+        cache.prefetch(_live_partition_dirs(entries), full)
     top_files: list[os.stat_result] = []
     for entry in entries:
         try:
@@ -214,6 +216,21 @@ def scan_log_dir(
         kafka_bytes=kafka.allocated if full else None,
         warnings=tuple(warnings),
     )
+
+
+def _live_partition_dirs(entries: Iterable[os.DirEntry[str]]) -> list[str]:
+    """The paths ``scan_log_dir`` will list: live partition dirs, no symlink."""
+    out = []
+    for entry in entries:
+        name = parse_partition_dir(entry.name)
+        if name is None or name.kind is not PartitionDirKind.LIVE:
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                out.append(entry.path)
+        except OSError:
+            continue
+    return out
 
 
 def _max_known(a: int | None, b: int | None) -> int | None:

@@ -180,3 +180,52 @@ def test_a_wrong_seek_hole_answer_does_not_lose_entries(
 
     monkeypatch.setattr(indexfile.os, "lseek", lying_lseek)
     assert timeindex.last_entry(path) == TimeIndexEntry(2999, 1999)
+
+
+# -- clean_last: the shortcut for a trimmed index, never a different answer ------------------
+
+
+def _clean_and_tail(path: Path) -> tuple[tuple[int, int] | None, timeindex.TimeIndexTail | None]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        clean = timeindex.clean_last(fd, size)
+        try:
+            tail: timeindex.TimeIndexTail | None = timeindex.tail_of(fd, size, path)
+        except IndexCorrupt:
+            tail = None
+    finally:
+        os.close(fd)
+    return clean, tail
+
+
+@pytest.mark.parametrize(
+    ("entries", "preallocate", "extra", "clean"),
+    [
+        ([(1000, 0), (2000, 5), (3000, 9)], 0, b"", (3000, 9)),
+        ([(1000, 0)], 0, b"", (1000, 0)),
+        ([(1000, 0), (2000, 5)], 4096, b"", None),  # preallocated: zeros after the entries
+        ([(1000, 0), (2000, 5)], 0, b"\x01\x02", None),  # not whole entries
+        ([(3000, 0), (2000, 5)], 0, b"", None),  # timestamps go back: corrupt
+        ([(1000, 7), (2000, 5)], 0, b"", None),  # offsets go back: corrupt
+        ([(-1, 0)], 0, b"", None),  # no timestamp
+        ([], 0, b"", None),
+        ([(1000 + i, i) for i in range(400)], 0, b"", None),  # over 4 KiB: probed, not read
+    ],
+)
+def test_clean_last_answers_only_for_a_trimmed_sound_index(
+    tmp_path: Path,
+    entries: list[tuple[int, int]],
+    preallocate: int,
+    extra: bytes,
+    clean: tuple[int, int] | None,
+) -> None:
+    path = tmp_path / "0.timeindex"
+    _write(path, entries, preallocate)
+    with open(path, "ab") as f:
+        f.write(extra)
+    got, tail = _clean_and_tail(path)
+    assert got == clean
+    if got is not None:  # what the full read says, to the entry
+        assert tail is not None and tail.trimmed and tail.entry is not None
+        assert got == (tail.entry.timestamp_ms, tail.entry.relative_offset)

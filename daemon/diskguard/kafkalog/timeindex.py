@@ -20,6 +20,7 @@ __all__ = [
     "IndexCorrupt",
     "TimeIndexEntry",
     "TimeIndexTail",
+    "clean_last",
     "entries",
     "last_entry",
     "read_tail",
@@ -113,6 +114,27 @@ def tail_of(fd: int, size: int, path: str | os.PathLike[str]) -> TimeIndexTail:
             f" (entry {count - 1}) is below the first {first_rel}"
         )
     return TimeIndexTail(TimeIndexEntry(last_ts, last_rel), count, size)
+
+
+def clean_last(fd: int, size: int) -> tuple[int, int] | None:
+    """The last entry ``(timestamp_ms, relative_offset)`` of a small index Kafka trimmed to
+    its entries (every slot used, read in one ``pread``) whose entries pass ``tail_of``'s
+    checks; None for anything else, which ``tail_of`` then reads and explains.
+
+    Why: that is nearly every closed segment, and dating 10,000 heads for a plan spent more
+    time building ``tail_of``'s records than reading the files (issue 15).
+    """
+    if not 0 < size <= _READ_WHOLE or size % ENTRY_SIZE:
+        return None
+    data = os.pread(fd, size, 0)
+    total = size // ENTRY_SIZE
+    if len(data) != size or used_slots(fd, ENTRY_SIZE, size=size, data=data) != total:
+        return None
+    last_ts, last_rel = _ENTRY.unpack_from(data, size - ENTRY_SIZE)
+    first_ts, first_rel = _ENTRY.unpack_from(data, 0)
+    if last_ts < 0 or last_ts < first_ts or last_rel < 0 or last_rel < first_rel:
+        return None
+    return last_ts, last_rel
 
 
 def entries(path: str | os.PathLike[str]) -> list[TimeIndexEntry]:

@@ -1,0 +1,179 @@
+"""Dating partition heads on two cores for a one-shot plan (edge).
+
+Why: after listing, a one-shot ``plan`` over 1,000 partitions spends most of its time dating
+the heads it walks, ~11 µs each in syscalls and Python, one after another on one core
+(issue 15: plan at disk speed). Here three partitions in five (spread out, so both shares
+hold some of every topic) are walked in a forked child (``host.forked``) while this process
+walks the rest; the planner merges the two queues (``MergedHeads``). The plan is the one a
+single heap gives: keys are unique, so the merge of two key-ordered queues is the order of
+one.
+
+The child cannot know which of its heads the plan chooses, so it walks its share as if every
+head were chosen, up to a pipe's worth ahead of the plan, and stops when the plan closes the
+pipe. What that look-ahead reads is never reported: each head comes with the warnings
+dating its successor gave, and they are kept only when the plan chooses that head; the
+warnings of every partition's first head, dated before any choice, come first, in partition
+order — the warnings, and their order, of a plan on one core.
+
+Only for a one-shot plan (no age cache: a child's dating would be lost with it), only with
+many partitions (a fork costs ~1 ms) and only when forking is safe (``can_fork``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+from typing import Any
+
+from diskguard.host.forked import ForkedStream, can_fork
+from diskguard.kafkalog.dating import SegmentFileReader
+from diskguard.kafkalog.model import Partition, SegmentInfo
+from diskguard.retention.planner import (
+    CommittedOffsets,
+    Head,
+    HeadQueue,
+    HeadsFactory,
+    LocalHeads,
+    MergedHeads,
+    SegmentReader,
+)
+
+__all__ = ["MIN_PARTITIONS", "parallel_heads"]
+
+#: Below this many partitions a fork costs more than it saves.
+MIN_PARTITIONS = 256
+#: The share of the partitions this process dates itself, as (numerator, denominator): it
+#: also merges and builds the plan, so it takes less than half (measured: 2/5 left both
+#: processes done at about the same time on a 2-core machine; 1/2 and 1/3 were slower).
+OWN_SHARE = (2, 5)
+
+
+def parallel_heads(reader: SegmentFileReader, force: bool = False) -> HeadsFactory:
+    """A ``HeadsFactory`` for plans that date through ``reader`` (its warnings get the
+    child's): two cores where worth it and safe, else ``LocalHeads``; ``force``: always
+    fork (tests)."""
+
+    def factory(
+        parts: Sequence[Partition],
+        read: SegmentReader,
+        committed: CommittedOffsets,
+        led_here: Collection[tuple[str, int]] | None,
+    ) -> HeadQueue:
+        if not force and (len(parts) < MIN_PARTITIONS or not can_fork()):
+            return LocalHeads(parts, read, committed, led_here)
+        num, den = OWN_SHARE
+        # Spread out, not a block: partitions of one topic sit together and may be the
+        # oldest of all; either process gets some of every topic.
+        mine_parts = [p for i, p in enumerate(parts) if (i * num) % den < num]
+        theirs = [p for i, p in enumerate(parts) if (i * num) % den >= num]
+        try:
+            stream = ForkedStream(lambda: _walk_half(theirs, reader, committed, led_here))
+        except OSError:
+            return LocalHeads(parts, read, committed, led_here)
+        try:
+            items = iter(stream)
+            mine = _Capture(reader)
+            local = LocalHeads(mine_parts, mine, committed, led_here)
+            first = {path: list(ws) for path, ws in next(items)}
+            first.update(mine.taken or {})
+            mine.taken = None
+            for part in parts:
+                reader.warnings.extend(first.get(part.path, ()))
+            remote = _Streamed(stream, items, theirs, committed, reader)
+        except BaseException:
+            stream.close()
+            raise
+        return MergedHeads((local, remote))
+
+    return factory
+
+
+class _Capture:
+    """A reader that files the warnings of each partition's dating under its path while
+    ``taken`` is a dict, and passes them through once it is None."""
+
+    def __init__(self, reader: SegmentFileReader) -> None:
+        self.reader = reader
+        self.taken: dict[str, list[str]] | None = {}
+
+    def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo:
+        warnings = self.reader.warnings
+        before = len(warnings)
+        info = self.reader(partition, base_offset)
+        if self.taken is not None and len(warnings) > before:
+            self.taken.setdefault(partition.path, []).extend(warnings[before:])
+            del warnings[before:]
+        return info
+
+
+def _walk_half(
+    parts: Sequence[Partition],
+    reader: SegmentFileReader,
+    committed: CommittedOffsets,
+    led_here: Collection[tuple[str, int]] | None,
+) -> Iterator[Any]:
+    """The child: its first heads' warnings per partition, then every head in key order,
+    each advanced as if chosen and sent with the warnings its successor's dating gave."""
+    capture = _Capture(reader)
+    queue = LocalHeads(parts, capture, committed, led_here)
+    yield list((capture.taken or {}).items())
+    capture.taken = None
+    position = {part.path: i for i, part in enumerate(parts)}
+    warnings = reader.warnings
+    while (head := queue.pop()) is not None:
+        before = len(warnings)
+        queue.advance(head)
+        (ts, unconsumed, led_elsewhere, _t, _p, base, _d), index, part, info, nxt, _g = head
+        # Flat, and without what the parent has already (topic, log dir): marshal's cost.
+        yield (
+            position[part.path],
+            index,
+            ts,
+            unconsumed,
+            led_elsewhere,
+            base,
+            nxt,
+            info.bytes,
+            info.timestamp_source,
+            info.files,
+            info.shared_files,
+            tuple(warnings[before:]),
+        )
+        del warnings[before:]
+
+
+class _Streamed:
+    """The child's half as a ``HeadQueue``: heads as they come, warnings kept per chosen
+    head (``advance``)."""
+
+    def __init__(
+        self,
+        stream: ForkedStream,
+        items: Iterator[Any],
+        parts: Sequence[Partition],
+        committed: CommittedOffsets,
+        reader: SegmentFileReader,
+    ) -> None:
+        self._stream = stream
+        self._items = items
+        self._parts = parts
+        self._committed = committed
+        self._reader = reader
+        self._pending: dict[str, tuple[str, ...]] = {}
+
+    def pop(self) -> Head | None:
+        item = next(self._items, None)
+        if item is None:
+            return None
+        i, index, ts, unconsumed, led, base, nxt, size, source, files, shared, warned = item
+        part = self._parts[i]
+        # Always replaced: what an earlier head of this partition brought is not this one's.
+        self._pending[part.path] = warned
+        groups = self._committed.get((part.topic, part.partition)) if self._committed else None
+        key = (ts, unconsumed, led, part.topic, part.partition, base, part.log_dir)
+        return key, index, part, SegmentInfo(size, ts, source, files, shared), nxt, groups
+
+    def advance(self, head: Head) -> None:
+        self._reader.warnings.extend(self._pending.pop(head[2].path, ()))
+
+    def close(self) -> None:
+        self._stream.close()

@@ -1,0 +1,207 @@
+"""A plan dated on two cores is the plan dated on one: the same deletions in the same order,
+the same warnings in the same order, none for heads only the child's look-ahead read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diskguard.host import forked
+from diskguard.kafkalog.dating import SegmentFileReader
+from diskguard.kafkalog.model import Filesystem, FilesystemUsage
+from diskguard.kafkalog.scan import scan_log_dir
+from diskguard.kafkalog.topicpolicy import ProtectionRule
+from diskguard.retention import parallelheads
+from diskguard.retention.parallelheads import parallel_heads
+from diskguard.retention.planner import Deletion, Limits, plan_filesystem
+from support.configs import write_config
+from support.kafkagen import SegmentSpec, write_partition
+
+T0 = 1_700_000_000_000
+MINUTE = 60_000
+
+
+def _tree(root: Path) -> None:
+    """Twelve partitions whose segments interleave in age, and the segments that make
+    warnings: corrupt time indexes at a partition's first and later heads, a segment
+    hard-linked from outside (its partition stops there), an unclean stop (log read), a
+    missing ``.timeindex``."""
+    for p in range(12):
+        specs = [
+            SegmentSpec(records=4, first_timestamp_ms=T0 + (s * 12 + (p * 5) % 12) * MINUTE)
+            for s in range(6)
+        ]
+        write_partition(
+            root,
+            "orders" if p < 8 else "clicks",
+            p % 8,
+            specs,
+            simulate_unclean_stop=[2] if p == 3 else False,
+        )
+    write_partition(root, "__consumer_offsets", 0, [SegmentSpec(records=4)] * 4)
+
+    def seg(topic: str, p: int, k: int, sfx: str) -> Path:
+        return root / f"{topic}-{p}" / f"{k * 4:020d}{sfx}"
+
+    # Every partition's first two heads: whichever process dates a head, and whichever
+    # heads a plan stops at, a warning says whether it was read in the right order (and
+    # whether one that only the look-ahead read leaked).
+    topics = [("orders", p) for p in range(8)] + [("clicks", p) for p in range(4)]
+    first_heads = [(t, p, k) for t, p in topics for k in (0, 1)]
+    later_heads = [("orders", 2, 2), ("clicks", 1, 4), ("orders", 6, 3)]
+    for where in first_heads + later_heads:
+        with open(seg(*where, ".timeindex"), "ab") as f:
+            f.write(b"\x01\x02\x03")  # not a whole number of entries
+    os.link(seg("orders", 4, 1, ".log"), root.parent / "backup.log")
+    seg("orders", 5, 2, ".timeindex").unlink()
+
+
+def _filesystem(root: Path) -> Filesystem:
+    log_dir = scan_log_dir(str(root), "/data", ProtectionRule(assume_delete_policy=(".*",)))
+    used = sum(st.st_blocks * 512 for st in map(os.lstat, _files(root)))
+    return Filesystem(FilesystemUsage("/data", "/dev/x", used * 2, used, used), (log_dir,))
+
+
+def _files(root: Path) -> list[str]:
+    return [os.path.join(d, n) for d, _dirs, names in os.walk(root) for n in names]
+
+
+def _plan(
+    fs: Filesystem, limit: float, parallel: bool, **kw: object
+) -> tuple[list[Deletion], list[str]]:
+    reader = SegmentFileReader()
+    heads = parallel_heads(reader, force=True) if parallel else parallelheads.LocalHeads
+    _fs_plan, chosen = plan_filesystem(fs, Limits(limit, limit), reader, heads=heads, **kw)  # type: ignore[arg-type]
+    return chosen, reader.warnings
+
+
+@pytest.fixture
+def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many children the plans forked (each must really have used one)."""
+    made: list[int] = []
+    real = forked.ForkedStream.__init__
+
+    def counting(self: forked.ForkedStream, *a: object, **kw: object) -> None:
+        made.append(1)
+        real(self, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(forked.ForkedStream, "__init__", counting)
+    return made
+
+
+@pytest.mark.parametrize("limit", [49.9, 49.0, 47.0, 45.0, 40.0, 30.0, 10.0, 0.0])
+def test_two_cores_plan_what_one_plans(tmp_path: Path, limit: float, forks: list[int]) -> None:
+    root = tmp_path / "logs"
+    _tree(root)
+    fs = _filesystem(root)
+    one = _plan(fs, limit, parallel=False)
+    two = _plan(fs, limit, parallel=True)
+    assert two[0] == one[0]
+    assert two[1] == one[1]
+    assert forks == [1]
+    assert one[0], "the limit leaves something to delete"
+
+
+def test_the_look_ahead_reports_nothing_the_plan_did_not_read(tmp_path: Path) -> None:
+    """A small excess: the child dates far past what the plan takes, over corrupt indexes
+    the one-core plan never opens; none of their warnings may show."""
+    root = tmp_path / "logs"
+    _tree(root)
+    fs = _filesystem(root)
+    chosen, warnings = _plan(fs, 49.9, parallel=True)
+    assert len(chosen) <= 3
+    assert warnings == _plan(fs, 49.9, parallel=False)[1]
+    assert not any(
+        "clicks-1/00000000000000000016" in w or "orders-6/00000000000000000012" in w
+        for w in warnings
+    )
+
+
+def test_consumer_offsets_and_leadership_order_both_alike(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    _tree(root)
+    fs = _filesystem(root)
+    committed = {("orders", p): {"billing": 9, "audit": 2} for p in range(8)}
+    led_here = {("orders", p) for p in range(0, 8, 2)} | {("clicks", 0)}
+    for limit in (45.0, 20.0):
+        one = _plan(fs, limit, parallel=False, committed=committed, led_here=led_here)
+        two = _plan(fs, limit, parallel=True, committed=committed, led_here=led_here)
+        assert two == one
+        assert any(d.unconsumed_records for d in one[0])
+
+
+def test_a_failure_in_the_child_fails_the_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "logs"
+    _tree(root)
+    fs = _filesystem(root)
+    real = SegmentFileReader.__call__
+    calls = {"n": 0}
+
+    def failing(self: SegmentFileReader, partition: object, base: int) -> object:
+        calls["n"] += 1
+        if os.getpid() != parent and calls["n"] > 3:
+            raise PermissionError(13, "Permission denied", f"{partition.path}/x")  # type: ignore[attr-defined]
+        return real(self, partition, base)  # type: ignore[arg-type]
+
+    parent = os.getpid()
+    monkeypatch.setattr(SegmentFileReader, "__call__", failing)
+    with pytest.raises(PermissionError, match="Permission denied"):
+        _plan(fs, 0.0, parallel=True)
+
+
+#: ``diskguard plan`` in a fresh interpreter (no other thread: the test process may hold
+#: Spark's), counting the children it forks; argv[1] "one" puts the thresholds out of reach.
+_COUNTING_PLAN = """
+import sys
+from diskguard.host import forked
+from diskguard.kafkalog import parallellisting
+from diskguard.retention import parallelheads
+made = []
+real = forked.ForkedStream.__init__
+def counting(self, *a, **kw):
+    made.append(1)
+    real(self, *a, **kw)
+forked.ForkedStream.__init__ = counting
+if sys.argv[1] == "one":
+    parallellisting.MIN_DIRS = parallelheads.MIN_PARTITIONS = 10**9
+from diskguard.cli import cli
+try:
+    cli(["plan", "-c", sys.argv[2], "--json"], prog_name="diskguard")
+finally:
+    sys.stderr.write(f"forks={len(made)}\\n")
+"""
+
+
+def test_the_plan_command_forks_for_a_large_log_dir_and_says_the_same(tmp_path: Path) -> None:
+    """``diskguard plan --json`` over 300 partitions lists and dates on two cores (one fork
+    each); with the thresholds out of reach it forks nothing and prints the same plan."""
+    root = tmp_path / "logs"
+    for p in range(300):
+        spec = SegmentSpec(records=2, first_timestamp_ms=T0 + (p * 7919) % 1000 * MINUTE)
+        write_partition(root, f"t{p % 3}", p // 3, [spec] * 3)
+    (root / "t0-0" / f"{0:020d}.timeindex").write_bytes(b"\x01")  # a warning, on stderr
+    config = write_config(tmp_path, root, disk_usage_percent=1.0)
+
+    def plan(how: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _COUNTING_PLAN, how, str(config)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    two, one = plan("two"), plan("one")
+    assert two.returncode == one.returncode == 0, two.stderr + one.stderr
+    assert two.stderr.endswith("forks=2\n") and one.stderr.endswith("forks=0\n")
+    assert json.loads(two.stdout) == json.loads(one.stdout)
+    assert len(json.loads(one.stdout)["deletions"]) == 600
+    assert two.stderr == one.stderr.replace("forks=0", "forks=2")
+    assert "t0-0/00000000000000000000.timeindex" in one.stderr

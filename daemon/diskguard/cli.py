@@ -13,6 +13,7 @@ collector paused (issue 15: start-up, see :func:`_collector_paused`).
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -155,6 +156,28 @@ class _Commands(click.Group):
 @click.version_option(__version__, prog_name="diskguard")
 def cli() -> None:
     """Keeps a Kafka broker's disks from filling (KIP-61 retention, flow control, snapshots)."""
+
+
+def leave_process() -> None:
+    """End a one-shot command's own process now, its output written: exit 0 without freeing.
+
+    Returning would free every object the command made, one by one: a plan of 10,000
+    deletions over 1,000 partitions holds ~300,000, ~10 ms of a 0.3 s ``plan --json`` for
+    memory the kernel takes back whole (issue 15). Output is flushed first (a flush that
+    fails raises as usual) and the exit handlers run (logging's flush among them): only the
+    freeing is skipped. Only in the command's own process (``main``): under a test or a
+    library caller this returns, and the command ends as usual.
+    """
+    if not _COMMAND_PROCESS:
+        return
+    import atexit
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(ExitCode.OK)
 
 
 def main() -> None:

@@ -68,8 +68,10 @@ def _loaded_running(args: list[str], tmp: Path) -> set[str]:
     dump = tmp / "modules.json"
     code = (
         "import atexit, json, sys\n"
-        f"out = open({str(dump)!r}, 'w')\n"
-        "atexit.register(lambda: out.write(json.dumps(sorted(sys.modules))))\n"
+        "def dump():\n"
+        f"    with open({str(dump)!r}, 'w') as out:\n"
+        "        out.write(json.dumps(sorted(sys.modules)))\n"
+        "atexit.register(dump)\n"
         f"sys.argv = ['diskguard', *{args!r}]\n"
         "from diskguard.cli import main\n"
         "main()\n"

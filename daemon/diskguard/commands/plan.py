@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from diskguard.cli import config_option, load_or_exit, no_traceback
+from diskguard.cli import config_option, leave_process, load_or_exit, no_traceback
 from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
 from diskguard.retention.cycle import RetentionCycle
@@ -288,3 +288,4 @@ def plan_command(config_path: Path, as_json: bool) -> None:
             list(outcome.warnings),
             outcome.scan.filesystems,
         )
+    leave_process()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -17,7 +18,8 @@ from diskguard.host.forked import ChildFailed, ForkedStream, can_fork
 
 
 def test_items_come_back_in_order_across_chunks() -> None:
-    with ForkedStream(lambda: ((i, str(i), [i] * 3) for i in range(1000)), chunk=7) as items:
+    stream = ForkedStream(lambda: ((i, str(i), [i] * 3) for i in range(1000)), chunk=7)
+    with contextlib.closing(stream) as items:
         assert list(items) == [(i, str(i), [i] * 3) for i in range(1000)]
 
 

@@ -22,7 +22,6 @@ import signal
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
 from typing import Any
 
 __all__ = ["ChildFailed", "ForkedStream", "can_fork"]
@@ -52,7 +51,7 @@ def can_fork() -> bool:
 class ForkedStream:
     """The items ``produce()`` yields, produced in a forked child, in order.
 
-    ``with ForkedStream(lambda: work(args)) as items: for item in items: ...``. An ``OSError``
+    ``with contextlib.closing(ForkedStream(lambda: work(args))) as items: ...``. An ``OSError``
     the child raises is raised again here (errno, text and file name kept), anything else as
     :class:`ChildFailed`, both after the items before it.
     """
@@ -105,17 +104,6 @@ class ForkedStream:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-
-    def __enter__(self) -> ForkedStream:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         self.close()

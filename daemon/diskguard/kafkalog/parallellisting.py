@@ -11,6 +11,7 @@ it had been listed there and then.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +37,7 @@ def list_in_parallel(paths: Sequence[str], full: bool, force: bool = False) -> d
         stream = ForkedStream(lambda: (_listed_plain(p, full) for p in theirs))
     except OSError:
         return {}  # no fork today (EAGAIN, ENOMEM): one core does it all
-    with stream:
+    with contextlib.closing(stream):
         out = {p: _listed(p, full) for p in paths[0::2]}
         for path, item in zip(theirs, stream, strict=True):
             out[path] = _from_plain(item)

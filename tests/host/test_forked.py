@@ -93,3 +93,15 @@ def test_output_buffered_before_the_fork_is_written_once() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout == "before [1, 2]\n"
+
+
+def test_no_fork_when_the_process_may_run_on_one_core_only() -> None:
+    """``taskset -c 0 diskguard plan``: a child would only take turns with its parent."""
+    code = (
+        "import os; os.sched_setaffinity(0, {0})\n"
+        "from diskguard.host.forked import can_fork; print(can_fork())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout == "False\n"

@@ -44,8 +44,12 @@ class ChildFailed(RuntimeError):
 
 
 def can_fork() -> bool:
-    """More than one core to run on, and no other thread in this process."""
-    return (os.cpu_count() or 1) > 1 and threading.active_count() == 1 and hasattr(os, "fork")
+    """More than one core this process may run on (its affinity: ``taskset``, a cpuset),
+    and no other thread in this process."""
+    if not hasattr(os, "fork") or threading.active_count() != 1:
+        return False
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (cores or 1) > 1
 
 
 class ForkedStream:

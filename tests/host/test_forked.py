@@ -105,3 +105,20 @@ def test_no_fork_when_the_process_may_run_on_one_core_only() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout == "False\n"
+
+
+def test_no_fork_while_a_thread_python_does_not_know_of_runs() -> None:
+    """A library's native thread (librdkafka's, say) holds locks the child may need too."""
+    code = (
+        "import ctypes, ctypes.util, threading\n"
+        "libc = ctypes.CDLL(ctypes.util.find_library('c'))\n"
+        "sleep = ctypes.cast(libc.sleep, ctypes.c_void_p)  # C all along: Python never sees it\n"
+        "tid = ctypes.c_ulong()\n"
+        "assert libc.pthread_create(ctypes.byref(tid), None, sleep, ctypes.c_void_p(5)) == 0\n"
+        "from diskguard.host.forked import can_fork\n"
+        "print(threading.active_count(), can_fork())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout == "1 False\n"  # threading sees one thread; the process has two

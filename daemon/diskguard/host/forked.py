@@ -45,11 +45,19 @@ class ChildFailed(RuntimeError):
 
 def can_fork() -> bool:
     """More than one core this process may run on (its affinity: ``taskset``, a cpuset),
-    and no other thread in this process."""
-    if not hasattr(os, "fork") or threading.active_count() != 1:
+    and no other thread in this process: Python's, or a library's own (the Kafka client's
+    librdkafka threads, which ``threading`` does not see, are in ``/proc/self/task``)."""
+    if not hasattr(os, "fork") or _threads() != 1:
         return False
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (cores or 1) > 1
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 class ForkedStream:

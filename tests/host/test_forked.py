@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -122,3 +123,32 @@ def test_no_fork_while_a_thread_python_does_not_know_of_runs() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout == "1 False\n"  # threading sees one thread; the process has two
+
+
+def test_a_child_whose_parent_dies_does_not_outlive_it() -> None:
+    """The parent killed (SIGKILL, OOM): its end of the pipe closes, the child's next send
+    fails and it leaves; no orphan keeps working (or keeps a log dir's files open)."""
+    code = (
+        "import itertools, os, sys\n"
+        "from diskguard.host.forked import ForkedStream\n"
+        "stream = ForkedStream(lambda: itertools.count(), chunk=16)\n"
+        "next(iter(stream))\n"
+        "print(stream._pid, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == -signal.SIGKILL
+    child = int(out.stdout)
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for init to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from diskguard.cli import config_option, fail, load_or_exit, no_traceback
 from diskguard.errors import ExitCode
 from diskguard.logs import configure_logging
 from diskguard.retention.cycle import RetentionCycle
-from diskguard.retention.daemonstate import daemon_memory
+from diskguard.retention.daemonstate import take_over
 from diskguard.retention.outcome import CycleOutcome, another_round, enforce_exit_code
 from diskguard.units import format_bytes, plural
 
@@ -51,8 +50,7 @@ def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
         # Cron, scripts, CI: the JSON event stream on stdout, as the daemon writes it.
         configure_logging(config.logging.format, config.logging.level, eager=True)
     with RetentionCycle(config) as retention:
-        retention.daemon_rates, set_aside = daemon_memory(config)
-        retention.inputs.set_aside.load(set_aside, time.monotonic(), time.time())
+        take_over(retention)
         rounds = enforce_rounds(retention)
     outcome = rounds[-1]
     for warning in outcome.warnings:

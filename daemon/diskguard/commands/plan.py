@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from diskguard.cli import config_option, leave_process, load_or_exit, no_traceba
 from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
 from diskguard.retention.cycle import RetentionCycle
-from diskguard.retention.daemonstate import daemon_memory
+from diskguard.retention.daemonstate import take_over
 from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED
 from diskguard.retention.planner import Deletion, Plan
 from diskguard.retention.report import dumps, plan_json
@@ -264,8 +263,7 @@ def plan_command(config_path: Path, as_json: bool) -> None:
     """Show which segments a retention cycle would delete now, and why. Deletes nothing."""
     config = load_or_exit(config_path, writes=False)
     with RetentionCycle(config, read_only=True) as retention, progress(None, "scanning") as advance:
-        retention.daemon_rates, set_aside = daemon_memory(config)
-        retention.inputs.set_aside.load(set_aside, time.monotonic(), time.time())
+        take_over(retention)
         retention.inputs.on_partition = advance
         retention.inputs.cache.parallel = True  # one-shot: list on two cores where worth it
         outcome = retention.run(act=False)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diskguard.config import Config
 from diskguard.host.atomicfile import read_json
+
+if TYPE_CHECKING:
+    from diskguard.retention.cycle import RetentionCycle
 
 #: The daemon's state file (flow state, last deletion, growth rate, reclaim latency).
 STATE_FILE = "state.json"
@@ -81,3 +84,10 @@ def daemon_memory(config: Config, max_age: float = 60.0) -> tuple[dict[str, floa
     the broker (or the file) keeps refusing."""
     state = recent_state(config, max_age)
     return rates_of(state), set_aside_of(state)
+
+
+def take_over(retention: RetentionCycle) -> None:
+    """``plan`` / ``enforce --once``: start from what a running daemon knows (``daemon_memory``)
+    — its write rates, and the partitions it set aside, for the time they have left."""
+    retention.daemon_rates, set_aside = daemon_memory(retention.config)
+    retention.inputs.set_aside.load(set_aside, time.monotonic(), time.time())

@@ -90,10 +90,7 @@ def test_output_buffered_before_the_fork_is_written_once() -> None:
         "from diskguard.host.forked import ForkedStream\n"
         "print(list(ForkedStream(lambda: [1, 2])))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert out.stdout == "before [1, 2]\n"
+    assert _python(code).stdout == "before [1, 2]\n"
 
 
 def test_no_fork_when_the_process_may_run_on_one_core_only() -> None:
@@ -102,10 +99,7 @@ def test_no_fork_when_the_process_may_run_on_one_core_only() -> None:
         "import os; os.sched_setaffinity(0, {0})\n"
         "from diskguard.host.forked import can_fork; print(can_fork())"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert out.stdout == "False\n"
+    assert _python(code).stdout == "False\n"
 
 
 def test_no_fork_while_a_thread_python_does_not_know_of_runs() -> None:
@@ -119,10 +113,8 @@ def test_no_fork_while_a_thread_python_does_not_know_of_runs() -> None:
         "from diskguard.host.forked import can_fork\n"
         "print(threading.active_count(), can_fork())\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert out.stdout == "1 False\n"  # threading sees one thread; the process has two
+    # threading sees one thread; the process has two
+    assert _python(code).stdout == "1 False\n"
 
 
 def test_a_child_whose_parent_dies_does_not_outlive_it() -> None:
@@ -136,7 +128,7 @@ def test_a_child_whose_parent_dies_does_not_outlive_it() -> None:
         "print(stream._pid, flush=True)\n"
         "os.kill(os.getpid(), 9)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = _python(code, check=False)
     assert out.returncode == -signal.SIGKILL
     child = int(out.stdout)
     deadline = time.monotonic() + 30
@@ -152,3 +144,10 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _python(code: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter: one thread, nothing forked before it."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=check, timeout=60
+    )

@@ -116,11 +116,10 @@ def _walk_half(
     capture = _Capture(reader)
     queue = LocalHeads(parts, capture, committed, led_here)
     yield list((capture.taken or {}).items())
-    capture.taken = None
+    successors: dict[str, list[str]] = {}  # from now on: what dating each successor said
+    capture.taken = successors
     position = {part.path: i for i, part in enumerate(parts)}
-    warnings = reader.warnings
     while (head := queue.pop()) is not None:
-        before = len(warnings)
         queue.advance(head)
         (ts, unconsumed, led_elsewhere, _t, _p, base, _d), index, part, info, nxt, _g = head
         # Flat, and without what the parent has already (topic, log dir): marshal's cost.
@@ -136,9 +135,8 @@ def _walk_half(
             info.timestamp_source,
             info.files,
             info.shared_files,
-            tuple(warnings[before:]),
+            tuple(successors.pop(part.path, ())),
         )
-        del warnings[before:]
 
 
 class _Streamed:

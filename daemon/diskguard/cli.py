@@ -91,7 +91,9 @@ def config_option(func: F) -> F:
         "-c",
         "--config",
         "config_path",
-        type=click.Path(path_type=Path, dir_okay=False),
+        # A directory (or a FIFO, a device...) is refused by ``load_config`` in one line,
+        # as every other unreadable config is; click's own check would print three.
+        type=click.Path(path_type=Path),
         default=DEFAULT_CONFIG_PATH,
         show_default=True,
         help="The diskguard TOML config.",

@@ -20,10 +20,13 @@ from typing import Annotated, Any, Literal
 from diskguard.configcheck import program_problem, state_dir_problem
 from diskguard.configschema import Loc, Problem, build
 from diskguard.errors import ConfigError
+from diskguard.host import safeopen
 from diskguard.kafkalog.serverprops import read_server_properties
 from diskguard.units import parse_duration, parse_size
 
 DEFAULT_CONFIG_PATH = Path("/etc/diskguard/diskguard.toml")
+#: A config is a few KiB (the complete example is ~10 KiB): a larger "config" is a wrong path.
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 def _percent(value: object) -> float:
@@ -362,8 +365,10 @@ def _resolve(config: Config, broker_keys: set[str], writes: bool = True) -> Conf
 def load_config(path: Path, writes: bool = True) -> Config:
     """Read and validate ``path``; every failure is a ConfigError of one-line messages.
     ``writes``: see ``parse_config``."""
+    # Never a plain read: ``-c`` on a FIFO blocked in open() until a writer came, and
+    # ``-c /dev/zero`` read until MemoryError. Regular files only, bounded.
     try:
-        raw = path.read_bytes()
+        raw = safeopen.read_bytes(path, limit=MAX_CONFIG_BYTES, follow=True)
     except FileNotFoundError:
         raise ConfigError([f"{path}: config file not found"]) from None
     except OSError as exc:

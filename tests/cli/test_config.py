@@ -522,3 +522,56 @@ def test_unknown_keys_suggest_the_close_known_key(
     (line,) = problem_lines(run_cli("check-config", "-c", str(path)))
     suffix = f" (did you mean {hint}?)" if hint else ""
     assert line == f"{path}: {key}: unknown key{suffix}"
+
+
+def _cli_bounded(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with 1 GiB of address space and a 20 s timeout: a config reader that hangs or
+    reads without end fails this test instead of the machine."""
+    import resource
+    import sys
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    return subprocess.run(
+        [sys.executable, "-m", "diskguard", *args],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        preexec_fn=limit,
+    )
+
+
+@pytest.mark.parametrize("command", [["check-config"], ["plan", "--json"], ["run"]])
+def test_a_config_that_is_not_a_regular_file_is_one_line_exit_2(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """``-c`` on a FIFO hung in ``open()`` until a writer came; ``-c /dev/zero`` read until
+    MemoryError; a directory or a 2 MiB file is no config either. Each is one line naming the
+    file, exit 2, at once."""
+    import os
+
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.toml"
+    huge.write_text(config_text(tmp_path) + "#" * (2 * 1024 * 1024) + "\n")
+    cases = {
+        fifo: "not a regular file (FIFO)",
+        Path("/dev/zero"): "not a regular file (character device)",
+        tmp_path: "not a regular file (directory)",
+        huge: "larger than 1 MiB",
+    }
+    for path, why in cases.items():
+        proc = _cli_bounded(*command, "-c", str(path))
+        assert proc.returncode == 2, (path, proc.returncode, proc.stderr[-500:])
+        assert "Traceback" not in proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"{path}: ") and why in line, line
+
+
+def test_a_config_reached_through_a_symlink_is_read(tmp_path: Path) -> None:
+    """/etc/diskguard/diskguard.toml is often a link into a config-management tree."""
+    real = write(tmp_path, config_text(tmp_path))
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    assert run_cli("check-config", "-c", str(link)).returncode == 0

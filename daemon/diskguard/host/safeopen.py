@@ -23,6 +23,7 @@ import stat
 
 __all__ = [
     "NotRegularFile",
+    "TooLarge",
     "open_regular",
     "open_regular_stat",
     "read_bytes",
@@ -43,6 +44,26 @@ class NotRegularFile(OSError):
 
     def __str__(self) -> str:
         return f"{self.path}: not a regular file ({self.kind}); not read"
+
+
+class TooLarge(OSError):
+    """The regular file is larger than the reader's bound (a config, say, that is really a
+    disk image or a log): refused before it is read into memory."""
+
+    def __init__(self, path: str | os.PathLike[str], limit: int) -> None:
+        self.path = os.fspath(path)
+        self.limit = limit
+        super().__init__(errno.EFBIG, f"larger than {_size(limit)}", self.path)
+
+    def __str__(self) -> str:
+        return f"{self.path}: larger than {_size(self.limit)}; not read"
+
+
+def _size(nbytes: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= factor and nbytes % factor == 0:
+            return f"{nbytes // factor} {unit}"
+    return f"{nbytes} bytes"
 
 
 def what_is(mode: int) -> str:
@@ -67,11 +88,14 @@ def open_regular(path: str | os.PathLike[str]) -> int:
     return open_regular_stat(path)[0]
 
 
-def open_regular_stat(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+def open_regular_stat(
+    path: str | os.PathLike[str], follow: bool = False
+) -> tuple[int, os.stat_result]:
     """:func:`open_regular`, plus the ``fstat`` it checked the descriptor with: a caller that
-    needs the file's size or identity has it without another system call."""
+    needs the file's size or identity has it without another system call. ``follow``: a
+    symlink is followed (a config file the operator points at, never a log-dir file)."""
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, _FLAGS & ~os.O_NOFOLLOW if follow else _FLAGS)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise NotRegularFile(path, "symlink") from None
@@ -87,15 +111,27 @@ def open_regular_stat(path: str | os.PathLike[str]) -> tuple[int, os.stat_result
     return fd, st
 
 
-def read_bytes(path: str | os.PathLike[str]) -> bytes:
-    """The whole content of the regular file ``path`` (see :func:`open_regular`)."""
-    fd = open_regular(path)
+def read_bytes(
+    path: str | os.PathLike[str], limit: int | None = None, follow: bool = False
+) -> bytes:
+    """The whole content of the regular file ``path`` (see :func:`open_regular`).
+
+    ``limit``: refuse (:class:`TooLarge`) a file larger than this many bytes, judged by what
+    is read, not only by the size ``fstat`` gave (a file may grow while it is read).
+    ``follow``: see :func:`open_regular_stat`."""
+    fd, st = open_regular_stat(path, follow)
     try:
+        if limit is not None and st.st_size > limit:
+            raise TooLarge(path, limit)
         chunks = []
+        total = 0
         while True:
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 break
+            total += len(chunk)
+            if limit is not None and total > limit:
+                raise TooLarge(path, limit)
             chunks.append(chunk)
     finally:
         os.close(fd)

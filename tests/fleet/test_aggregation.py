@@ -299,3 +299,28 @@ def test_summarize_disk_carries_split_and_basis() -> None:
     assert d.forecast_status == FORECAST_OK
     short = summarize_disks(records[:3])[("h", "/d")]
     assert short.forecast_status == FORECAST_NOT_ENOUGH_DATA
+
+
+def test_valid_values_bounds_timestamps_and_byte_counts() -> None:
+    from diskguard.fleet.aggregation import MAX_BYTES, TS_MAX_MS, TS_MIN_MS, valid_values
+
+    good = {"ts_ms": 1_790_000_000_000, "used_bytes": 0, "topics": [{"bytes": 5}]}
+    assert valid_values(good)
+    assert valid_values({**good, "kafka_bytes": None, "topics": None})
+    assert valid_values({**good, "ts_ms": TS_MIN_MS})
+    for ts in (TS_MAX_MS, 253_402_214_400_000, 10**17, -5, 0, TS_MIN_MS - 1):
+        assert not valid_values({**good, "ts_ms": ts}), ts
+    assert valid_values({**good, "total_bytes": MAX_BYTES})
+    assert not valid_values({**good, "total_bytes": MAX_BYTES + 1})
+    for name in ("used_bytes", "available_bytes", "deleted_bytes", "pending_reclaim_bytes"):
+        assert not valid_values({**good, name: -1}), name
+    assert not valid_values({**good, "topics": [{"bytes": -1}]})
+    assert not valid_values({**good, "topics": [{"bytes": 1, "partitions": -2}]})
+
+
+def test_format_ts_past_the_calendar() -> None:
+    from diskguard.fleet.formatting import format_ts
+
+    assert format_ts(1_790_000_000_000) == "2026-09-21 14:13"
+    assert format_ts(10**17) == "after 9999-12-31"
+    assert format_ts(-1e3) == "before 1970-01-01"

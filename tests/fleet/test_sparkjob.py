@@ -150,6 +150,7 @@ def test_dedup_and_bad_record_counts(file_run: JobResult, fleet: Fleet) -> None:
     assert summary["bad_records"] == {
         "malformed": len(MALFORMED_LINES),
         "unknown_schema": len(UNKNOWN_SCHEMA_LINES),
+        "out_of_range": 0,
     }
     assert summary["disks"] == file_run.disks
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00$", summary["generated_at"])
@@ -257,6 +258,7 @@ def test_cli_end_to_end(tmp_path: Path, fleet: Fleet) -> None:
     assert summary["bad_records"] == {
         "malformed": sum(line in MALFORMED_LINES for line in fleet.lines[:300]),
         "unknown_schema": sum(line in UNKNOWN_SCHEMA_LINES for line in fleet.lines[:300]),
+        "out_of_range": 0,
     }
     # the JVM's start-up chatter is filtered out
     assert "Using incubator modules" not in proc.stderr
@@ -480,3 +482,67 @@ def test_session_log4j_config_was_used_and_removed(spark: Any) -> None:
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
     location = context.getConfiguration().getConfigurationSource().getLocation()
     assert Path(str(location)) == path
+
+
+def _skewed(record: dict[str, Any], **changes: Any) -> str:
+    return json.dumps({**record, **changes})
+
+
+def test_a_skewed_host_is_counted_bad_and_the_report_is_written(
+    spark: Any, fleet: Fleet, file_run: JobResult, tmp_path: Path
+) -> None:
+    """Timestamps a clock never shows (9999-12-31, 1e17 ms, negative) and negative byte
+    counts are bad records, counted; the other hosts' report is the same as without them."""
+    base = fleet.records[0]
+    topics = [{"topic": "orders", "partitions": 6, "bytes": -1}]
+    skewed = [
+        _skewed(base, ts_ms=253_402_214_400_000),  # 9999-12-31
+        _skewed(base, host="skewed", ts_ms=253_402_214_400_000),
+        _skewed(base, host="skewed", ts_ms=253_402_214_400_000 + 60_000),
+        _skewed(base, ts_ms=10**17),
+        _skewed(base, ts_ms=-5),
+        _skewed(base, ts_ms=base["ts_ms"] + 7, used_bytes=-1),
+        _skewed(base, ts_ms=base["ts_ms"] + 8, available_bytes=-10),
+        _skewed(base, ts_ms=base["ts_ms"] + 9, deleted_bytes=-1000),
+        _skewed(base, ts_ms=base["ts_ms"] + 10, topics=topics),
+    ]
+    spool = tmp_path / "spool"
+    write_spool(spool, fleet.lines + skewed)
+    result = run_aggregation(spark, resolve_input(str(spool)), tmp_path / "out")
+    assert result.bad.out_of_range == len(skewed)
+    assert result.bad.malformed == file_run.bad.malformed
+    assert result.disks == file_run.disks
+    assert result.topics == file_run.topics
+    summary = json.loads(Path(result.paths["summary"]).read_text())
+    assert summary["bad_records"]["out_of_range"] == len(skewed)
+    assert f"{len(skewed)} out of range" in result.summary_line()
+    page = Path(result.paths["report"]).read_text()
+    assert f"{len(skewed)} out of range" in page
+    assert ">skewed<" not in page and "skewed:" not in page  # the host is not shown
+
+
+def test_a_forecast_past_year_9999_is_written(spark: Any, tmp_path: Path) -> None:
+    """A disk that barely grows fills in a million years: the report says so, it does not
+    stop at the calendar's end."""
+    lines = [
+        json.dumps(
+            {
+                "schema": 1,
+                "host": "slow",
+                "mount": "/m",
+                "ts_ms": T0 + i * 600_000,
+                "total_bytes": 10**13,
+                "used_bytes": 10**12 + i + (7 if i % 2 else 0),
+                "available_bytes": 9 * 10**12 - i,
+                "flow_state": "normal",
+            }
+        )
+        for i in range(20)
+    ]
+    spool = tmp_path / "spool"
+    write_spool(spool, lines, files=1)
+    result = run_aggregation(spark, resolve_input(str(spool)), tmp_path / "out")
+    (disk,) = result.disks
+    assert disk["hours_to_full"] > 1e9
+    page = Path(result.paths["report"]).read_text()
+    assert "after 9999-12-31" in page

@@ -44,6 +44,43 @@ FORECAST_NOT_ENOUGH_DATA = "not_enough_data"
 FORECAST_NOT_GROWING = "not_growing"
 FORECAST_WEAK_FIT = "weak_fit"
 
+# What a snapshot's values may be (see valid_values): outside it, the record is counted as
+# bad (out of range) instead of bending every fit, chart and date of its disk and host.
+TS_MIN_MS = 946_684_800_000  # 2000-01-01 UTC: a clock that was never set reads 1970
+TS_MAX_MS = 4_102_444_800_000  # 2100-01-01 UTC (exclusive): a skewed or garbled clock
+MAX_BYTES = 2**53  # 8 PiB: no disk is larger, and every sum of them stays exact
+BYTE_FIELDS = (
+    "total_bytes",
+    "used_bytes",
+    "available_bytes",
+    "kafka_bytes",
+    "pending_reclaim_bytes",
+    "deleted_bytes",
+)
+
+
+def valid_values(record: Mapping[str, Any]) -> bool:
+    """Whether a parsed schema-1 snapshot's numbers are ones a real disk and clock give.
+
+    ``ts_ms`` in [2000-01-01, 2100-01-01) UTC; every byte count (and a topic's partition
+    count) in [0, 8 PiB]. One host stamping 9999-12-31 or -5 would otherwise become every
+    disk's "latest" snapshot, turn its growth to noise and put dates past the calendar into
+    the report. Missing optional values are fine (they default to 0).
+    """
+    ts = record.get("ts_ms")
+    if ts is None or not TS_MIN_MS <= int(ts) < TS_MAX_MS:
+        return False
+    for name in BYTE_FIELDS:
+        value = record.get(name)
+        if value is not None and not 0 <= int(value) <= MAX_BYTES:
+            return False
+    for topic in record.get("topics") or ():
+        for name in ("bytes", "partitions"):
+            value = topic.get(name)
+            if value is not None and not 0 <= int(value) <= MAX_BYTES:
+                return False
+    return True
+
 
 def least_squares_slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     """Slope of the ordinary least-squares line through ``(xs, ys)``.

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from diskguard.fleet.aggregation import FORECAST_NOT_ENOUGH_DATA
-from diskguard.units import format_bytes
+from diskguard.units import MAX_DATETIME_MS, format_bytes
 
 
 def escape(value: object) -> str:
@@ -39,6 +39,12 @@ def format_seconds(seconds: float) -> str:
 
 
 def format_ts(ts_ms: int | float) -> str:
+    """UTC ``YYYY-MM-DD HH:MM``; a forecast past the calendar's end (a disk that barely grows
+    fills in a million years) is said as such rather than raising."""
+    if ts_ms > MAX_DATETIME_MS:
+        return "after 9999-12-31"
+    if ts_ms < 0:
+        return "before 1970-01-01"
     return dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 

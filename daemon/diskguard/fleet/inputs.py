@@ -70,6 +70,7 @@ REQUIRED = ("host", "mount", "ts_ms", "total_bytes", "used_bytes", "available_by
 STATUS_OK = "ok"
 STATUS_MALFORMED = "malformed"
 STATUS_UNKNOWN_SCHEMA = "unknown_schema"
+STATUS_OUT_OF_RANGE = "out_of_range"
 
 
 class NoInputError(UsageError):
@@ -181,11 +182,33 @@ def read_records(spark: SparkSession, spec: InputSpec) -> DataFrame:
     )
 
 
+def _out_of_range(r: Column) -> Column:
+    """:func:`aggregation.valid_values` negated, in SQL (nulls are the defaults, not bad)."""
+
+    def outside(value: Column, low: int, high: int) -> Column:
+        return value.isNotNull() & ((value < F.lit(low)) | (value > F.lit(high)))
+
+    bad = (r["ts_ms"] < F.lit(aggregation.TS_MIN_MS)) | (r["ts_ms"] >= F.lit(aggregation.TS_MAX_MS))
+    for name in aggregation.BYTE_FIELDS:
+        bad = bad | outside(r[name], 0, aggregation.MAX_BYTES)
+    topic_bad = F.exists(
+        F.coalesce(r["topics"], F.array().cast(ArrayType(TOPIC_SCHEMA))),
+        lambda t: (
+            outside(t["bytes"], 0, aggregation.MAX_BYTES)
+            | outside(t["partitions"], 0, aggregation.MAX_BYTES)
+        ),
+    )
+    return bad | topic_bad
+
+
 def classify(parsed: DataFrame) -> DataFrame:
-    """Tag every parsed record ``ok`` / ``malformed`` / ``unknown_schema``, keep the fields.
+    """Tag every parsed record ``ok`` / ``malformed`` / ``unknown_schema`` /
+    ``out_of_range``, keep the fields.
 
     A record that fails to parse is still an unknown schema when it declares another version
-    (a v2 field may well not fit the v1 types).
+    (a v2 field may well not fit the v1 types). One that parses but holds values no disk or
+    clock gives (a timestamp in year 9999, a negative byte count) is out of range: counted,
+    never aggregated (:func:`aggregation.valid_values`).
     """
     r = F.col("r")
     declared = F.get_json_object(F.col("raw"), "$.schema")
@@ -205,6 +228,7 @@ def classify(parsed: DataFrame) -> DataFrame:
         .when(
             ~r["flow_state"].isin(aggregation.NORMAL, aggregation.OVERFULL), F.lit(STATUS_MALFORMED)
         )
+        .when(_out_of_range(r), F.lit(STATUS_OUT_OF_RANGE))
         .otherwise(F.lit(STATUS_OK))
     )
     return parsed.select(

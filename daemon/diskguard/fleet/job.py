@@ -23,6 +23,7 @@ from diskguard.fleet import report
 from diskguard.fleet.inputs import (
     STATUS_MALFORMED,
     STATUS_OK,
+    STATUS_OUT_OF_RANGE,
     STATUS_UNKNOWN_SCHEMA,
     InputSpec,
     NoInputError,
@@ -50,13 +51,25 @@ REPORT_EPISODES = 2000
 
 @dataclass(frozen=True)
 class BadRecords:
-    """Records skipped: not JSON / not fitting the schema, or another schema version."""
+    """Records skipped: not JSON / not fitting the schema, another schema version, or values
+    no disk or clock gives (a timestamp in year 9999, a negative byte count)."""
 
     malformed: int = 0
     unknown_schema: int = 0
+    out_of_range: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"malformed": self.malformed, "unknown_schema": self.unknown_schema}
+        return {
+            "malformed": self.malformed,
+            "unknown_schema": self.unknown_schema,
+            "out_of_range": self.out_of_range,
+        }
+
+    def text(self) -> str:
+        return (
+            f"{self.malformed} malformed, {self.unknown_schema} unknown schema,"
+            f" {self.out_of_range} out of range"
+        )
 
 
 @dataclass(frozen=True)
@@ -80,8 +93,7 @@ class JobResult:
         return (
             f"aggregated {self.unique_records} snapshots ({self.duplicates} duplicates dropped)"
             f" from {len(self.hosts)} hosts, {len(self.disks)} disks, {len(self.topics)} topics;"
-            f" bad records: {self.bad.malformed} malformed, {self.bad.unknown_schema}"
-            " unknown schema"
+            f" bad records: {self.bad.text()}"
         )
 
 
@@ -164,6 +176,7 @@ def run_aggregation(
                 F.count_if(status == F.lit(STATUS_OK)).alias(STATUS_OK),
                 F.count_if(status == F.lit(STATUS_MALFORMED)).alias(STATUS_MALFORMED),
                 F.count_if(status == F.lit(STATUS_UNKNOWN_SCHEMA)).alias(STATUS_UNKNOWN_SCHEMA),
+                F.count_if(status == F.lit(STATUS_OUT_OF_RANGE)).alias(STATUS_OUT_OF_RANGE),
             )
             # One cache of the deduplicated, time-ordered snapshots with their history
             # columns; the columnar cache reads only the columns each output needs.
@@ -187,13 +200,11 @@ def run_aggregation(
             bad = BadRecords(
                 malformed=int(counts.get(STATUS_MALFORMED, 0)),
                 unknown_schema=int(counts.get(STATUS_UNKNOWN_SCHEMA, 0)),
+                out_of_range=int(counts.get(STATUS_OUT_OF_RANGE, 0)),
             )
             records = int(counts.get(STATUS_OK, 0))
             if records == 0:
-                raise NoInputError(
-                    f"no valid snapshot records in {spec.source} ({bad.malformed} malformed,"
-                    f" {bad.unknown_schema} unknown schema)"
-                )
+                raise NoInputError(f"no valid snapshot records in {spec.source} ({bad.text()})")
             topics = keep(
                 _in_order(topic_aggregates(history, disks), F.col("bytes").desc(), "topic")
             )

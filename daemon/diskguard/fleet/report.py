@@ -273,7 +273,8 @@ def render_report(data: ReportData) -> str:
     bad_total = sum(bad.values())
     bad_line = (
         f'<p class="bad">Bad records skipped: {int(bad.get("malformed", 0))} malformed,'
-        f" {int(bad.get('unknown_schema', 0))} unknown schema.</p>"
+        f" {int(bad.get('unknown_schema', 0))} unknown schema,"
+        f" {int(bad.get('out_of_range', 0))} out of range.</p>"
         if bad_total
         else ""
     )

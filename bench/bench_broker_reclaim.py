@@ -57,8 +57,8 @@ BROKER_SCRIPT = _broker_script()
 MiB = 1024 * 1024
 #: The baseline: the daemon as it was, with no growth forecast (asks once over the ceiling).
 REACTIVE = (
-    "import diskguard.retention.cycle as r; "
-    "r.RetentionCycle.growth_rate = lambda self, mount: None; "
+    "import diskguard.retention.forecaster as r; "
+    "r.Forecaster.growth_rate = lambda self, mount: None; "
     "from diskguard.cli import main; main()"
 )
 

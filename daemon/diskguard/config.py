@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from diskguard.configcheck import program_problem, state_dir_problem
-from diskguard.configschema import Loc, Problem, build
+from diskguard.configschema import Problem, build, dotted
 from diskguard.errors import ConfigError
 from diskguard.host import safeopen
 from diskguard.kafkalog.serverprops import read_server_properties
@@ -250,23 +250,8 @@ class Config:
     source: Path = field(default=Path("<memory>"), metadata={"toml": False})
 
 
-def _dotted(loc: Loc) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
-        elif re.fullmatch(r"[A-Za-z0-9_-]+", item):
-            parts.append(item)
-        else:
-            # Quoted as TOML would (a key with a newline must not break the one-line rule).
-            import json  # only on this error path: check-config otherwise never loads it
-
-            parts.append(json.dumps(item))
-    return ".".join(parts) or "(top level)"
-
-
 def _lines(path: Path, problems: list[Problem]) -> list[str]:
-    return [f"{path}: {_dotted(loc)}: {message}" for loc, message in problems]
+    return [f"{path}: {dotted(loc)}: {message}" for loc, message in problems]
 
 
 def parse_config(data: dict[str, Any], source: Path, writes: bool = True) -> Config:

@@ -23,6 +23,7 @@ problem of the section). A field whose ``metadata`` has ``"toml": False`` is not
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -60,6 +61,22 @@ def describe(value: object) -> str:
     if isinstance(value, Mapping):
         return "a table"
     return f"a {type(value).__name__}"  # TOML dates and times
+
+
+def dotted(loc: Loc) -> str:
+    """Where a problem is, as a dotted key path (``retention.protect_topics[2]``)."""
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        elif re.fullmatch(r"[A-Za-z0-9_-]+", item):
+            parts.append(item)
+        else:
+            # Quoted as TOML would (a key with a newline must not break the one-line rule).
+            import json  # only on this error path: check-config otherwise never loads it
+
+            parts.append(json.dumps(item))
+    return ".".join(parts) or "(top level)"
 
 
 def toml_keys(cls: type) -> list[str]:

@@ -14,8 +14,8 @@ from diskguard.broker.client import BrokerClient, describe_error
 from diskguard.config import Config
 from diskguard.host import fsusage
 from diskguard.kafkalog.serverprops import local_broker_id
-from diskguard.retention.daemonstate import daemon_rates
-from diskguard.retention.planner import room_above_ceiling
+from diskguard.retention.ceilings import Ceilings
+from diskguard.retention.daemonstate import daemon_memory
 from diskguard.retention.reclaimwatch import reclaim_settings
 from diskguard.units import format_bytes, plural
 
@@ -81,13 +81,17 @@ def _checks(config: Config, client: BrokerClient, servers: str) -> list[Check]:
             f"({settings.source})",
         )
     )
-    rates = daemon_rates(config)
+    taken_over = daemon_memory(config)
+    if taken_over.problem:
+        out.append(Check(True, f"daemon state not used: {taken_over.problem}"))
+    rates = taken_over.rates
+    ceilings = Ceilings(config)
     # One line per device, labelled as the daemon labels it (a bind mount is the same disk,
     # and the daemon's measured rate is keyed by that label).
     for group in fsusage.group_by_device(config.broker.log_dirs):
         mount = group.mount
         usage = fsusage.usage_of(group.paths[0], mount, group.device)
-        room = room_above_ceiling(usage, config.retention.disk_usage_percent)
+        room = ceilings.room_above_ceiling(usage)
         rate = rates.get(mount)
         if rate is None:
             out.append(

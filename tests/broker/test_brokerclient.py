@@ -37,7 +37,8 @@ from structlog.testing import capture_logs
 
 from diskguard.broker.client import BrokerClient, describe_error
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
-from diskguard.retention.planner import NO_OFFSET, Deletion, Limits, plan_filesystem
+from diskguard.retention.limits import Limits
+from diskguard.retention.planner import NO_OFFSET, Deletion, plan_filesystem
 from support.net import free_port
 from support.tansu import run_tansu
 

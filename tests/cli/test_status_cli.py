@@ -152,7 +152,14 @@ def test_last_deletion_is_the_newest_done_line_of_the_mount_or_the_daemons(
         "mode": "broker",
     }
     # A running daemon (this process stands in for it) with an older record: the audit wins.
-    older = {"ts": at[2].timestamp(), "topic": "clicks", "partition": 0, "base_offset": 5}
+    older = {
+        "ts": at[2].timestamp(),
+        "topic": "clicks",
+        "partition": 0,
+        "base_offset": 5,
+        "bytes": 10,
+        "mode": "offline",
+    }
     newer = {**older, "ts": at[9].timestamp() + 1}
     for daemon_last, want in ((older, got), (newer, newer)):
         (state / "state.json").write_text(

@@ -281,7 +281,7 @@ def test_a_one_shot_offline_plan_dates_each_head_without_keeping_ages(tmp_path: 
     config = load_config(configs.write_config(tmp_path, log_dir, disk_usage_percent=0.001))
     for read_only in (True, False):
         with RetentionCycle(config, read_only=read_only) as cycle:
-            outcome = cycle.run(act=False)
+            outcome = cycle.plan()
             assert outcome.mode.mode == "offline"
             chosen = outcome.plan.deletions
             assert len(chosen) == 4  # every closed segment: far over the limit

@@ -119,7 +119,7 @@ def test_compacted_topic_known_from_the_cache_is_never_deleted_offline(
     seed_cache(tmp_path, {"orders": ("delete", False), "events": ("compact", False)})
     before = segments(log_dir, "events")
     with RetentionCycle(write_config(tmp_path, [log_dir])) as runtime:
-        outcome = runtime.run(act=True)
+        outcome = runtime.enforce()
     assert deleted_topics(outcome) == {"orders"}
     assert segments(log_dir, "events") == before
     assert len(segments(log_dir, "orders")) == 1  # only the active segment is left
@@ -138,7 +138,7 @@ def test_a_partition_listed_only_in_another_log_dirs_checkpoint_is_protected(
     config = write_config(tmp_path, [a, b])
     before = segments(a, "events")
     with RetentionCycle(config) as runtime:
-        outcome = runtime.run(act=True)
+        outcome = runtime.enforce()
     assert segments(a, "events") == before
     assert deleted_topics(outcome) == {"orders"}
     assert protected(outcome)["events"] == "compacted: listed in a cleaner-offset-checkpoint"
@@ -153,7 +153,7 @@ def test_an_empty_cleaner_checkpoint_is_normal_and_an_unknown_policy_is_protecte
     (log_dir / "cleaner-offset-checkpoint").write_bytes(b"")
     before = segments(log_dir, "orders")
     with RetentionCycle(write_config(tmp_path, [log_dir])) as runtime:
-        outcome = runtime.run(act=True)
+        outcome = runtime.enforce()
     assert not [w for w in outcome.warnings if "checkpoint" in w], outcome.warnings
     assert outcome.results == ()
     assert segments(log_dir, "orders") == before
@@ -168,7 +168,7 @@ def test_unknown_policy_is_protected_unless_assume_delete_policy_names_the_topic
     before = segments(log_dir, "clicks")
     config = write_config(tmp_path, [log_dir], assume_delete_policy=["^orders$"])
     with RetentionCycle(config) as runtime:
-        outcome = runtime.run(act=True)
+        outcome = runtime.enforce()
     assert deleted_topics(outcome) == {"orders"}
     assert segments(log_dir, "clicks") == before
     assert "retention.assume_delete_policy" in protected(outcome)["clicks"]
@@ -192,7 +192,7 @@ def test_compact_delete_is_protected_unless_listed_and_compact_always(
         tmp_path, [log_dir], assume_delete_policy=["^both_listed$", "^compact_listed$"]
     )
     with RetentionCycle(config) as runtime:
-        outcome = runtime.run(act=True)
+        outcome = runtime.enforce()
     assert deleted_topics(outcome) == {"both_listed"}
     reasons = protected(outcome)
     assert reasons["both"].startswith("cleanup.policy=compact,delete")
@@ -209,7 +209,7 @@ def test_a_user_protect_topics_list_only_adds_to_the_internal_topics(
     before = {t: segments(log_dir, t) for t in internal}
     config = write_config(tmp_path, [log_dir], protect_topics=["^orders$"])
     with RetentionCycle(config) as runtime:
-        outcome = runtime.run(act=True)
+        outcome = runtime.enforce()
     assert deleted_topics(outcome) == {"clicks"}
     assert {t: segments(log_dir, t) for t in internal} == before
     reasons = protected(outcome)
@@ -228,7 +228,7 @@ def test_a_tiered_partition_is_protected_offline(disk: Path, tmp_path: Path) -> 
     )
     before = {(t, p): segments(log_dir, t, p) for t in ("tiered", "remote") for p in (0, 1)}
     with RetentionCycle(write_config(tmp_path, [log_dir])) as runtime:
-        outcome = runtime.run(act=True)
+        outcome = runtime.enforce()
     chosen = {(r.deletion.topic, r.deletion.partition) for r in outcome.results if r.ok}
     assert chosen == {("orders", 0), ("orders", 1), ("tiered", 0)}
     assert segments(log_dir, "tiered", 1) == before[("tiered", 1)]
@@ -288,9 +288,8 @@ class PolicyAdmin:
 def broker_runtime(config: Config, admin: PolicyAdmin) -> RetentionCycle:
     from diskguard.broker.client import BrokerClient
 
-    runtime = RetentionCycle(config)
-    runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)  # type: ignore[arg-type]
-    return runtime
+    client = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)  # type: ignore[arg-type]
+    return RetentionCycle(config, broker=client)
 
 
 DELETE = {"cleanup.policy": "delete", "remote.storage.enable": "false"}
@@ -311,7 +310,7 @@ def test_broker_mode_learns_policies_by_describe_configs_and_a_failed_answer_pro
     )
     config = write_config(tmp_path, [log_dir], mode="broker", bootstrap="127.0.0.1:1")
     runtime = broker_runtime(config, admin)
-    outcome = runtime.run(act=True)
+    outcome = runtime.enforce()
     # Asked once, for the topics on the disk (internal ones never need asking).
     assert admin.described == [["events", "orders", "silent", "tiered"]]
     assert {t for t, _p, _o in admin.deleted} == {"orders"}
@@ -320,7 +319,7 @@ def test_broker_mode_learns_policies_by_describe_configs_and_a_failed_answer_pro
     assert reasons["tiered"].startswith("tiered storage: remote.storage.enable=true")
     assert reasons["silent"].startswith("cleanup.policy unknown")
     # The next cycle asks again only what is still unknown, and not before the retry delay.
-    runtime.run(act=True)
+    runtime.enforce()
     assert len(admin.described) == 1
 
 
@@ -335,7 +334,7 @@ def test_the_policy_cache_survives_a_restart_and_serves_offline_mode(
     broker_config = write_config(tmp_path, [log_dir], mode="broker", bootstrap="127.0.0.1:1")
     # A broker-mode cycle that learns but does not act; then the broker dies.
     runtime = broker_runtime(broker_config, admin)
-    first = runtime.run(act=False)
+    first = runtime.plan()
     runtime.close()
     assert first.plan.deletions and all(d.topic == "orders" for d in first.plan.deletions)
     cache = json.loads((tmp_path / "state" / "topic-policies.json").read_text())
@@ -345,7 +344,7 @@ def test_the_policy_cache_survives_a_restart_and_serves_offline_mode(
 
     before = segments(log_dir, "events")
     with RetentionCycle(write_config(tmp_path, [log_dir])) as restarted:
-        outcome = restarted.run(act=True)
+        outcome = restarted.enforce()
     assert outcome.mode.mode == "offline"
     assert deleted_topics(outcome) == {"orders"}
     assert segments(log_dir, "events") == before
@@ -359,7 +358,7 @@ def test_a_corrupt_cache_file_is_a_warning_and_every_topic_unknown(
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "topic-policies.json").write_text('{"version": 1, "topics": [')
     with RetentionCycle(write_config(tmp_path, [log_dir])) as runtime:
-        outcome = runtime.run(act=True)
+        outcome = runtime.enforce()
     assert outcome.results == ()
     assert any("topic policy cache unreadable" in w for w in outcome.warnings)
 
@@ -472,7 +471,7 @@ def test_offline_policies_from_a_kraft_log_dir_and_server_properties(
     props.write_text(f"log.dirs={log_dir}\nlog.cleanup.policy=compact\n")
     config = write_config(tmp_path, [log_dir], broker={"server_properties": str(props)})
     with RetentionCycle(config) as runtime:
-        outcome = runtime.run(act=True)
+        outcome = runtime.enforce()
     # Everything without an override uses the broker default: compact here.
     assert deleted_topics(outcome) == set()
     reasons = protected(outcome)
@@ -486,7 +485,7 @@ def test_offline_policies_from_a_kraft_log_dir_and_server_properties(
     with RetentionCycle(
         write_config(tmp_path, [log_dir], broker={"server_properties": str(props)})
     ) as rt:
-        second = rt.run(act=True)
+        second = rt.enforce()
     assert deleted_topics(second) == {"orders", "reset", "reborn"}
     assert set(protected(second)) >= {"events", "ghost", "tiered", "__cluster_metadata"}
 

@@ -63,9 +63,7 @@ def broker_config(tmp_path: Path, log_dir: Path, limit: float) -> Config:
 
 def cycle(config: Config, admin: AcceptingAdmin) -> RetentionCycle:
     """A retention cycle whose broker client talks to ``admin``."""
-    runtime = RetentionCycle(config)
-    runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
-    return runtime
+    return RetentionCycle(config, broker=BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin))
 
 
 def test_running_broker_files_are_never_unlinked(
@@ -104,7 +102,7 @@ def test_accepted_delete_records_are_pending_reclaim_next_cycle(
     before = inodes(log_dir)
     with hold_lock(log_dir):
         runtime = cycle(config, admin)
-        first = runtime.run(act=True)
+        first = runtime.enforce()
         chosen = [(d.topic, d.partition, d.base_offset) for d in first.plan.deletions]
         assert chosen and chosen == expected_order(truth)[: len(chosen)]
         assert first.exit_code() == 0 and all(r.ok and r.mode == "broker" for r in first.results)
@@ -117,7 +115,7 @@ def test_accepted_delete_records_are_pending_reclaim_next_cycle(
         assert sorted((t, p, o) for (t, p), o in wanted.items()) == sorted(admin.calls[0])
         # The broker has not removed anything yet (checkpoint not flushed, files still there):
         # the next cycle sees the excess covered by pending reclaim and deletes nothing more.
-        second = runtime.run(act=True)
+        second = runtime.enforce()
         assert second.plan.deletions == ()
         assert second.plan.filesystems[0].pending_reclaim_bytes >= sum(
             d.bytes for d in first.plan.deletions
@@ -126,7 +124,7 @@ def test_accepted_delete_records_are_pending_reclaim_next_cycle(
         assert len(admin.calls) == 1
         # A fresh process (enforce --once from cron) remembers the request too.
         third = cycle(config, admin)
-        assert third.run(act=True).plan.deletions == ()
+        assert third.enforce().plan.deletions == ()
         runtime.close()
         third.close()
     assert inodes(log_dir) == before
@@ -147,7 +145,7 @@ def test_a_topic_the_broker_denies_is_set_aside_and_younger_segments_go_instead(
     with hold_lock(log_dir):
         runtime = cycle(config, admin)
         with capture_logs() as logs:
-            first = runtime.run(act=True)
+            first = runtime.enforce()
         failed = {(r.deletion.topic, r.deletion.partition) for r in first.results if not r.ok}
         assert order[0][:2] in failed and {t for t, _ in failed} == {topic}
         assert all(r.lasting for r in first.results if not r.ok)
@@ -156,7 +154,7 @@ def test_a_topic_the_broker_denies_is_set_aside_and_younger_segments_go_instead(
         assert all("TOPIC_AUTHORIZATION_FAILED" in e["error"] for e in set_aside)
 
         with capture_logs() as logs:
-            second = runtime.run(act=True)
+            second = runtime.enforce()
         asked = [(d.topic, d.partition, d.base_offset) for d in second.plan.deletions]
         assert asked, "the denied bytes must come from other partitions"
         tried_first = {(d.topic, d.partition, d.base_offset) for d in first.plan.deletions}
@@ -169,7 +167,7 @@ def test_a_topic_the_broker_denies_is_set_aside_and_younger_segments_go_instead(
         runtime.close()
 
         reloaded = cycle(config, admin)
-        third = reloaded.run(act=True)
+        third = reloaded.enforce()
         assert order[0][:2] in {(d.topic, d.partition) for d in third.plan.deletions}
         reloaded.close()
 

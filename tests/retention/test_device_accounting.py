@@ -26,7 +26,8 @@ from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partit
 from diskguard.kafkalog.scan import scan
 from diskguard.logs import configure_logging
 from diskguard.retention.cycle import RetentionCycle
-from diskguard.retention.planner import Limits, plan_filesystem
+from diskguard.retention.limits import Limits
+from diskguard.retention.planner import plan_filesystem
 from support.cli import json_events, run_cli
 from support.configs import write_config
 from support.disks import df_percent, disk_free, over_ceiling
@@ -344,9 +345,9 @@ def test_broker_mode_exit_code_and_event_use_measured_usage_net_of_pending(
     out = io.StringIO()
     configure_logging("json", "info", stream=out)
     try:
-        with hold_lock(log_dir), RetentionCycle(load_config(cfg)) as runtime:
-            runtime.broker = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
-            outcome = runtime.run(act=True)
+        client = BrokerClient("127.0.0.1:1", {}, timeout=2.0, admin=admin)
+        with hold_lock(log_dir), RetentionCycle(load_config(cfg), broker=client) as runtime:
+            outcome = runtime.enforce()
     finally:
         configure_logging()
     assert outcome.results and all(r.ok for r in outcome.results)

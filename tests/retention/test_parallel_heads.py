@@ -17,8 +17,9 @@ from diskguard.kafkalog.model import Filesystem, FilesystemUsage
 from diskguard.kafkalog.scan import scan_log_dir
 from diskguard.kafkalog.topicpolicy import ProtectionRule
 from diskguard.retention import parallelheads
+from diskguard.retention.limits import Limits
 from diskguard.retention.parallelheads import parallel_heads
-from diskguard.retention.planner import Deletion, Limits, plan_filesystem
+from diskguard.retention.planner import Deletion, plan_filesystem
 from support.configs import write_config
 from support.kafkagen import SegmentSpec, write_partition
 

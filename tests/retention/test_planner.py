@@ -9,15 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
+from diskguard.retention.limits import Limits, stand
 from diskguard.retention.planner import (
     CommittedOffsets,
     Head,
     HeadQueue,
-    Limits,
     LocalHeads,
     MergedHeads,
     SegmentReader,
-    filesystem_excess,
     plan_filesystem,
     unconsumed_records,
 )
@@ -100,6 +99,11 @@ def test_max_bytes_budget_per_log_dir() -> None:
     _, chosen = plan_filesystem(fs, Limits(100.0, 100.0, max_bytes=20 * MiB), FakeReader(segs))
     assert [d.base_offset for d in chosen] == [0, 10]
     assert all(d.reason == "max_bytes" for d in chosen)
+
+
+def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
+    standing = stand(fs.usage, limits, fs.pending_reclaim_bytes)
+    return standing.excess_bytes, standing.over
 
 
 def test_offline_headroom_applies_only_over_the_ceiling_and_is_capped() -> None:

@@ -19,6 +19,7 @@ PURE = frozenset(
         "diskguard.kafkalog.model",
         "diskguard.retention",
         "diskguard.retention.planner",
+        "diskguard.retention.limits",
         "diskguard.retention.reclaim",
         "diskguard.retention.mode",
         "diskguard.retention.setaside",
@@ -54,6 +55,7 @@ def loaded_by(module: str) -> list[str]:
     "module",
     [
         "diskguard.retention.planner",
+        "diskguard.retention.limits",
         "diskguard.retention.reclaim",
         "diskguard.retention.mode",
         "diskguard.retention.setaside",

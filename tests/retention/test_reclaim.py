@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
-from diskguard.retention.inputs import with_forecast
-from diskguard.retention.planner import Deletion, Limits, over_ceiling, plan_filesystem
+from diskguard.retention.limits import Limits, stand, with_forecast
+from diskguard.retention.planner import Deletion, plan_filesystem
 from diskguard.retention.reclaim import GrowthEstimator, ReclaimModel, ReclaimSettings
 from diskguard.retention.reclaimwatch import ReclaimWatch, reclaim_settings, settings_from_values
 
@@ -164,6 +164,11 @@ def test_settings_from_broker_else_properties_else_defaults(tmp_path: object) ->
 def _fs(used: int, capacity: int = 1000 * MiB, pending: int = 0) -> Filesystem:
     usage = FilesystemUsage("/data", "/dev/x", capacity, used, capacity - used)
     return Filesystem(usage, (LogDir("/data/k", "/data", (), pending),))
+
+
+def over_ceiling(usage: FilesystemUsage, limits: Limits, pending: int) -> tuple[bool, bool]:
+    standing = stand(usage, limits, pending)
+    return standing.over, standing.predicted_only
 
 
 def test_prediction_triggers_below_the_ceiling_and_counts_pending_once() -> None:

@@ -7,7 +7,8 @@ short, so the filesystem stays over its limit although other topics' segments co
 
 from __future__ import annotations
 
-from diskguard.retention.planner import Deletion, DeletionResult, Limits, plan_filesystem
+from diskguard.retention.limits import Limits
+from diskguard.retention.planner import Deletion, DeletionResult, plan_filesystem
 from diskguard.retention.setaside import SetAside
 from support.planning import FakeReader, MiB, make_fs, part
 

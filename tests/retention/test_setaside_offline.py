@@ -62,7 +62,7 @@ def test_a_segment_that_refuses_removal_sets_its_partition_aside(
     pdir = log_dir / f"{stuck[0]}-{stuck[1]}"
     before = sorted(p.name for p in pdir.iterdir())
     with RetentionCycle(config) as cycle, capture_logs() as logs:
-        first = cycle.run(act=True)
+        first = cycle.enforce()
         failed = [r for r in first.results if not r.ok]
         assert failed and {(r.deletion.topic, r.deletion.partition) for r in failed} == {stuck}
         assert "Operation not permitted" in (failed[0].error or "") and failed[0].lasting
@@ -70,7 +70,7 @@ def test_a_segment_that_refuses_removal_sets_its_partition_aside(
         assert (aside["topic"], aside["partition"]) == stuck
 
         # Whatever the first cycle left over the limit, the next one frees from the others.
-        second = cycle.run(act=True)
+        second = cycle.enforce()
         assert stuck not in {(d.topic, d.partition) for d in second.plan.deletions}
         assert all(r.ok for r in second.results)
         assert second.exit_code() == 0, [f.mount for f in second.plan.filesystems]
@@ -94,7 +94,7 @@ def test_a_segment_whose_index_refuses_removal_is_left_whole(suffix: str, tmp_pa
         pdir = log_dir / f"{topic}-{partition}"
         before = {p.name: p.stat().st_ino for p in pdir.iterdir()}
         with RetentionCycle(load_config(cfg)) as cycle:
-            first = cycle.run(act=True)
+            first = cycle.enforce()
             failed = [r for r in first.results if not r.ok]
             assert [(r.deletion.partition, r.deletion.base_offset) for r in failed][:1] == [
                 (partition, base)
@@ -106,7 +106,7 @@ def test_a_segment_whose_index_refuses_removal_is_left_whole(suffix: str, tmp_pa
             # The same files under the same names: the .log renamed back, not copied.
             assert {p.name: p.stat().st_ino for p in pdir.iterdir()} == before
             assert Journal(state, AuditLog(state / "audit.jsonl")).open_entries() == []
-            second = cycle.run(act=True)
+            second = cycle.enforce()
             assert second.results and all(r.ok for r in second.results)
             assert second.exit_code() == 0
         assert {p.name: p.stat().st_ino for p in pdir.iterdir()} == before

@@ -8,8 +8,9 @@ import dataclasses
 from structlog.testing import capture_logs
 
 from diskguard.kafkalog.model import FilesystemUsage
+from diskguard.retention.limits import Limits, stand
 from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision
-from diskguard.retention.planner import FilesystemPlan, Limits, Plan, over_ceiling
+from diskguard.retention.planner import FilesystemPlan, Plan
 from diskguard.retention.stuck import (
     HEARTBEAT_S,
     MIN_MOVE_BYTES,
@@ -248,7 +249,7 @@ def test_over_the_limit_by_less_than_the_rounding_is_over() -> None:
         unreachable_bytes=0,
     )
     assert covered.usage_percent == 70.0
-    assert over_ceiling(covered.usage, Limits(70.0, 70.0), 0) == (True, False)
+    assert stand(covered.usage, Limits(70.0, 70.0), 0).over
     assert covered.over_usage_limit
     assert stuck_reason(mode(BROKER), covered)[0] == "pending_reclaim"  # type: ignore[index]
     tracker = StuckTracker()
@@ -256,5 +257,5 @@ def test_over_the_limit_by_less_than_the_rounding_is_over() -> None:
     assert tracker.states["/data"].over_percent
     # Exactly at the limit is not over, for the trigger and the tracker alike.
     at = fs_plan(used_bytes=70 * GiB, limit_percent=70.0, excess_bytes=0, unreachable_bytes=0)
-    assert over_ceiling(at.usage, Limits(70.0, 70.0), 0) == (False, False)
+    assert not stand(at.usage, Limits(70.0, 70.0), 0).over
     assert stuck_reason(mode(BROKER), at) is None

@@ -12,7 +12,7 @@ from diskguard.cli import config_option, fail, load_or_exit, no_traceback
 from diskguard.errors import ExitCode
 from diskguard.logs import configure_logging
 from diskguard.retention.cycle import RetentionCycle
-from diskguard.retention.daemonstate import take_over
+from diskguard.retention.daemonstate import daemon_memory
 from diskguard.retention.outcome import CycleOutcome, another_round, enforce_exit_code
 from diskguard.units import format_bytes, plural
 
@@ -49,8 +49,10 @@ def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
     else:
         # Cron, scripts, CI: the JSON event stream on stdout, as the daemon writes it.
         configure_logging(config.logging.format, config.logging.level, eager=True)
-    with RetentionCycle(config) as retention:
-        take_over(retention)
+    taken_over = daemon_memory(config)
+    if taken_over.problem:
+        click.echo(f"warning: {taken_over.problem}", err=True)
+    with RetentionCycle(config, taken_over=taken_over) as retention:
         rounds = enforce_rounds(retention)
     outcome = rounds[-1]
     for warning in outcome.warnings:
@@ -80,9 +82,9 @@ def enforce_rounds(retention: RetentionCycle) -> list[CycleOutcome]:
     """The cycle, then at once another while the last one set partitions aside and left
     their filesystem over its limit (``another_round``): what the daemon's next cycle would
     do, within this one run."""
-    rounds = [retention.run(act=True)]
+    rounds = [retention.enforce()]
     while another_round(rounds):
-        rounds.append(retention.run(act=True))
+        rounds.append(retention.enforce())
     return rounds
 
 

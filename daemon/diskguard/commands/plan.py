@@ -12,7 +12,7 @@ from diskguard.cli import config_option, leave_process, load_or_exit, no_traceba
 from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
 from diskguard.retention.cycle import RetentionCycle
-from diskguard.retention.daemonstate import take_over
+from diskguard.retention.daemonstate import daemon_memory
 from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED
 from diskguard.retention.planner import Deletion, Plan
 from diskguard.retention.report import dumps, plan_json
@@ -262,11 +262,20 @@ def forecast_lines(chosen: Plan, mode: str) -> list[str]:
 def plan_command(config_path: Path, as_json: bool) -> None:
     """Show which segments a retention cycle would delete now, and why. Deletes nothing."""
     config = load_or_exit(config_path, writes=False)
-    with RetentionCycle(config, read_only=True) as retention, progress(None, "scanning") as advance:
-        take_over(retention)
-        retention.inputs.on_partition = advance
-        retention.inputs.cache.parallel = True  # one-shot: list on two cores where worth it
-        outcome = retention.run(act=False)
+    taken_over = daemon_memory(config)
+    if taken_over.problem:
+        click.echo(f"warning: {taken_over.problem}", err=True)
+    with (
+        progress(None, "scanning") as advance,
+        RetentionCycle(
+            config,
+            read_only=True,
+            taken_over=taken_over,
+            on_partition=advance,
+            parallel_listing=True,  # one-shot: list on two cores where worth it
+        ) as retention,
+    ):
+        outcome = retention.plan()
     if as_json:
         data = plan_json(outcome.plan)
         data["mode"] = outcome.mode.mode

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ from diskguard.flow.state import FlowState, step
 from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
 from diskguard.kafkalog.model import FilesystemUsage, usage_fields
 from diskguard.kafkalog.scan import scan
-from diskguard.retention.daemonstate import daemon_state, set_aside_of
+from diskguard.retention.ceilings import Ceilings
+from diskguard.retention.daemonstate import StateFileError, daemon_state
 from diskguard.retention.reclaimwatch import reclaim_settings
 from diskguard.retention.report import dumps
 from diskguard.units import format_bytes, plural
@@ -34,18 +36,24 @@ from diskguard.units import format_bytes, plural
 
 def collect_status(config: Config) -> dict[str, Any]:
     result = scan([str(d) for d in config.broker.log_dirs], config.retention.protect_topics)
-    daemon = daemon_state(config)
+    warnings = list(result.warnings)
+    try:
+        daemon = daemon_state(config)
+    except StateFileError as exc:
+        daemon = None
+        warnings.append(str(exc))
     open_scan = scan_deleted_open_files([fs.usage.mount for fs in result.filesystems])
     held = bytes_by_device(open_scan.files)
     filesystems = []
     settings = reclaim_settings(config)
+    ceilings = Ceilings(config)
     for fs in result.filesystems:
         usage = fs.usage
         limits = flow_limits(config, usage.total_bytes)
-        saved = (daemon or {}).get("filesystems", {}).get(usage.mount)
-        if saved:
-            flow_state, alert_level = saved["flow_state"], saved["alert_level"]
-            last_deletion = saved.get("last_deletion")
+        saved = daemon.filesystems.get(usage.mount) if daemon is not None else None
+        if saved is not None:
+            flow_state, alert_level = saved.flow_state, saved.alert_level
+            last_deletion = asdict(saved.last_deletion) if saved.last_deletion else None
             source = "daemon"
         else:
             state, _ = step(FlowState(), usage, limits)
@@ -53,7 +61,7 @@ def collect_status(config: Config) -> dict[str, Any]:
             alert_level = state.alert_level or 0
             last_deletion = None
             source = "computed now (daemon not running)"
-        reclaim = (saved or {}).get("reclaim") or {
+        reclaim = (asdict(saved.reclaim) if saved and saved.reclaim else None) or {
             "check_interval_s": settings.check_interval_s,
             "delete_delay_s": settings.delete_delay_s,
             "settings_source": settings.source,
@@ -73,8 +81,8 @@ def collect_status(config: Config) -> dict[str, Any]:
             {
                 **usage_fields(usage, [d.path for d in fs.log_dirs]),
                 "usage_percent": round(usage.usage_percent, 3),
-                "limit_percent": config.retention.disk_usage_percent,
-                "target_percent": config.retention.effective_target_percent,
+                "limit_percent": ceilings.limit_percent,
+                "target_percent": ceilings.target_percent,
                 "overfull_percent": limits.overfull_percent,
                 "underfull_percent": limits.underfull_percent,
                 "min_free_bytes": limits.min_free_bytes,
@@ -91,9 +99,9 @@ def collect_status(config: Config) -> dict[str, Any]:
     return {
         "daemon_running": daemon is not None,
         "filesystems": filesystems,
-        "set_aside": set_aside_of(daemon),
+        "set_aside": [asdict(e) for e in daemon.set_aside] if daemon is not None else [],
         "unreadable_processes": open_scan.denied_pids,
-        "warnings": list(result.warnings),
+        "warnings": warnings,
     }
 
 

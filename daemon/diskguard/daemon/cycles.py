@@ -18,10 +18,9 @@ from diskguard.flow.limits import flow_limits
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
-from diskguard.retention.inputs import limits_for
+from diskguard.retention.daemonstate import LastDeletion, SetAsideEntry
 from diskguard.retention.mode import BROKER
 from diskguard.retention.outcome import CycleOutcome
-from diskguard.retention.planner import over_ceiling
 from diskguard.retention.stuck import MAX_BACKOFF_S, StuckTracker
 from diskguard.snapshots.record import DeletedBytesCounter
 
@@ -56,12 +55,12 @@ class RetentionCycles(ReclaimForecast):
         if self._probe.take_back():
             # The broker answers again: run the cycle now, on the probe's answer (the cycle's
             # cached "not reachable" would refuse once more; no round trip from the loop).
-            self.runtime.broker_reachable(max_age=0)
+            self.runtime.modes.broker_reachable(max_age=0)
             return False
         if not self.stuck.states or len(usages) < len(self.mounts):
             return False
-        limits = limits_for(self.config, BROKER)
-        over = {m for m, u in usages.items() if over_ceiling(u, limits, 0)[0]}
+        ceilings = self.runtime.ceilings
+        over = {m for m, u in usages.items() if ceilings.over_usage(u)}
         if over != {m for m, s in self.stuck.states.items() if s.over_percent}:
             return False  # a filesystem crossed its limit either way since the last cycle
         if hint.structural or self.stuck.usage_moved(usages):
@@ -75,8 +74,7 @@ class RetentionCycles(ReclaimForecast):
         """``check_interval``, doubled after each periodic rescan that found the same stuck
         state (up to ``MAX_BACKOFF_S``); back to ``check_interval`` on any change."""
         base = self.config.retention.check_interval
-        limits = limits_for(self.config, BROKER)
-        over = [m for m, u in usages.items() if over_ceiling(u, limits, 0)[0]]
+        over = [m for m, u in usages.items() if self.runtime.ceilings.over_usage(u)]
         if unchanged and self.stuck.all_stuck(over):
             self._backoff = min(max(base, MAX_BACKOFF_S), self._backoff * 2)
         else:
@@ -85,7 +83,7 @@ class RetentionCycles(ReclaimForecast):
 
     def _retention(self, full: bool = False) -> CycleOutcome | None:
         try:
-            outcome = self.runtime.run(act=True, full=full)
+            outcome = self.runtime.enforce(full=full)
         except Exception as exc:
             log.exception("cycle_failed", error=f"{type(exc).__name__}: {exc}")
             return None
@@ -111,30 +109,32 @@ class RetentionCycles(ReclaimForecast):
             self.deleted.add(d.mount, res.freed_bytes)
             count, size = by_mode.get(res.mode, (0, 0))
             by_mode[res.mode] = (count + 1, size + res.freed_bytes)
-            self.memory.last_deletion[d.mount] = {
-                "ts": time.time(),
-                "topic": d.topic,
-                "partition": d.partition,
-                "base_offset": d.base_offset,
-                "bytes": d.bytes,
-                "mode": res.mode,
-            }
+            self.memory.last_deletion[d.mount] = LastDeletion(
+                ts=time.time(),
+                topic=d.topic,
+                partition=d.partition,
+                base_offset=d.base_offset,
+                bytes=d.bytes,
+                mode=res.mode,
+            )
         for mode, (count, size) in by_mode.items():
             self.metrics.count_deleted(mode, count, size)
         asked: dict[str, int] = {}
         for res in outcome.results:
             if res.ok and res.mode == BROKER:
                 asked[res.deletion.mount] = asked.get(res.deletion.mount, 0) + res.freed_bytes
+        # What this cycle asked the broker for is pending from now on, not from the next
+        # scan: the forecast and flow control must not count it as still to be freed.
+        self.runtime.ceilings.scanned(outcome.scan.filesystems, asked)
         for fs in outcome.scan.filesystems:
-            # What this cycle asked the broker for is pending from now on, not from the next
-            # scan: the forecast and flow control must not count it as still to be freed.
-            mount = fs.usage.mount
-            self.memory.pending[mount] = fs.pending_reclaim_bytes + asked.get(mount, 0)
             # The scan's usage is the baseline for the drops ``_account_reclaim`` counts next:
             # what was freed before the scan is already out of its pending.
-            self.memory.usage[mount] = fs.usage
+            self.memory.usage[fs.usage.mount] = fs.usage
         self._last_poll_at = time.monotonic()
-        self.memory.set_aside = self.runtime.inputs.set_aside.export(time.monotonic(), time.time())
+        self.memory.set_aside = [
+            SetAsideEntry(**e)
+            for e in self.runtime.inputs.set_aside.export(time.monotonic(), time.time())
+        ]
         self.metrics.partitions_set_aside.set(len(self.memory.set_aside))
         if self.stuck.states:
             # What the .lock looked like to this cycle: a later .lock event is a change only

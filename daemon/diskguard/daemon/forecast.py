@@ -11,8 +11,6 @@ runtime, declared below, and is split out only to keep the loop readable.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import Any
 
 from diskguard.config import Config
 from diskguard.daemon.statefile import Memory
@@ -21,10 +19,9 @@ from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
 from diskguard.metrics import Metrics
 from diskguard.retention.cycle import RetentionCycle
-from diskguard.retention.inputs import limits_for, with_forecast
+from diskguard.retention.daemonstate import ReclaimView
 from diskguard.retention.mode import BROKER
 from diskguard.retention.outcome import CycleOutcome
-from diskguard.retention.planner import Limits, over_ceiling, room_above_ceiling
 
 log = get_logger("diskguard.daemon")
 
@@ -46,50 +43,35 @@ class ReclaimForecast:
     def _account_reclaim(self, usages: dict[str, FilesystemUsage], now: float) -> None:
         """Between scans, a drop in usage is pending reclaim the broker has freed.
 
-        ``pending`` is measured only by a scan (plus what a cycle asked for); without this the
+        Pending is measured only by a scan (plus what a cycle asked for); without this the
         forecast would keep subtracting space the broker already gave back, predict too low,
         and ask only once the disk is over its ceiling. What was written meanwhile (rate x
         elapsed) is added back, so a drop during steady writes counts in full.
         """
         for mount, usage in usages.items():
             before = self.memory.usage.get(mount)
-            pending = self.memory.pending.get(mount, 0)
-            if before is None or not pending or usage.used_bytes >= before.used_bytes:
+            if before is None or usage.used_bytes >= before.used_bytes:
                 continue
             elapsed = max(0.0, now - self._last_poll_at)
-            written = (self.runtime.growth_rate(mount) or 0.0) * elapsed
-            freed = before.used_bytes - usage.used_bytes + int(written)
-            self.memory.pending[mount] = max(0, pending - freed)
+            written = (self.runtime.forecaster.growth_rate(mount) or 0.0) * elapsed
+            self.runtime.ceilings.freed(mount, before.used_bytes - usage.used_bytes + int(written))
 
     def _broker_mode(self) -> bool:
         last = self._last_outcome
         return last is not None and last.mode.mode == BROKER
 
-    def _forecast_limits(self, mount: str) -> Limits:
-        """The retention limits with this filesystem's forecast (broker mode only)."""
-        limits = limits_for(self.config, BROKER)
-        if not self._broker_mode():
-            return limits
-        return with_forecast(limits, self.runtime.forecast(mount))
-
     def _predicted(self, mount: str, usage: FilesystemUsage) -> FilesystemUsage | None:
         """Broker mode: the usage expected when space asked for now is freed, if higher."""
         if not self._broker_mode():
             return None
-        grown = self._forecast_limits(mount).growth_bytes - self.memory.pending.get(mount, 0)
-        if grown <= 0:
-            return None
-        return replace(
-            usage,
-            used_bytes=usage.used_bytes + grown,
-            available_bytes=max(0, usage.available_bytes - grown),
-        )
+        return self.runtime.ceilings.predicted(usage, BROKER)
 
     def _over_retention_limit(self, usages: dict[str, FilesystemUsage]) -> bool:
         """Does any filesystem need a retention cycle now (today's usage or the forecast)?"""
-        for mount, usage in usages.items():
-            pending = self.memory.pending.get(mount, 0)
-            if over_ceiling(usage, self._forecast_limits(mount), pending)[0]:
+        ceilings = self.runtime.ceilings
+        forecast = self._broker_mode()
+        for usage in usages.values():
+            if ceilings.standing(usage, BROKER, forecast=forecast).over:
                 return True
         return len(usages) < len(self.mounts)
 
@@ -99,12 +81,12 @@ class ReclaimForecast:
         Logged when it begins and every 10 minutes while it lasts."""
         if not self._broker_mode():
             return
-        settings = self.runtime.reclaim.settings
+        settings = self.runtime.forecaster.reclaim.settings
         now = time.monotonic()
         for mount, usage in usages.items():
-            rate = self.runtime.growth_rate(mount) or 0.0
+            rate = self.runtime.forecaster.growth_rate(mount) or 0.0
             needed = int(rate * settings.worst_latency_s)
-            room = room_above_ceiling(usage, self.config.retention.disk_usage_percent)
+            room = self.runtime.ceilings.room_above_ceiling(usage)
             last = self._reclaim_slow.get(mount)
             if needed <= room:
                 self._reclaim_slow.pop(mount, None)
@@ -126,22 +108,28 @@ class ReclaimForecast:
                 "retention.disk_usage_percent",
             )
 
-    def _reclaim_view(self, mount: str, usage: FilesystemUsage) -> dict[str, Any]:
+    def _reclaim_view(self, mount: str, usage: FilesystemUsage) -> ReclaimView:
         """Rate, the broker's reclaim latency (settings and measured) and what they imply."""
-        rt = self.runtime
-        forecast = rt.forecast(mount)
-        view: dict[str, Any] = dict(rt.reclaim.summary([mount])[mount])
+        forecaster = self.runtime.forecaster
+        forecast = forecaster.forecast(mount)
+        settings = forecaster.reclaim.settings
+        p50, worst, count = forecaster.reclaim.model.observed(mount)
         predicted = self._predicted(mount, usage) or usage
-        rate = rt.growth_rate(mount)
-        view.update(
+        rate = forecaster.growth_rate(mount)
+        return ReclaimView(
+            check_interval_s=settings.check_interval_s,
+            delete_delay_s=settings.delete_delay_s,
+            settings_source=settings.source,
+            latency_p50_s=None if p50 is None else round(p50, 3),
+            latency_max_s=None if worst is None else round(worst, 3),
+            latency_samples=count,
             growth_bytes_per_s=None if rate is None else round(rate, 1),
             expected_latency_s=round(forecast.latency_s, 3),
             latency_source=forecast.latency_source,
-            headroom_needed_bytes=int((rate or 0.0) * rt.reclaim.settings.worst_latency_s),
+            headroom_needed_bytes=int((rate or 0.0) * settings.worst_latency_s),
             predicted_usage_percent=round(predicted.usage_percent, 3),
             broker_mode=self._broker_mode(),
         )
-        return view
 
     def _observe(self, usages: dict[str, FilesystemUsage]) -> None:
         self._check_reclaim_headroom(usages)
@@ -150,18 +138,18 @@ class ReclaimForecast:
             self.memory.reclaim[mount] = view
             self.metrics.observe_forecast(
                 usage,
-                growth_bytes_per_s=view["growth_bytes_per_s"] or 0.0,
-                expected_latency_s=view["expected_latency_s"],
-                headroom_needed_bytes=view["headroom_needed_bytes"],
-                predicted_usage_percent=view["predicted_usage_percent"],
-                latency_p50_s=view["latency_p50_s"],
-                latency_max_s=view["latency_max_s"],
+                growth_bytes_per_s=view.growth_bytes_per_s or 0.0,
+                expected_latency_s=view.expected_latency_s or 0.0,
+                headroom_needed_bytes=view.headroom_needed_bytes or 0,
+                predicted_usage_percent=view.predicted_usage_percent or 0.0,
+                latency_p50_s=view.latency_p50_s,
+                latency_max_s=view.latency_max_s,
             )
             state = self.memory.flow.get(mount, FlowState())
             self.metrics.observe_filesystem(
                 usage,
-                limit_percent=self.config.retention.disk_usage_percent,
-                pending_reclaim_bytes=self.memory.pending.get(mount, 0),
+                limit_percent=self.runtime.ceilings.limit_percent,
+                pending_reclaim_bytes=self.runtime.ceilings.pending(mount),
                 overfull=bool(state.overfull),
                 alert_level=state.alert_level or 0,
                 deleted_open_bytes=self.memory.deleted_open.get(mount),

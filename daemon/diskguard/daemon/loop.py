@@ -103,10 +103,8 @@ class Daemon(RetentionCycles, FlowControl):
         """(Re)create everything that depends on the config."""
         state_dir = Path(config.daemon.state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.runtime = RetentionCycle(config)
-        self.runtime.stuck = self.stuck
+        self.runtime = RetentionCycle(config, stuck=self.stuck, warm_heads_s=WARM_HEADS_S)
         self._probe.interval = max(1.0, config.retention.check_interval)
-        self.runtime.warm_heads_s = WARM_HEADS_S
         # One entry per device (st_dev), whatever mount point leads to it: a bind mount of
         # the same disk is the same filesystem. The key is the label, the first mount point
         # seen for the device, as scan() labels it (metrics, state.json, snapshots).
@@ -198,7 +196,7 @@ class Daemon(RetentionCycles, FlowControl):
                 log.error("usage_read_failed", mount=mount, error=exc.strerror or str(exc))
                 continue
             out[mount] = usage
-            self.runtime.observe_usage(mount, time.monotonic(), usage.used_bytes)
+            self.runtime.forecaster.observe_usage(mount, time.monotonic(), usage.used_bytes)
         return out
 
     def _snapshot(self) -> None:
@@ -244,7 +242,7 @@ class Daemon(RetentionCycles, FlowControl):
         )
         self._act_on_transitions(transitions)
         self._observe(usages)
-        write_state(self.memory, self.config.daemon.state_dir)
+        write_state(self.memory, self.config.daemon.state_dir, self.runtime.ceilings.pending)
         log.info(
             "daemon_started",
             config=str(self.config.source),
@@ -257,9 +255,9 @@ class Daemon(RetentionCycles, FlowControl):
             ),
             mode=first.mode.mode if first else "unknown",
             # What the broker-mode forecast starts from (measured values follow in status).
-            reclaim_check_interval_s=self.runtime.reclaim.settings.check_interval_s,
-            reclaim_delete_delay_s=self.runtime.reclaim.settings.delete_delay_s,
-            reclaim_settings_source=self.runtime.reclaim.settings.source,
+            reclaim_check_interval_s=self.runtime.forecaster.reclaim.settings.check_interval_s,
+            reclaim_delete_delay_s=self.runtime.forecaster.reclaim.settings.delete_delay_s,
+            reclaim_settings_source=self.runtime.forecaster.reclaim.settings.source,
         )
         self._watch.start(self.config.broker.log_dirs, self)
         self._probe.start()
@@ -318,7 +316,7 @@ class Daemon(RetentionCycles, FlowControl):
         needs_bytes = (
             hinted
             and not unchanged
-            and cfg.retention.max_bytes is not None
+            and self.runtime.ceilings.byte_budget
             and now >= self._next_budget_check
         )
         if needs_bytes:
@@ -359,7 +357,7 @@ class Daemon(RetentionCycles, FlowControl):
         # and reclaim latency from it while the daemon runs.
         if changed or transitions or time.monotonic() >= self._next_state_write:
             self._next_state_write = time.monotonic() + STATE_EVERY_S
-            write_state(self.memory, self.config.daemon.state_dir)
+            write_state(self.memory, self.config.daemon.state_dir, self.runtime.ceilings.pending)
             sdnotify.status(status_line(self.memory))
         if watchdog_every and time.monotonic() >= self._next_watchdog:
             # Pinged from the loop itself: a stuck loop stops pinging and systemd restarts it.

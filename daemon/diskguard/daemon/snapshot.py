@@ -12,6 +12,7 @@ from typing import Any
 from diskguard.daemon.statefile import Memory
 from diskguard.flow.state import FlowState
 from diskguard.kafkalog.scan import ScanResult
+from diskguard.retention.daemonstate import ReclaimView
 from diskguard.snapshots.record import DeletedBytesCounter, build_snapshot
 from diskguard.snapshots.spool import Spool
 
@@ -56,7 +57,7 @@ _SNAPSHOT_RECLAIM_KEYS = (
 )
 
 
-def _snapshot_reclaim(view: dict[str, Any] | None) -> dict[str, Any] | None:
+def _snapshot_reclaim(view: ReclaimView | None) -> dict[str, Any] | None:
     if view is None:
         return None
-    return {key: view.get(key) for key in _SNAPSHOT_RECLAIM_KEYS}
+    return {key: getattr(view, key) for key in _SNAPSHOT_RECLAIM_KEYS}

@@ -46,12 +46,14 @@ class _ReclaimEvents(FileSystemEventHandler):
         self._daemon = daemon
 
     def on_moved(self, event: FileSystemEvent) -> None:
-        self._daemon.runtime.reclaim.on_event(
+        self._daemon.runtime.forecaster.reclaim.on_event(
             "moved", str(event.src_path), str(event.dest_path), time.monotonic()
         )
 
     def on_deleted(self, event: FileSystemEvent) -> None:
-        self._daemon.runtime.reclaim.on_event("deleted", str(event.src_path), "", time.monotonic())
+        self._daemon.runtime.forecaster.reclaim.on_event(
+            "deleted", str(event.src_path), "", time.monotonic()
+        )
 
 
 #: Only changes: opens, reads and closes without a write are left out of the inotify mask.

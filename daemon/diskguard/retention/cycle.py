@@ -1,16 +1,22 @@
 """One KIP-61 retention cycle: decide the mode, scan, plan, act, account.
 
-``plan`` (never acts), ``enforce --once`` and the daemon all run ``RetentionCycle.run``, so
-they share one set of safety rules. The flow, once per cycle: decide the mode (asking the
-broker only when a cheap usage check says this cycle may delete), let the mode's executor
-finish what an earlier run left half done, scan, plan with the pure planner, act through the
-mode's ``Executor`` (broker: DeleteRecords; offline: files), measure again, log.
+``plan`` runs ``RetentionCycle.plan`` (never acts); ``enforce --once`` and the daemon run
+``RetentionCycle.enforce``; both share the mode decision, the scan and the planner, so they
+share one set of safety rules. An enforcing cycle: decide the mode (asking the broker only
+when a cheap usage check says this cycle may delete), let the mode's executor finish what an
+earlier run left half done, scan, plan with the pure planner, act through the mode's
+``Executor`` (broker: DeleteRecords; offline: files), measure again, log.
+
+What differs between the daemon and a one-shot command is given at construction, not set
+afterwards: the daemon's ``StuckTracker`` (quiets repeating events while stuck), the time a
+quiet cycle may spend dating heads ahead of need, and what a one-shot command takes over
+from a running daemon (its write rates and the partitions it set aside).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -19,19 +25,22 @@ from diskguard.config import Config
 from diskguard.host import fsusage
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.dating import SegmentFileReader, warm_heads
+from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult, still_listed
 from diskguard.kafkalog.serverprops import local_broker_id
 from diskguard.logs import get_logger
 from diskguard.retention.audit import AuditLog
+from diskguard.retention.ceilings import Ceilings
+from diskguard.retention.daemonstate import TakenOver
+from diskguard.retention.forecaster import Forecaster
 from diskguard.retention.inputs import PlanInputs
-from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision, decide_mode
+from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision
+from diskguard.retention.modechoice import ModeChooser
 from diskguard.retention.outcome import CycleOutcome, log_cycle
 from diskguard.retention.parallelheads import parallel_heads
-from diskguard.retention.planner import CommittedOffsets, LocalHeads, Plan, over_ceiling, plan
+from diskguard.retention.planner import CommittedOffsets, LocalHeads, Plan, plan
 from diskguard.retention.policystore import CACHE_FILE, PolicyStore
-from diskguard.retention.reclaim import Forecast, GrowthEstimator
-from diskguard.retention.reclaimwatch import ReclaimWatch, reclaim_settings
 from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.stuck import DELETE_FAILED, StuckTracker
 from diskguard.retention.sweeptargets import preview_sweep
@@ -48,47 +57,67 @@ class RetentionCycle:
     """One config's retention cycle, with the long-lived edge objects it needs (executors,
     audit log, broker client, caches), wired once from the config."""
 
-    def __init__(self, config: Config, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        read_only: bool = False,
+        stuck: StuckTracker | None = None,
+        warm_heads_s: float = 0.0,
+        taken_over: TakenOver | None = None,
+        on_partition: Callable[[float], None] | None = None,
+        parallel_listing: bool = False,
+        broker: BrokerClient | None = None,
+    ) -> None:
+        """``read_only``: a dry run's cycle (``plan``), which writes nothing to the state dir.
+        ``stuck``: the daemon's tracker; its cycle events are then logged when a filesystem
+        becomes stuck or that changes, not on every cycle. ``warm_heads_s``: CPU time a quiet
+        cycle may spend dating partition heads ahead of need (the daemon's; a one-shot command
+        has no later cycle to prepare for). ``taken_over``: what a running daemon knows that a
+        one-shot command does not (its write rates, the partitions it set aside).
+        ``on_partition``: called per partition dir scanned (a progress bar);
+        ``parallel_listing``: list large log dirs on two cores (a one-shot ``plan``).
+        ``broker``: the broker's client (default: one for ``broker.bootstrap_servers``)."""
         self.config = config
         self.read_only = read_only
-        #: Seconds per quiet cycle spent dating partition heads ahead of need (``warm_heads``);
-        #: the daemon sets it, one-shot commands have no later cycle to prepare for.
-        self.warm_heads_s = 0.0
+        self.warm_heads_s = warm_heads_s
+        self.stuck = stuck
         state_dir = Path(config.daemon.state_dir)
         if not read_only:
             state_dir.mkdir(parents=True, exist_ok=True)
         self.requested = RequestedLogStart(state_dir / "requested-log-start.json")
-        self.broker: BrokerClient | None = None
-        if config.broker.bootstrap_servers:
+        if broker is None and config.broker.bootstrap_servers:
             from diskguard.broker.client import BrokerClient  # only where a broker is set
 
-            self.broker = BrokerClient(
+            broker = BrokerClient(
                 config.broker.bootstrap_servers, dict(config.broker.client), timeout=5.0
             )
+        self.broker = broker
         self.audit = AuditLog(state_dir / "audit.jsonl")
         self.inputs = PlanInputs(
-            config, self.requested, policies=PolicyStore(state_dir / CACHE_FILE, not read_only)
+            config,
+            self.requested,
+            on_partition=on_partition,
+            cache=ListingCache(parallel=parallel_listing),
+            policies=PolicyStore(state_dir / CACHE_FILE, not read_only),
         )
         self._files: FileExecutor | None = None
-        self.inputs.forecast_for = self.forecast
-        self._reachable_cache: tuple[float, bool] | None = None
-        # Broker reclaim latency: settings now from server.properties/defaults, from the broker
-        # itself at the first broker-mode cycle; growth rates from the daemon's usage samples.
-        self.reclaim = ReclaimWatch(reclaim_settings(config))
-        self._settings_from_broker_at: float | None = None
-        self.growth: dict[str, GrowthEstimator] = {}
-        #: mount -> rate a running daemon measured (one-shot commands have no history).
-        self.daemon_rates: dict[str, float] = {}
+        #: The broker-mode forecast: growth rates (from the daemon's usage samples, or what a
+        #: running daemon measured) and the broker's reclaim latency.
+        self.forecaster = Forecaster(config, taken_over.rates if taken_over else None)
+        if taken_over is not None:
+            self.inputs.set_aside.load(taken_over.set_aside, time.monotonic(), time.time())
+        #: Over, by how much, what is pending: the limits of each filesystem in each mode.
+        self.ceilings = Ceilings(config, self.forecaster.forecast)
+        #: Which executor may act, decided once per cycle.
+        self.modes = ModeChooser(config, self.broker, self.ceilings, ask_broker=read_only)
         self.local_broker_id = local_broker_id(config.broker.log_dirs)
-        #: Set by the daemon: says which filesystems are stuck over their limit, so their
-        #: cycle events are logged when that begins or changes, not on every cycle.
-        self.stuck: StuckTracker | None = None
         self._quiet: frozenset[str] = frozenset()
 
     @property
     def files(self) -> FileExecutor:
         """The offline executor, built at first use: ``plan`` (a dry run) never deletes,
-        and need not load the journal, recovery and removal code (issue 15: start-up).
+        and need not load the journal, recovery and removal code (its start-up time).
         The sweep before each offline plan reads the scan's listings: only partition dirs
         that hold ``*.deleted`` files (or changed since) are listed again."""
         if self._files is None:
@@ -113,39 +142,11 @@ class RetentionCycle:
         if self.broker is not None:
             self.broker.close()
 
-    # -- forecast (broker mode) ------------------------------------------------
-    def observe_usage(self, mount: str, t: float, used_bytes: int) -> None:
-        """One usage sample (the daemon's poll): feeds the filesystem's growth rate."""
-        self.growth.setdefault(mount, GrowthEstimator()).observe(t, used_bytes)
-
-    def growth_rate(self, mount: str) -> float | None:
-        estimator = self.growth.get(mount)
-        rate = estimator.rate() if estimator is not None else None
-        return rate if rate is not None else self.daemon_rates.get(mount)
-
-    def forecast(self, mount: str) -> Forecast:
-        return self.reclaim.model.forecast(time.monotonic(), self.growth_rate(mount))
-
-    def refresh_reclaim_settings(self, max_age: float = 600.0) -> None:
-        """Ask the broker for its retention-check settings, at most every ``max_age`` s."""
-        if self.broker is None:
-            return
-        now, last = time.monotonic(), self._settings_from_broker_at
-        if last is not None and now - last < max_age:
-            return
-        self._settings_from_broker_at = now
-        settings = reclaim_settings(
-            self.config,
-            lambda: self.broker.broker_configs(self.local_broker_id) if self.broker else None,
-        )
-        if settings != self.reclaim.settings:
-            self.reclaim.set_settings(settings)
-            log.info(
-                "broker_reclaim_settings",
-                check_interval_s=settings.check_interval_s,
-                delete_delay_s=settings.delete_delay_s,
-                source=settings.source,
-            )
+    def refresh_reclaim_settings(self) -> None:
+        """The broker's retention-check settings, asked at most every few minutes."""
+        broker = self.broker
+        if broker is not None:
+            self.forecaster.refresh_settings(lambda: broker.broker_configs(self.local_broker_id))
 
     def _led_here(self, topics: Sequence[str]) -> frozenset[tuple[str, int]] | None:
         if self.broker is None or self.local_broker_id is None:
@@ -155,65 +156,6 @@ class RetentionCycle:
             return None
         return frozenset(tp for tp, leader in leaders.items() if leader == self.local_broker_id)
 
-    # -- mode -----------------------------------------------------------------
-    def locked_log_dirs(self) -> list[str]:
-        return [str(d) for d in self.config.broker.log_dirs if lockfile.held_by_other(d)]
-
-    def broker_reachable(self, max_age: float = 10.0) -> bool | None:
-        """Cached for ``max_age`` s: probing a dead broker costs its timeout every call."""
-        if self.broker is None:
-            return None
-        now = time.monotonic()
-        if self._reachable_cache and now - self._reachable_cache[0] < max_age:
-            return self._reachable_cache[1]
-        ok = bool(self.broker.reachable())
-        self._reachable_cache = (now, ok)
-        return ok
-
-    def decide(self, need_broker: bool) -> ModeDecision:
-        configured = self.config.retention.mode
-        locked = self.locked_log_dirs()
-        reachable: bool | None
-        if configured == DRY_RUN:
-            reachable = None
-        elif need_broker or configured == BROKER:
-            reachable = self.broker_reachable()
-        else:
-            # Nothing to delete: avoid a network round trip, assume what the lock says.
-            reachable = (bool(locked) or None) if self.broker is not None else None
-        return decide_mode(configured, reachable, locked)
-
-    def _decide_mode(self) -> ModeDecision:
-        """The cycle's one mode decision, before the scan.
-
-        ``plan`` always asks the broker. The daemon and ``enforce`` first take what the
-        ``.lock`` says (no network round trip: probing a dead broker costs its timeout) and
-        ask the broker only if a plan in that mode may choose deletions (``_may_delete``).
-        """
-        mode = self.decide(need_broker=self.read_only)
-        if self.read_only or self.broker is None or mode.mode == DRY_RUN:
-            return mode
-        return self.decide(need_broker=True) if self._may_delete(mode.mode) else mode
-
-    def _may_delete(self, mode: str) -> bool:
-        """Cheap pre-check (one statvfs per filesystem, no listing): may a plan in ``mode``
-        choose deletions? It errs towards yes: pending reclaim, which only the scan
-        measures, counts as none; a filesystem that cannot be measured does not count."""
-        if self.config.retention.max_bytes is not None:
-            return True
-        try:
-            groups = fsusage.group_by_device([str(d) for d in self.config.broker.log_dirs])
-        except OSError:
-            return True
-        for group in groups:
-            try:
-                usage = fsusage.usage_of(group.paths[0], group.mount, group.device)
-            except OSError:
-                continue
-            if over_ceiling(usage, self.inputs.limits_of(mode, group.mount), 0)[0]:
-                return True
-        return False
-
     def _executor(self, mode: str) -> Executor | None:
         """The executor of ``mode`` (built per cycle for the broker: its client may change)."""
         if mode == OFFLINE:
@@ -221,47 +163,40 @@ class RetentionCycle:
         if mode == BROKER and self.broker is not None:
             from diskguard.retention.brokerexecutor import BrokerExecutor
 
-            return BrokerExecutor(self.broker, self.audit, self.requested, self.reclaim)
+            return BrokerExecutor(self.broker, self.audit, self.requested, self.forecaster.reclaim)
         return None
 
     # -- cycle ----------------------------------------------------------------
-    def run(self, act: bool = True, full: bool = False) -> CycleOutcome:
+    def plan(self) -> CycleOutcome:
+        """What a cycle would delete now, and why (``diskguard plan``): the mode (always asking
+        the broker), the scan and the plan. Acts on nothing, logs no cycle event; an offline
+        plan shows the sweep an offline cycle runs first as already done."""
         started = time.monotonic()
-        mode = self._decide_mode()
-        self.reclaim.check(time.monotonic())
-        if mode.mode == BROKER:
-            self.refresh_reclaim_settings()
-        executor = self._executor(mode.mode) if act else None
+        mode = self.modes.choose()
+        result = self._scan(mode, full=False)
+        if mode.mode == OFFLINE:
+            result = preview_sweep(result, self.inputs.cache)
+        chosen, warnings = self._plan_mode(result, mode)
+        return self._outcome(mode, result, chosen, warnings, (), None, started)
+
+    def enforce(self, full: bool = False) -> CycleOutcome:
+        """One cycle that acts (``enforce --once``, the daemon): finish what an earlier run
+        left half done, scan (``full``: stat every file, for a snapshot), plan, delete through
+        the mode's executor, measure the disk again, log the cycle's events."""
+        started = time.monotonic()
+        mode = self.modes.choose()
+        executor = self._executor(mode.mode)
         if executor is not None:
             self._finish_interrupted(executor)
-        result = self._scan_with_policies(full, mode)
-        if self.read_only and mode.mode == OFFLINE:  # plan: the sweep an offline cycle runs first
-            result = preview_sweep(result, self.inputs.cache)
-        if not self.read_only:
-            self.requested.prune(result)
-        chosen, warnings = self._plan(result, mode.mode)
-        if chosen.deletions and mode.mode == BROKER:
-            chosen, warnings = self._plan_with_broker_facts(result, chosen, warnings)
-        if act and self.warm_heads_s > 0 and not chosen.deletions:
-            warmer = SegmentFileReader(self.inputs.ages)
-            warm_heads(
-                (p for fs in result.filesystems for d in fs.log_dirs for p in d.partitions),
-                warmer,
-                self.warm_heads_s,
-            )
-            warnings = [*warnings, *warmer.warnings]
-        all_warnings = [*result.warnings, *warnings]
+        result = self._scan(mode, full)
+        chosen, warnings = self._plan_mode(result, mode)
+        if self.warm_heads_s > 0 and not chosen.deletions:
+            warnings = [*warnings, *self._warm(result)]
         self._quiet = frozenset()
-        if act and self.stuck is not None:
+        if self.stuck is not None:
             self._set_quiet(self.stuck.observe(mode, chosen, time.monotonic()), chosen)
-        if mode.mode == REFUSED:
-            # Name a broken .lock (a FIFO...) rather than blame a broker that may not exist.
-            for log_dir in self.config.broker.log_dirs:
-                problem = lockfile.unprobeable(log_dir)
-                if problem:
-                    all_warnings.append(problem)
         results: tuple[Any, ...] = ()
-        if act and chosen.deletions:
+        if chosen.deletions:
             results = self._act(mode, chosen, executor)
             self.inputs.set_aside_failed(results, result.filesystems)
             if self.stuck is not None and results:
@@ -269,8 +204,64 @@ class RetentionCycle:
                 self._set_quiet(
                     self._quiet | self.stuck.observe_results(mode, chosen, results, now), chosen
                 )
-        measured = self._measure(result) if act else None
-        outcome = CycleOutcome(
+        outcome = self._outcome(
+            mode, result, chosen, warnings, results, self._measure(result), started
+        )
+        log_cycle(outcome, self._quiet)
+        return outcome
+
+    def _scan(self, mode: ModeDecision, full: bool) -> ScanResult:
+        """What a dry run and an enforcing cycle share before planning: the broker's reclaim
+        timing and the scan (with the broker's topic policies)."""
+        self.forecaster.reclaim.check(time.monotonic())
+        if mode.mode == BROKER:
+            self.refresh_reclaim_settings()
+        result = self._scan_with_policies(full, mode)
+        if not self.read_only:
+            self.requested.prune(result)
+        return result
+
+    def _plan_mode(self, result: ScanResult, mode: ModeDecision) -> tuple[Plan, list[str]]:
+        """The plan of ``mode``; in broker mode with deletions chosen, again with the broker's
+        facts (``_plan_with_broker_facts``)."""
+        chosen, warnings = self._plan(result, mode.mode)
+        if chosen.deletions and mode.mode == BROKER:
+            chosen, warnings = self._plan_with_broker_facts(result, chosen, warnings)
+        return chosen, warnings
+
+    def _warm(self, result: ScanResult) -> list[str]:
+        """A quiet cycle dates partition heads ahead of need (``warm_heads``), so the first
+        cycle over a limit finds them dated; returns the warnings of the files it read."""
+        warmer = SegmentFileReader(self.inputs.ages)
+        warm_heads(
+            (p for fs in result.filesystems for d in fs.log_dirs for p in d.partitions),
+            warmer,
+            self.warm_heads_s,
+        )
+        return warmer.warnings
+
+    def _outcome(
+        self,
+        mode: ModeDecision,
+        result: ScanResult,
+        chosen: Plan,
+        warnings: list[str],
+        results: tuple[Any, ...],
+        measured: dict[str, FilesystemUsage | None] | None,
+        started: float,
+    ) -> CycleOutcome:
+        """The cycle's outcome, with each filesystem's standing once it is over: the usage
+        measured after acting (the scan's when nothing acted), net of what someone else will
+        still remove, against the ceiling."""
+        all_warnings = [*result.warnings, *warnings]
+        if mode.mode == REFUSED:
+            # Name a broken .lock (a FIFO...) rather than blame a broker that may not exist.
+            for log_dir in self.config.broker.log_dirs:
+                problem = lockfile.unprobeable(log_dir)
+                if problem:
+                    all_warnings.append(problem)
+        pending_left, settled = self.ceilings.settle(mode.mode, chosen, results, measured)
+        return CycleOutcome(
             mode=mode,
             scan=result,
             plan=chosen,
@@ -278,10 +269,9 @@ class RetentionCycle:
             warnings=tuple(all_warnings),
             duration_s=time.monotonic() - started,
             measured=measured,
+            pending_left=pending_left,
+            settled=settled,
         )
-        if act:
-            log_cycle(outcome, self._quiet)
-        return outcome
 
     def _set_quiet(self, quiet: frozenset[str], chosen: Plan) -> None:
         """The mounts whose repeating events stay quiet (stuck, said already); the offline
@@ -311,8 +301,8 @@ class RetentionCycle:
         once = self.read_only and mode != BROKER
         reader = SegmentFileReader(None if once else self.inputs.ages)
         heads = parallel_heads(reader) if once else LocalHeads
-        limits = self.inputs.limits(mode)
-        chosen = plan(result.filesystems, limits, reader, committed or {}, led_here, heads)
+        standing_of = self.ceilings.standing_of(mode)
+        chosen = plan(result.filesystems, standing_of, reader, committed or {}, led_here, heads)
         if not self.read_only:  # a one-shot dry run (plan) has no next plan to keep ages for
             self.inputs.ages.prune(still_listed(result) if self.warm_heads_s > 0 else None)
         return chosen, reader.warnings
@@ -363,12 +353,14 @@ class RetentionCycle:
         does not answer leaves them unknown, hence protected.
         """
         kraft = mode.mode in (OFFLINE, DRY_RUN)
+        # A byte budget is checked on every file's size: only a full scan has them.
+        full = full or self.ceilings.byte_budget
         result = self.inputs.scan(full=full, offline=mode.mode == OFFLINE, kraft=kraft)
         store = self.inputs.policies
         if mode.mode != BROKER or self.broker is None or store is None:
             return result
         topics = {p.topic for fs in result.filesystems for d in fs.log_dirs for p in d.partitions}
-        if not store.due(topics)[0] or not self.broker_reachable():
+        if not store.due(topics)[0] or not self.modes.broker_reachable():
             return result
         default, _node = self.inputs.broker_facts()
         if store.refresh(self.broker, topics, default):
@@ -381,12 +373,12 @@ class RetentionCycle:
         ``*.deleted`` segment files are exactly what Kafka removes itself at start-up, so
         removing them first (audited, ``kind: swept``) frees space without choosing a single
         live segment; the scan that follows sees what is left. Only when space may be needed
-        (``_may_delete``) or the journal has open entries (recovery must give every audit
+        (``ModeChooser.may_delete``) or the journal has open entries (recovery must give every audit
         intent its outcome and finish the sweep)."""
         try:
             done = executor.finish_interrupted(
                 [str(d) for d in self.config.broker.log_dirs],
-                lambda: self._may_delete(executor.mode),
+                lambda: self.modes.may_delete(executor.mode),
             )
         except OSError as exc:
             log.error("offline_recover_failed", error=exc.strerror or str(exc))

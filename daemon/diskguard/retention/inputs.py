@@ -1,5 +1,5 @@
-"""What the pure planner is fed, from the config and the disk: the scan (with the topic
-protection rules) and the ``Limits`` of each filesystem in a given mode.
+"""What the pure planner is fed from the config and the disk: the scan, with the topic
+protection rules (each filesystem's limits are ``ceilings``').
 
 The I/O half of planning; ``planner`` itself never sees the config or the disk.
 """
@@ -18,45 +18,18 @@ from diskguard.kafkalog.scan import ScanResult, scan
 from diskguard.kafkalog.serverprops import local_broker_id
 from diskguard.kafkalog.topicpolicy import ProtectionRule
 from diskguard.logs import get_logger
-from diskguard.retention.mode import BROKER, OFFLINE
-from diskguard.retention.planner import DeletionResult, Limits
+from diskguard.retention.planner import DeletionResult
 from diskguard.retention.policystore import PolicyStore
-from diskguard.retention.reclaim import Forecast
 from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.setaside import SetAside
 
 log = get_logger("diskguard.retention")
 
 
-def limits_for(config: Config, mode: str) -> Limits:
-    """The plain limits of ``mode`` (no forecast): built here, at the edge, from the config."""
-    retention = config.retention
-    return Limits(
-        limit_percent=retention.disk_usage_percent,
-        target_percent=retention.effective_target_percent,
-        max_bytes=retention.max_bytes,
-        headroom_bytes=retention.offline_headroom if mode == OFFLINE else 0,
-    )
-
-
-def with_forecast(limits: Limits, forecast: Forecast | None) -> Limits:
-    """``limits`` plus a broker-mode forecast (rate, reclaim latency, check period)."""
-    if forecast is None:
-        return limits
-    return replace(
-        limits,
-        growth_bytes_per_s=forecast.growth_bytes_per_s,
-        reclaim_latency_s=forecast.latency_s,
-        reclaim_period_s=forecast.period_s,
-        latency_source=forecast.latency_source,
-        defer_forecast=forecast.near_check,
-    )
-
-
 @dataclass
 class PlanInputs:
-    """Scans the log dirs with the config's protection rules and builds each filesystem's
-    ``Limits``; keeps the caches that make the daemon's next scan cheap."""
+    """Scans the log dirs with the config's protection rules; keeps the caches that make the
+    daemon's next scan cheap."""
 
     config: Config
     requested: RequestedLogStart | None = None
@@ -66,8 +39,6 @@ class PlanInputs:
     cache: ListingCache = field(default_factory=ListingCache)
     #: Ages of segments already dated, reused while their files are unchanged.
     ages: AgeCache = field(default_factory=AgeCache)
-    #: Broker mode: the write rate and reclaim latency per filesystem (mount -> forecast).
-    forecast_for: Callable[[str], Forecast | None] | None = None
     #: Known topic policies (cache, broker answers, KRaft metadata); None: none known, so
     #: every topic not internal, not compacted by evidence, is "policy unknown".
     policies: PolicyStore | None = None
@@ -124,7 +95,8 @@ class PlanInputs:
     def scan(
         self, full: bool = False, offline: bool = False, kraft: bool | None = None
     ) -> ScanResult:
-        """``offline``: no broker will remove segments below the log start offset, so they are
+        """``full``: stat every file (a snapshot, a byte budget to check). ``offline``: no
+        broker will remove segments below the log start offset, so they are
         candidates (the oldest of all) instead of pending reclaim. ``kraft``: also read the
         KRaft metadata log for topic policies (default: when ``offline``)."""
         cfg = self.config
@@ -132,7 +104,7 @@ class PlanInputs:
         result = scan(
             [str(d) for d in cfg.broker.log_dirs],
             rule,
-            full=full or cfg.retention.max_bytes is not None,
+            full=full,
             requested_log_start=(
                 self.requested.as_mapping() if self.requested and not offline else None
             ),
@@ -172,15 +144,3 @@ class PlanInputs:
                 error=entry.error,
                 retry_in_s=self.set_aside.hold_s,
             )
-
-    def limits_of(self, mode: str, mount: str) -> Limits:
-        """The limits of the filesystem labelled ``mount`` in ``mode``: with its forecast in
-        broker mode."""
-        limits = limits_for(self.config, mode)
-        if mode != BROKER or self.forecast_for is None:
-            return limits
-        return with_forecast(limits, self.forecast_for(mount))
-
-    def limits(self, mode: str) -> Callable[[Filesystem], Limits]:
-        """``limits_of`` for the planner, which asks per scanned filesystem."""
-        return lambda fs: self.limits_of(mode, fs.usage.mount)

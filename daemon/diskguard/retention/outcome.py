@@ -4,15 +4,16 @@ the events it logs."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from diskguard.errors import ExitCode
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult
 from diskguard.logs import get_logger
-from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED, ModeDecision
-from diskguard.retention.planner import FilesystemPlan, Limits, Plan, over_ceiling
+from diskguard.retention.limits import Standing
+from diskguard.retention.mode import DRY_RUN, REFUSED, ModeDecision
+from diskguard.retention.planner import FilesystemPlan, Plan
 
 log = get_logger("diskguard.retention")
 
@@ -33,6 +34,12 @@ class CycleOutcome:
     #: measurement failed. None when the cycle did not act (``plan``): then the scan's usage
     #: is the latest there is.
     measured: Mapping[str, FilesystemUsage | None] | None = None
+    #: mount -> bytes someone else will still remove after this cycle (``Ceilings``: broker
+    #: mode, what was pending at the scan plus what the broker accepted now).
+    pending_left: Mapping[str, int] = field(default_factory=dict)
+    #: mount -> the usage after the cycle, net of ``pending_left``, against the ceiling
+    #: (``Ceilings.settled``); None when it could not be measured.
+    settled: Mapping[str, Standing | None] = field(default_factory=dict)
 
     @property
     def refused(self) -> bool:
@@ -53,18 +60,8 @@ class CycleOutcome:
         return self.measured.get(fs.mount)
 
     def pending_after(self, fs: FilesystemPlan) -> int:
-        """Bytes of ``fs`` someone else will still remove after this cycle.
-
-        Broker mode: what was pending at the scan plus what the broker accepted to delete now
-        (it removes the files at its next retention check). Offline nobody else removes
-        anything: what counts is what is gone.
-        """
-        if self.mode.mode == OFFLINE:
-            return 0
-        accepted: int = sum(
-            r.freed_bytes for r in self.results if r.ok and r.deletion.mount == fs.mount
-        )
-        return fs.pending_reclaim_bytes + accepted
+        """Bytes of ``fs`` someone else will still remove after this cycle."""
+        return self.pending_left.get(fs.mount, 0)
 
     def at_or_under_limit(self, fs: FilesystemPlan) -> bool:
         """Measured usage, net of ``pending_after``, at or under the usage limit.
@@ -73,13 +70,8 @@ class CycleOutcome:
         still open elsewhere, a hard link made since the scan) and the disk keeps filling
         while the cycle runs. A failed measurement is not "under".
         """
-        usage = self.usage_after(fs)
-        if usage is None:
-            return False
-        capacity = usage.used_bytes + usage.available_bytes
-        used = max(0, usage.used_bytes - self.pending_after(fs))
-        net = replace(usage, used_bytes=used, available_bytes=capacity - used)
-        return not over_ceiling(net, Limits(fs.limit_percent, fs.target_percent), 0)[0]
+        standing = self.settled.get(fs.mount)
+        return standing is not None and not standing.over
 
     def exit_code(self) -> ExitCode:
         """``enforce --once``: 0 at/under limit measured after the cycle (net of what the

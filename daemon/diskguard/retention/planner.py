@@ -1,7 +1,8 @@
 """The KIP-61 planner: which segments go, in which order, and why. Pure.
 
-Size: over 400 lines on purpose: the data, the trigger, the excess and the heap walk are one
-algorithm read top to bottom; split, each half would need the other to be understood.
+Size: over 400 lines on purpose: the data, the heap key and the walk are one algorithm read
+top to bottom; split, each half would need the other to be understood. (The trigger and the
+excess, "over, and by how much", are ``limits.stand``.)
 
 Given each filesystem's usage and the partitions on it, pick the *globally oldest* closed
 segments across all topics until their bytes cover the excess over the target. Rules that
@@ -13,8 +14,9 @@ make it safe (mirroring Kafka's ``UnifiedLog.deleteOldSegments``):
   (``SegmentInfo.shared_files``) would lose records and free nothing, so it is not a
   candidate and, the rule being a prefix, its partition goes no further this cycle — deleting
   data for no gain is the worst outcome, worse than missing the target;
-- bytes already on their way out (``pending_reclaim``) are subtracted first, or every cycle
-  under a running broker would delete again what the broker has not yet removed;
+- bytes already on their way out (pending reclaim) are subtracted first (``limits.stand``),
+  or every cycle under a running broker would delete again what the broker has not yet
+  removed;
 - minimal: stop as soon as the excess is covered.
 
 Segment details (bytes, timestamps) are read lazily through ``SegmentReader`` only for the
@@ -29,45 +31,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, Partition, SegmentInfo
+from diskguard.retention.limits import Limits, Standing, dir_excess, stand
 
 
 class SegmentReader(Protocol):
     """Reads one segment's bytes and age; the edge (``scan``) implements it against disk."""
 
     def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo: ...
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The limits that apply to one filesystem."""
-
-    limit_percent: float
-    target_percent: float
-    #: Per-log-dir byte budget for Kafka data (Redpanda's target capacity bytes).
-    max_bytes: int | None = None
-    #: Extra free space to leave (offline rescue: room for the broker's log recovery).
-    headroom_bytes: int = 0
-    #: Broker mode only (offline, files go at once): the filesystem's write rate, the time
-    #: until space asked for now is really free (the broker's reclaim latency), and the
-    #: broker's retention-check period. All 0 when unknown: then only today's usage counts.
-    growth_bytes_per_s: float = 0.0
-    reclaim_latency_s: float = 0.0
-    reclaim_period_s: float = 0.0
-    #: How the latency is known: "measured" (check phase seen), "settings" (worst case), "none".
-    latency_source: str = "none"
-    #: At a retention check of known phase: the forecast alone does not trigger (a request now
-    #: may or may not catch this check; after it, it certainly catches the next).
-    defer_forecast: bool = False
-
-    @property
-    def growth_bytes(self) -> int:
-        """Growth expected before space asked for now is free (rate x latency)."""
-        return int(self.growth_bytes_per_s * self.reclaim_latency_s)
-
-    @property
-    def period_growth_bytes(self) -> int:
-        """Growth over one check period, until the chance after the next one."""
-        return int(self.growth_bytes_per_s * self.reclaim_period_s)
 
 
 @dataclass(frozen=True)
@@ -190,9 +160,6 @@ class Plan:
         return all(fs.reachable for fs in self.filesystems)
 
 
-#: The offline headroom never asks for more than this share of a filesystem.
-HEADROOM_CAP_FRACTION = 0.05
-
 #: (topic, partition) -> group -> committed offset (``NO_OFFSET``: the group consumes the topic
 #: but has committed nothing on this partition).
 CommittedOffsets = Mapping[tuple[str, int], Mapping[str, int]]
@@ -211,29 +178,6 @@ def unconsumed_records(
         if missing > 0:
             out[group] = min(missing, next_offset - base_offset)
     return out
-
-
-def over_ceiling(usage: FilesystemUsage, limits: Limits, pending_bytes: int) -> tuple[bool, bool]:
-    """``(over, predicted_only)``: must a retention cycle free space on this filesystem now?
-
-    The one place the trigger is decided (planner, daemon loop and ``enforce`` all ask here).
-    Over when today's usage is above the ceiling, or, in broker mode, when the usage
-    predicted for the moment the *following* reclaim could free space would be: after the
-    broker's next retention check nothing asked can free space for a whole period more, so
-    ``used + growth - pending + period_growth`` must stay under the ceiling.
-    """
-    if usage.above(limits.limit_percent):
-        return True, False
-    if limits.defer_forecast or not (limits.growth_bytes or limits.period_growth_bytes):
-        return False, False
-    predicted = usage.used_bytes + limits.growth_bytes - pending_bytes + limits.period_growth_bytes
-    return predicted > usage.used_bytes_at(limits.limit_percent), True
-
-
-def room_above_ceiling(usage: FilesystemUsage, limit_percent: float) -> int:
-    """Bytes between the ceiling (``limit_percent``) and a full disk: what the growth must
-    fit in while the broker has not freed what was asked (``broker_reclaim_slow``)."""
-    return usage.used_bytes + usage.available_bytes - usage.used_bytes_at(limit_percent)
 
 
 def with_missing_offsets(
@@ -268,35 +212,6 @@ def with_missing_offsets(
 def groups_without_offset(groups: Mapping[str, int]) -> tuple[str, ...]:
     """The groups of one partition's ``with_missing_offsets`` entry that have no offset."""
     return tuple(sorted(group for group, offset in groups.items() if offset < 0))
-
-
-def filesystem_excess(fs: Filesystem, limits: Limits) -> tuple[int, bool]:
-    """``(excess_bytes, over_ceiling)`` for the usage-percent rule.
-
-    KIP-61 triggers above the ceiling (``limit_percent``) and then deletes down to
-    ``target_percent``; what is already pending reclaim counts as deleted (never twice). In
-    broker mode the usage that counts is the one *predicted for when the broker frees what is
-    asked now* (``used + growth - pending``), and the goal for that moment is the target, or
-    lower if the growth over the following check period would otherwise carry the disk over
-    the ceiling before the next chance to free space. Only once over the ceiling,
-    ``headroom_bytes`` (offline rescue) must also be left free, capped at
-    ``HEADROOM_CAP_FRACTION`` of the filesystem so a small disk is never emptied for it.
-    """
-    usage = fs.usage
-    pending = fs.pending_reclaim_bytes
-    over, _predicted = over_ceiling(usage, limits, pending)
-    if not over:
-        return 0, False
-    goal = usage.used_bytes_at(limits.target_percent)
-    if limits.period_growth_bytes:
-        ceiling_used = usage.used_bytes_at(limits.limit_percent)
-        goal = max(0, min(goal, ceiling_used - limits.period_growth_bytes))
-    if limits.headroom_bytes:
-        capacity = usage.used_bytes + usage.available_bytes
-        headroom = min(limits.headroom_bytes, int(capacity * HEADROOM_CAP_FRACTION))
-        goal = min(goal, capacity - headroom)
-    excess = usage.used_bytes + limits.growth_bytes - pending - goal
-    return max(0, excess), True
 
 
 #: A partition's oldest remaining candidate on the heap: ``(key, index, partition, info,
@@ -408,10 +323,23 @@ def plan_filesystem(
     led_here: Collection[tuple[str, int]] | None = None,
     heads: HeadsFactory = LocalHeads,
 ) -> tuple[FilesystemPlan, list[Deletion]]:
+    """Plan one filesystem under ``limits``, counting the scan's pending reclaim."""
+    standing = stand(fs.usage, limits, fs.pending_reclaim_bytes)
+    return _plan_filesystem(fs, standing, read, committed, led_here, heads)
+
+
+def _plan_filesystem(
+    fs: Filesystem,
+    standing: Standing,
+    read: SegmentReader,
+    committed: CommittedOffsets | None,
+    led_here: Collection[tuple[str, int]] | None,
+    heads: HeadsFactory,
+) -> tuple[FilesystemPlan, list[Deletion]]:
     """Plan one filesystem: the global-oldest prefix set covering its excess."""
-    initial_excess, _over = filesystem_excess(fs, limits)
-    _, predicted_only = over_ceiling(fs.usage, limits, fs.pending_reclaim_bytes)
-    initial_dir_excess = _dir_excess(fs, limits)
+    limits = standing.limits
+    initial_excess = standing.excess_bytes
+    initial_dir_excess = dir_excess(fs, limits)
     excess = initial_excess
     log_dir_excess = dict(initial_dir_excess)
     committed = _consumers_offsets(fs, committed)
@@ -437,13 +365,13 @@ def plan_filesystem(
         usage_percent=round(usage.usage_percent, 3),
         limit_percent=limits.limit_percent,
         target_percent=limits.target_percent,
-        pending_reclaim_bytes=fs.pending_reclaim_bytes,
+        pending_reclaim_bytes=standing.pending_bytes,
         excess_bytes=initial_excess + sum(initial_dir_excess.values()),
         chosen_bytes=chosen_bytes,
         chosen_count=len(chosen),
         unreachable_bytes=unreachable,
-        predicted_used_bytes=usage.used_bytes + limits.growth_bytes - fs.pending_reclaim_bytes,
-        predicted_trigger=_over and predicted_only,
+        predicted_used_bytes=standing.predicted_used_bytes,
+        predicted_trigger=standing.over and standing.predicted_only,
         growth_bytes_per_s=limits.growth_bytes_per_s,
         reclaim_latency_s=limits.reclaim_latency_s,
         reclaim_period_s=limits.reclaim_period_s,
@@ -508,19 +436,6 @@ def _consumers_offsets(
     return with_missing_offsets(committed, keys)
 
 
-def _dir_excess(fs: Filesystem, limits: Limits) -> dict[str, int]:
-    """Per log dir: Kafka bytes over the ``max_bytes`` budget, net of pending reclaim."""
-    if limits.max_bytes is None:
-        return {}
-    out = {}
-    for log_dir in fs.log_dirs:
-        if log_dir.kafka_bytes is not None:
-            value = log_dir.kafka_bytes - limits.max_bytes - log_dir.pending_reclaim_bytes
-            if value > 0:
-                out[log_dir.path] = value
-    return out
-
-
 def _head(
     part: Partition,
     index: int,
@@ -552,18 +467,20 @@ def _head(
 
 def plan(
     filesystems: Sequence[Filesystem],
-    limits_for: Callable[[Filesystem], Limits],
+    standing_of: Callable[[Filesystem], Standing],
     read: SegmentReader,
     committed: CommittedOffsets | None = None,
     led_here: Collection[tuple[str, int]] | None = None,
     heads: HeadsFactory = LocalHeads,
 ) -> Plan:
     """Plan every filesystem; deletions are in deletion order (per filesystem, oldest first).
+    ``standing_of``: each filesystem against its limits (``limits.stand``: over? by how much,
+    net of what pending?), as the edge that knows the config and the pending bytes says.
     ``heads``: how each filesystem's partition heads are queued (and where they are dated)."""
     fs_plans: list[FilesystemPlan] = []
     deletions: list[Deletion] = []
     for fs in filesystems:
-        fs_plan, chosen = plan_filesystem(fs, limits_for(fs), read, committed, led_here, heads)
+        fs_plan, chosen = _plan_filesystem(fs, standing_of(fs), read, committed, led_here, heads)
         fs_plans.append(fs_plan)
         deletions.extend(chosen)
     return Plan(tuple(fs_plans), tuple(deletions), protected_topics(filesystems))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -167,19 +167,3 @@ class ReclaimWatch:
                     req.renamed = True
                 continue
             self._gone(path, t)
-
-    def summary(self, mounts: Iterable[str]) -> dict[str, dict[str, float | int | str | None]]:
-        """Per mount: the settings and the measured latencies, for status/metrics/snapshots."""
-        s = self.settings
-        out: dict[str, dict[str, float | int | str | None]] = {}
-        for mount in mounts:
-            p50, worst, count = self.model.observed(mount)
-            out[mount] = {
-                "check_interval_s": s.check_interval_s,
-                "delete_delay_s": s.delete_delay_s,
-                "settings_source": s.source,
-                "latency_p50_s": None if p50 is None else round(p50, 3),
-                "latency_max_s": None if worst is None else round(worst, 3),
-                "latency_samples": count,
-            }
-        return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from diskguard.kafkalog.model import Filesystem
 from diskguard.retention.planner import DeletionResult
@@ -101,7 +102,7 @@ class SetAside:
             del self._entries[key]
         return dict(self._entries)
 
-    def export(self, now: float, wall_now: float) -> list[dict[str, object]]:
+    def export(self, now: float, wall_now: float) -> list[dict[str, Any]]:
         """The entries in force as plain data for ``state.json``, ``until`` as wall-clock
         seconds: ``plan`` and ``status`` then show what the running daemon set aside."""
         return [

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -102,3 +105,64 @@ def test_a_symlinked_lock_file_counts_as_held(tmp_path: Path) -> None:
     assert lockfile.held_by_other(tmp_path) is True
     with pytest.raises(OSError), lockfile.hold(tmp_path):
         pytest.fail("must not get here")
+
+
+_AS_NOBODY_LOCK = r"""
+import fcntl, os, sys
+os.setgid(65534); os.setuid(65534)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+"""
+
+
+def broker_user_can_lock(log_dir: Path) -> bool:
+    """What a broker running as nobody (not root) experiences at start-up: Kafka opens
+    ``.lock`` read-write, creating it if it is missing."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _AS_NOBODY_LOCK, str(log_dir / ".lock")],
+        timeout=30,
+        capture_output=True,
+        text=True,
+    )
+    return proc.returncode == 0
+
+
+@pytest.fixture()
+def nobody_log_dir() -> Iterator[Path]:
+    """A log dir owned by nobody, outside pytest's temp root (0700 root: nobody cannot
+    enter it)."""
+    root = Path(tempfile.mkdtemp(prefix="diskguard-lock-"))
+    os.chmod(root, 0o755)
+    log_dir = root / "kafka-logs"
+    log_dir.mkdir()
+    os.chown(log_dir, 65534, 65534)
+    yield log_dir
+    shutil.rmtree(root)
+
+
+def test_a_lock_file_hold_created_is_gone_after_and_the_broker_user_can_lock(
+    nobody_log_dir: Path,
+) -> None:
+    """Kafka 3.x/4.x delete ``.lock`` at a clean shutdown. A root-owned ``.lock`` left behind
+    by diskguard failed the whole log dir at the next start of a non-root broker (Kafka 4.4:
+    "Disk error while locking directory", AccessDeniedException): hold leaves no file."""
+    log_dir = nobody_log_dir
+    with lockfile.hold(log_dir):
+        info = (log_dir / ".lock").stat()
+        # Owned by the broker's user from the start: a crash here leaves a usable file.
+        assert (info.st_uid, info.st_gid) == (65534, 65534)
+        assert not broker_user_can_lock(log_dir)
+    assert not (log_dir / ".lock").exists()
+    assert broker_user_can_lock(log_dir)
+
+
+def test_a_lock_file_left_by_root_is_given_back_to_the_log_dirs_owner(
+    nobody_log_dir: Path,
+) -> None:
+    log_dir = nobody_log_dir
+    (log_dir / ".lock").write_bytes(b"")  # root's, as an older diskguard left it
+    assert not broker_user_can_lock(log_dir)
+    with lockfile.hold(log_dir):
+        pass
+    assert (log_dir / ".lock").exists()  # not ours to remove: it was there before
+    assert broker_user_can_lock(log_dir)

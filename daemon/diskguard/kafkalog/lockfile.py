@@ -18,10 +18,15 @@ lock. While a dir is held, this module never opens or closes its ``.lock`` again
 process-wide registry of held dirs answers instead), and nothing else in diskguard opens
 ``.lock`` files.
 
-A missing ``.lock`` means no broker has the dir (Kafka creates the file when it locks it):
-``held_by_other`` answers False without creating it (probes stay read-only, ``plan`` runs
-read-only); ``hold`` creates it, exactly as Kafka would, so a broker starting during the
-deletion finds it locked.
+A missing ``.lock`` means no broker has the dir (Kafka creates the file when it locks it, and
+3.x/4.x delete it again at a clean shutdown): ``held_by_other`` answers False without
+creating it (probes stay read-only, ``plan`` runs read-only); ``hold`` creates it, as Kafka
+would, so a broker starting during the deletion finds it locked, and removes it again when
+done. The broker runs as its own user and opens ``.lock`` read-write: a file diskguard (root)
+created and left would fail the whole log dir at the broker's next start ("Disk error while
+locking directory ... AccessDeniedException", measured on 4.4). So a ``.lock`` that hold
+creates, or finds owned by another user than the log dir, is given the log dir's owner first;
+a crash between creating and removing it leaves a file the broker can use.
 
 Limits: BSD ``flock`` locks are a separate kind the kernel does not report through
 ``F_GETLK``; a tool that used ``flock`` on ``.lock`` would go unnoticed (Kafka does not).
@@ -37,7 +42,7 @@ import stat
 import struct
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from diskguard.host import safeopen
@@ -60,8 +65,8 @@ class LockHeld(Exception):
 
 
 _registry_lock = threading.RLock()
-#: realpath of a held log dir -> (fd, nesting count).
-_held: dict[str, tuple[int, int]] = {}
+#: realpath of a held log dir -> (fd, nesting count, whether hold created the file).
+_held: dict[str, tuple[int, int, bool]] = {}
 
 
 def _key(log_dir: str | os.PathLike[str]) -> str:
@@ -151,32 +156,44 @@ def hold(log_dir: str | os.PathLike[str]) -> Iterator[None]:
     # thread's close can drop another thread's hold (POSIX locks belong to the process).
     with _registry_lock:
         if key in _held:
-            fd, depth = _held[key]
-            _held[key] = (fd, depth + 1)
+            fd, depth, created = _held[key]
+            _held[key] = (fd, depth + 1, created)
         else:
-            _held[key] = (_acquire(key), 1)
+            fd, created = _acquire(key)
+            _held[key] = (fd, 1, created)
     try:
         yield
     finally:
         with _registry_lock:
-            fd, depth = _held[key]
+            fd, depth, created = _held[key]
             if depth > 1:
-                _held[key] = (fd, depth - 1)
+                _held[key] = (fd, depth - 1, created)
             else:
                 del _held[key]
+                if created:
+                    # As Kafka's clean shutdown leaves it: no file. Unlinked while still
+                    # locked, so a broker starting now makes its own.
+                    with suppress(OSError):
+                        os.unlink(os.path.join(key, LOCK_FILE))
                 os.close(fd)  # closing the only fd releases the lock
 
 
-def _acquire(key: str) -> int:
+def _acquire(key: str) -> tuple[int, bool]:
+    """The locked fd of ``<key>/.lock``, and whether this call created the file."""
     path = os.path.join(key, LOCK_FILE)
-    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o644)
+    flags = os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    created = False
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        created = True
+    except FileExistsError:
+        fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
     except OSError:
         os.close(fd)
         raise
-    if not regular:
+    if not stat.S_ISREG(info.st_mode):
         # Never "hold" something that is not the broker's lock file: refuse as if held.
         os.close(fd)
         raise LockHeld(key, 0)
@@ -187,7 +204,21 @@ def _acquire(key: str) -> int:
         if exc.errno in (errno.EACCES, errno.EAGAIN):
             raise LockHeld(key, _probe(key)) from None
         raise
-    return fd
+    _give_to_dir_owner(fd, info, key)
+    return fd, created
+
+
+def _give_to_dir_owner(fd: int, info: os.stat_result, key: str) -> None:
+    """The lock file owned by the log dir's owner (the broker's user), as the broker made it.
+
+    Only root can give a file away; anyone else created it as themselves and the broker,
+    if it runs as another user, could not have started on that dir anyway."""
+    try:
+        owner = os.stat(key)
+        if (info.st_uid, info.st_gid) != (owner.st_uid, owner.st_gid):
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+    except OSError:
+        pass
 
 
 def lock_path(log_dir: str | os.PathLike[str]) -> Path:

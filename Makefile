@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv tools test lint typecheck unit demo bench clean
+.PHONY: venv tools kafka test test-kafka-matrix lint typecheck unit demo bench clean
 
 venv: $(STAMP)
 
@@ -25,8 +25,9 @@ typecheck: venv
 # strace (kill -9 at every file-system call of offline deletion), Chromium (renders the HTML
 # report in tests/test_report.py), systemd-nspawn (the unit under systemd as PID 1). The tests
 # fail, never skip, without them; this installs what is missing once and is a no-op after.
+# A JDK 17 and Maven run the real Kafka broker the tests start (support.kafka).
 TOOLS := promtool:prometheus prometheus:prometheus strace:strace chromium:chromium \
-	systemd-nspawn:systemd-container
+	systemd-nspawn:systemd-container java:openjdk-17-jdk-headless mvn:maven
 
 tools:
 	@missing=""; for t in $(TOOLS); do \
@@ -35,10 +36,22 @@ tools:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y --no-install-recommends $$missing; fi
 
-unit: venv tools
+# The real Kafka broker of the realkafka tests: resolved from Maven Central (cached after the
+# first run under /var/cache/diskguard/kafka and ~/.m2). One line and a failure if it cannot be.
+KAFKA_RUNNER := cd tests && ../$(BIN)/python -m support.kafka
+
+kafka: venv tools
+	@$(KAFKA_RUNNER) classpath
+
+unit: venv tools kafka
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test: lint typecheck unit
+
+# The realkafka tests against every supported line: 2.8 (ZooKeeper), 3.9 (ZooKeeper and
+# KRaft), 4.0 and the newest 4.x. Writes docs/kafka-matrix.md (the README's table).
+test-kafka-matrix: venv tools
+	$(KAFKA_RUNNER).matrix --output ../docs/kafka-matrix.md
 
 demo: venv
 	PYTHONPATH=demo $(BIN)/python -m diskguard_demo

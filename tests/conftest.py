@@ -6,11 +6,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from support import fsfixtures, realbroker
+from support import fsfixtures, kafka
+from support.kafka.broker import acl_settings, fast_retention
+from support.kafka.cluster import KafkaCluster, running_broker
+from support.kafka.node import ServerSetupError
 
 # ======================= real filesystems (fsfixtures) — begin =======================
 
@@ -63,62 +65,59 @@ def fill() -> Callable[..., Path]:
 # ======================= real filesystems (fsfixtures) — end =========================
 
 
-# ======================= real Apache Kafka broker (realbroker) — begin =======================
-# Tests that use ``real_kafka`` / ``kafka_dist`` (marked ``realkafka``) need a real Kafka
-# distribution (env DISKGUARD_KAFKA_HOME). Without it they are skipped, and the terminal summary
-# says so in one loud line: a green run that never talked to Kafka must not look like one that
-# did.
-
-_REALKAFKA_SKIP = f"set {realbroker.ENV}=<kafka dist> to run"
+# ======================= real Apache Kafka (support.kafka) — begin =======================
+# Tests marked ``realkafka`` run against a real Apache Kafka broker the suite starts itself:
+# the newest 4.x from Maven Central by default (``support.kafka.target()`` reads
+# DISKGUARD_KAFKA_VERSION / DISKGUARD_KAFKA_MODE / DISKGUARD_KAFKA_HOME). They are never
+# skipped: a run that cannot resolve or start its broker fails with one line saying why.
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    skipped = [
-        report
-        for report in terminalreporter.stats.get("skipped", [])
-        if isinstance(report.longrepr, tuple) and _REALKAFKA_SKIP in str(report.longrepr[-1])
-    ]
-    if skipped:
-        terminalreporter.write_sep(
-            "!",
-            f"REAL KAFKA BROKER TESTS SKIPPED: set {realbroker.ENV}=<kafka dist> "
-            f"({len(skipped)} tests)",
-            red=True,
-            bold=True,
-        )
+def _kafka_setup_failed(exc: Exception) -> None:
+    pytest.fail(f"cannot have a real Kafka broker: {exc}", pytrace=False)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    try:
+        return f"real Kafka: {kafka.target()}"
+    except kafka.KafkaResolutionError as exc:
+        return f"real Kafka: unavailable ({exc})"
 
 
 @pytest.fixture(scope="session")
-def kafka_dist() -> Path:
-    """The Kafka distribution dir; a set but unusable one is a failure, never a skip."""
-    dist = realbroker.kafka_home()
-    if dist is None:
-        pytest.skip(_REALKAFKA_SKIP)
-    if not (dist / "bin" / "kafka-server-start.sh").is_file():
-        pytest.fail(f"{realbroker.ENV}={dist}: no bin/kafka-server-start.sh there", pytrace=False)
-    return dist
+def kafka_target() -> kafka.Target:
+    """The release, classpath and mode this run tests against."""
+    try:
+        return kafka.target()
+    except kafka.KafkaResolutionError as exc:
+        _kafka_setup_failed(exc)
+        raise
 
 
 @pytest.fixture(scope="session")
-def real_kafka(kafka_dist: Path) -> Iterator[realbroker.RealBroker]:
+def real_kafka(kafka_target: kafka.Target) -> Iterator[KafkaCluster]:
     """ONE real broker for the whole session: log dir on a 256 MiB loop ext4 (no reserved
-    blocks), run as nobody, 1 s retention checks, SimpleAclAuthorizer with
-    allow.everyone.if.no.acl.found; stopped at session end."""
+    blocks), run as nobody, 1 s retention checks, the release's ACL authorizer with
+    allow.everyone.if.no.acl.found; stopped at session end. (Its work dir is not under
+    pytest's temp root: pytest makes that 0700 again at every start, and nobody must read
+    the broker's files.)"""
+    release = kafka_target.release
     try:
         with (
             fsfixtures.loop_ext4(256 * fsfixtures.MiB, 0, name="kafka-disk") as mount,
-            realbroker.running_broker(
-                kafka_dist,
+            running_broker(
+                release,
+                kafka_target.classpath,
                 mount / "kafka-logs",
-                settings=(*realbroker.FAST_RETENTION, *realbroker.ACL_SETTINGS),
+                mode=kafka_target.mode,
+                settings=fast_retention(release) | acl_settings(release, kafka_target.mode),
             ) as broker,
         ):
             yield broker
-    except (fsfixtures.FilesystemSetupError, realbroker.BrokerSetupError) as exc:
-        pytest.fail(f"cannot start the real Kafka broker: {exc}", pytrace=False)
+    except (fsfixtures.FilesystemSetupError, ServerSetupError) as exc:
+        _kafka_setup_failed(exc)
 
 
-# ======================= real Apache Kafka broker (realbroker) — end =========================
+# ======================= real Apache Kafka (support.kafka) — end =========================
 
 
 # ======================= a 64 MiB test disk (fsfixtures) — begin =======================

@@ -1,9 +1,10 @@
-"""Every broker call diskguard makes, against a REAL Apache Kafka broker (2.2.0 tested).
+"""Every broker call diskguard makes, against a REAL Apache Kafka broker (the newest 4.x by
+default; ``make test-kafka-matrix`` runs it on 2.8, 3.9 and 4.0 too).
 
 One broker for the whole session (conftest ``real_kafka``: loop ext4, run as nobody, 1 s
-retention checks, SimpleAclAuthorizer). Skipped — loudly, in the terminal summary — without
-``DISKGUARD_KAFKA_HOME``. Each test uses its own topics, so their order does not matter;
-what diskguard may delete is confined to the test's topic with ``protect_topics``.
+retention checks, the release's ACL authorizer), never skipped. Each test uses its own
+topics, so their order does not matter; what diskguard may delete is confined to the test's
+topic with ``protect_topics``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.request
@@ -34,8 +36,8 @@ from support.configs import write_config
 from support.daemonproc import DaemonProc
 from support.disks import ceiling_under, df_percent
 from support.fsfixtures import fill
-from support.net import Gate
-from support.realbroker import RealBroker
+from support.kafka.cluster import KafkaCluster as RealBroker
+from support.net import Gate, free_port
 
 pytestmark = pytest.mark.realkafka
 
@@ -147,7 +149,7 @@ def test_reachable_is_a_metadata_round_trip(real_kafka: RealBroker) -> None:
 
 def test_delete_records_moves_the_log_start_and_the_files_go(real_kafka: RealBroker) -> None:
     topic = "dr-orders"
-    real_kafka.create_topic(topic, **{"segment.bytes": str(SEGMENT)})
+    real_kafka.create_topic(topic, **real_kafka.segment_config(SEGMENT))
     assert real_kafka.produce(topic, 200, 500, settings=PRODUCER) == []
     bases = segments(real_kafka, topic)
     assert len(bases) >= 5, bases
@@ -169,7 +171,9 @@ def test_delete_records_moves_the_log_start_and_the_files_go(real_kafka: RealBro
 
 def test_delete_records_on_a_compacted_topic_is_a_failed_result(real_kafka: RealBroker) -> None:
     topic = "dr-compact"
-    real_kafka.create_topic(topic, **{"segment.bytes": str(SEGMENT), "cleanup.policy": "compact"})
+    real_kafka.create_topic(
+        topic, **real_kafka.segment_config(SEGMENT), **{"cleanup.policy": "compact"}
+    )
     errors = real_kafka.produce(topic, 120, 500, settings=PRODUCER, key=lambda i: f"k{i}".encode())
     assert errors == []
     chosen = deletion(real_kafka, topic, 0)
@@ -189,15 +193,17 @@ def test_describe_configs_of_topics_and_the_reserve_report(
     real_kafka: RealBroker, tmp_path: Path
 ) -> None:
     real_kafka.create_topic(
-        "dc-sized", 2, **{"retention.bytes": "1000000", "segment.bytes": "500000"}
+        "dc-sized", 2, **{"retention.bytes": "3000000", "segment.bytes": "1048576"}
     )
     real_kafka.create_topic("dc-compact", **{"cleanup.policy": "compact"})
 
-    rows, notes = topics_from_broker(real_kafka.bootstrap, {}, KAFKA_DEFAULTS, local_id=0)
+    rows, notes = topics_from_broker(
+        real_kafka.bootstrap, {}, KAFKA_DEFAULTS, local_id=real_kafka.node.node_id
+    )
 
     by_topic = {r.topic: r for r in rows}
     sized = by_topic["dc-sized"]
-    assert (sized.partitions, sized.retention_bytes, sized.segment_bytes) == (2, 1000000, 500000)
+    assert (sized.partitions, sized.retention_bytes, sized.segment_bytes) == (2, 3000000, 1048576)
     assert sized.cleanup_policy == "delete" and sized.segment_index_bytes == 10 * 1024 * 1024
     # A real Kafka answers every key (defaults included), unlike tansu.
     assert sized.source == "broker" and by_topic["dc-compact"].cleanup_policy == "compact"
@@ -216,12 +222,12 @@ def test_describe_configs_of_topics_and_the_reserve_report(
     topics = {t["topic"]: t for t in report["topics"]}
     sized = topics["dc-sized"]
     assert (sized["retention_bytes"], sized["segment_bytes"], sized["partitions"]) == (
-        1000000,
-        500000,
+        3000000,
+        1048576,
         2,
     )
     # IBM's formula per partition: retention + segment + 2 x index x (retention // segment + 1)
-    assert sized["per_partition_bytes"] == 1000000 + 500000 + 2 * 10 * 1024 * 1024 * 3
+    assert sized["per_partition_bytes"] == 3000000 + 1048576 + 2 * 10 * 1024 * 1024 * 3
     assert topics["dc-compact"]["policy"] == "compact"
 
 
@@ -230,7 +236,9 @@ def test_describe_configs_of_the_broker(real_kafka: RealBroker) -> None:
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     admin = real_kafka.admin()  # referenced until the futures resolve
-    futures = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")], request_timeout=10)
+    futures = admin.describe_configs(
+        [ConfigResource(ResourceType.BROKER, str(real_kafka.node.node_id))], request_timeout=10
+    )
     (entries,) = [f.result(10) for f in futures.values()]
     assert entries["log.retention.check.interval.ms"].value == "1000"
     assert entries["log.segment.delete.delay.ms"].value == "500"
@@ -365,7 +373,7 @@ def test_aggregate_reads_the_topic_with_the_kafka_source(
 
 def test_plan_and_enforce_in_broker_mode(real_kafka: RealBroker, tmp_path: Path) -> None:
     topic = "bm-orders"
-    real_kafka.create_topic(topic, **{"segment.bytes": "200000"})
+    real_kafka.create_topic(topic, **real_kafka.segment_config(200_000))
     assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
     bases = segments(real_kafka, topic)
     assert len(bases) >= 3, bases
@@ -444,20 +452,33 @@ def deny_acls(broker: RealBroker, topic: str) -> list[Any]:
     return list(admin.describe_acls(pattern, request_timeout=10).result(10))
 
 
+def producer_rate(broker: RealBroker) -> float | None:
+    """The default user's ``producer_byte_rate`` as the broker answers DescribeClientQuotas."""
+    from diskguard.config import BrokerConfig
+    from diskguard.flow.kafkaquota import KafkaAdminConnection, KafkaQuotaAdmin
+
+    connection = KafkaAdminConnection(BrokerConfig(bootstrap_servers=broker.bootstrap))
+    try:
+        return KafkaQuotaAdmin(connection.send).describe_producer_byte_rate((("user", None),))
+    finally:
+        connection.reset()
+
+
 def test_flow_control_acl_blocks_real_producers_and_survives_kill_9(
     real_kafka: RealBroker, tmp_path: Path
 ) -> None:
     """overfull -> DENY WRITE (TOPIC_AUTHORIZATION_FAILED) -> cleared -> writes again; a
     daemon killed with -9 while overfull keeps the ACL on restart, and one killed and
-    restarted after the disk cleared removes it. Kafka 2.2 has no client-quota API: the
-    quota actuator fails once, loudly, and the daemon goes on."""
+    restarted after the disk cleared removes it. The quota actuator throttles the default user
+    and restores it (2.6+); before 2.6 the broker has no client-quota API and the actuator
+    fails once, loudly, and the daemon goes on."""
     topic = "fc-orders"
     real_kafka.create_topic(topic)
     assert wait_until(lambda: allowed(real_kafka, topic), 30, "first write")
     mount = real_kafka.log_dir.parent
     filler = mount / "filler.bin"
     now = df_percent(mount)
-    metrics_port = 29190
+    metrics_port = free_port()
     config = write_config(
         tmp_path,
         real_kafka.log_dir,
@@ -482,16 +503,26 @@ def test_flow_control_acl_blocks_real_producers_and_survives_kill_9(
             daemon.wait_for("overfull", timeout=30)
             daemon.wait_for("acl_applied", timeout=30)
             wait_until(lambda: denied(real_kafka, topic), 30, "TOPIC_AUTHORIZATION_FAILED")
-            # Kafka 2.2 has no AlterClientQuotas: one clear line, counted, the daemon goes on.
-            (quota_failed,) = [
-                e for e in daemon.named("actuator_failed") if e.get("actuator") == "quota"
-            ]
-            assert "DescribeClientQuotas" in quota_failed["error"], quota_failed
-            assert "not supported by the broker" in quota_failed["error"], quota_failed
             scraped = urllib.request.urlopen(
                 f"http://127.0.0.1:{metrics_port}/metrics", timeout=10
             ).read()
-            assert b'diskguard_actuator_failures_total{actuator="quota"} 1.0' in scraped
+            if real_kafka.release.version >= (2, 6, 0):
+                # AlterClientQuotas for real: the default user's producer_byte_rate is set,
+                # DescribeClientQuotas reads it back, and it goes when the disk clears.
+                throttle = daemon.wait_for("quota_applied", timeout=30)
+                assert throttle["previous"] is None, throttle
+                assert producer_rate(real_kafka) == throttle["producer_byte_rate"]
+                assert not re.search(
+                    rb'diskguard_actuator_failures_total\{actuator="quota"\} [1-9]', scraped
+                )
+            else:
+                # No AlterClientQuotas before 2.6: one clear line, counted, the daemon goes on.
+                (quota_failed,) = [
+                    e for e in daemon.named("actuator_failed") if e.get("actuator") == "quota"
+                ]
+                assert "DescribeClientQuotas" in quota_failed["error"], quota_failed
+                assert "not supported by the broker" in quota_failed["error"], quota_failed
+                assert b'diskguard_actuator_failures_total{actuator="quota"} 1.0' in scraped
 
             filler.unlink()
             daemon.wait_for("overfull_cleared", timeout=30)
@@ -499,6 +530,9 @@ def test_flow_control_acl_blocks_real_producers_and_survives_kill_9(
             wait_until(lambda: allowed(real_kafka, topic), 30, "write after overfull_cleared")
             assert deny_acls(real_kafka, topic) == []
             assert [e for e in daemon.named("actuator_failed") if e["actuator"] == "acl"] == []
+            if real_kafka.release.version >= (2, 6, 0):
+                daemon.wait_for("quota_restored", timeout=30)
+                assert producer_rate(real_kafka) is None
             assert daemon.stop() == 0
 
         # kill -9 while overfull: the restarted daemon keeps producers blocked.
@@ -555,11 +589,12 @@ def test_check_config_connect_learns_the_reclaim_latency_and_the_authorizer(
         for line in lines
     ), lines
     assert any(
-        "acl actuator: authorizer kafka.security.auth.SimpleAclAuthorizer" in x for x in lines
+        f"acl actuator: authorizer {real_kafka.settings['authorizer.class.name']}" in x
+        for x in lines
     )
     from diskguard.broker.client import BrokerClient
 
-    values = BrokerClient(real_kafka.bootstrap, timeout=10).broker_configs(0)
+    values = BrokerClient(real_kafka.bootstrap, timeout=10).broker_configs(real_kafka.node.node_id)
     assert values is not None and values["log.retention.check.interval.ms"] == "1000"
 
 
@@ -576,7 +611,7 @@ def test_auto_mode_refused_then_the_broker_reachable_again_acts_at_once(
     checkpoint writes wake cycles that must not stall the loop on the dead address: they take
     the probe's answer."""
     topic = "pb-orders"
-    real_kafka.create_topic(topic, **{"segment.bytes": "200000"})
+    real_kafka.create_topic(topic, **real_kafka.segment_config(200_000))
     assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
     bases = segments(real_kafka, topic)
     assert len(bases) >= 3, bases
@@ -676,7 +711,7 @@ def test_a_topic_whose_deletes_an_acl_denies_is_set_aside(
     not stuck) and the next cycle trims the other topic, so the disk gets under its limit."""
     denied_topic, other = "sa-denied", "sa-other"
     for topic in (denied_topic, other):
-        real_kafka.create_topic(topic, **{"segment.bytes": "200000"})
+        real_kafka.create_topic(topic, **real_kafka.segment_config(200_000))
         assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
     other_bases = segments(real_kafka, other)
     assert len(segments(real_kafka, denied_topic)) >= 3 and len(other_bases) >= 3
@@ -723,8 +758,8 @@ def test_enforce_once_sets_a_denied_topic_aside_whole_and_trims_another(
     asked; the refusal is the topic's, so all three are set aside at once, and the same run
     plans again and trims the other topic: under the limit, exit 1 (a deletion failed)."""
     denied_topic, other = "ea-denied", "ea-other"
-    real_kafka.create_topic(denied_topic, partitions=3, **{"segment.bytes": "200000"})
-    real_kafka.create_topic(other, **{"segment.bytes": "200000"})
+    real_kafka.create_topic(denied_topic, partitions=3, **real_kafka.segment_config(200_000))
+    real_kafka.create_topic(other, **real_kafka.segment_config(200_000))
     for partition in range(3):
         produced = real_kafka.produce(
             denied_topic, 1200, 500, partition=partition, settings={"batch.size": 50_000}

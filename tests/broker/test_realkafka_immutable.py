@@ -1,5 +1,5 @@
 """An offline rescue that meets a segment file it cannot remove, with a REAL Kafka broker
-(DISKGUARD_KAFKA_HOME).
+(``support.kafka.target``).
 
 The oldest segment's ``.index`` is immutable (``chattr +i``: EPERM even for root). Kafka 2.2
 itself cannot load a log dir holding such a file (it opens every segment's files read-write:
@@ -25,12 +25,11 @@ from support import fsfixtures
 from support.cli import json_events, run_cli
 from support.configs import write_config
 from support.disks import ceiling_under
-from support.realbroker import PORT, ZK_PORT, running_broker
+from support.kafka import Target
+from support.kafka.cluster import running_broker
 
 pytestmark = pytest.mark.realkafka
 
-#: Its own ports: the session broker and the rescue's may be running beside it.
-IMMUTABLE_PORT, IMMUTABLE_ZK_PORT = PORT + 2, ZK_PORT + 2
 KEPT, OTHER = "imm-kept", "imm-other"
 
 
@@ -39,16 +38,19 @@ def bases(pdir: Path) -> list[int]:
 
 
 def test_the_broker_starts_after_a_rescue_that_met_an_immutable_index(
-    kafka_dist: Path, tmp_path: Path
+    kafka_target: Target, tmp_path: Path
 ) -> None:
     with (
         fsfixtures.loop_ext4(64 * fsfixtures.MiB, 0, name="immutable-disk") as mount,
         running_broker(
-            kafka_dist, mount / "kafka-logs", IMMUTABLE_PORT, IMMUTABLE_ZK_PORT
+            kafka_target.release,
+            kafka_target.classpath,
+            mount / "kafka-logs",
+            mode=kafka_target.mode,
         ) as broker,
     ):
         for topic in (KEPT, OTHER):  # KEPT first: its segments are the globally oldest
-            broker.create_topic(topic, **{"segment.bytes": "200000"})
+            broker.create_topic(topic, **broker.segment_config(200_000))
             assert broker.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
         kept_dir, other_dir = broker.log_dir / f"{KEPT}-0", broker.log_dir / f"{OTHER}-0"
         kept_bases, other_bases = bases(kept_dir), bases(other_dir)
@@ -97,7 +99,7 @@ def test_the_broker_starts_after_a_rescue_that_met_an_immutable_index(
                 assert low == other_bases[1]
             finally:
                 reader.close()
-            errors = [line for line in broker.log_text().splitlines() if "] ERROR " in line]
+            errors = [line for line in broker.log_since_start().splitlines() if "] ERROR " in line]
             assert not errors, json.dumps(errors[:5], indent=1)
         finally:
             subprocess.run(["chattr", "-i", str(victim)], check=True)

@@ -1,4 +1,5 @@
-"""The rescue, end to end, with a REAL Apache Kafka broker (DISKGUARD_KAFKA_HOME).
+"""The rescue, end to end, with a REAL Apache Kafka broker (the newest 4.x unless the
+environment names another: ``support.kafka.target``).
 
 A broker (run as nobody) fills its 160 MiB loop ext4 through ordinary produce requests until
 it shuts itself down ("Shutdown broker because all log dirs in ... have failed"). Then
@@ -29,15 +30,15 @@ from support import fsfixtures
 from support.cli import run_cli
 from support.configs import write_config
 from support.disks import df_percent
-from support.realbroker import PORT, ZK_PORT, RealBroker, running_broker
+from support.kafka import Target
+from support.kafka.broker import fast_retention
+from support.kafka.cluster import KafkaCluster, running_broker
 
 pytestmark = pytest.mark.realkafka
 
 ORDERS = "rescue-orders"
 COMPACT = "rescue-compact"
 CEILING = 85.0
-#: Its own ports: the session broker may be running beside it.
-RESCUE_PORT, RESCUE_ZK_PORT = PORT + 1, ZK_PORT + 1
 
 
 def batch_max_timestamps(log: Path) -> int:
@@ -84,7 +85,7 @@ class Rescue:
     errors_in_log: list[str]
 
 
-def fill_until_shutdown(broker: RealBroker, deadline_s: float = 180) -> None:
+def fill_until_shutdown(broker: KafkaCluster, deadline_s: float = 180) -> None:
     """Produce 1 MB chunks until the broker has shut itself down (or fail)."""
     deadline = time.monotonic() + deadline_s
     settings = {"batch.size": 200_000, "message.timeout.ms": 8000, "linger.ms": 5}
@@ -99,16 +100,16 @@ def fill_until_shutdown(broker: RealBroker, deadline_s: float = 180) -> None:
 
 
 @pytest.fixture(scope="module")
-def rescue(kafka_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rescue]:
+def rescue(kafka_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rescue]:
     state = tmp_path_factory.mktemp("rescue-state")
     with (
         fsfixtures.loop_ext4(160 * fsfixtures.MiB, 0, name="rescue-disk") as mount,
         running_broker(
-            kafka_dist,
+            kafka_target.release,
+            kafka_target.classpath,
             mount / "kafka-logs",
-            RESCUE_PORT,
-            RESCUE_ZK_PORT,
-            settings=("log.retention.check.interval.ms=1000", "log.segment.delete.delay.ms=500"),
+            mode=kafka_target.mode,
+            settings=fast_retention(kafka_target.release),
         ) as broker,
     ):
         log_dir = broker.log_dir
@@ -206,7 +207,9 @@ def rescue(kafka_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         finally:
             reader.close()
         errors = [
-            line for line in broker.log_text().splitlines() if re.match(r"^\[[^]]+\] ERROR ", line)
+            line
+            for line in broker.log_since_start().splitlines()
+            if re.match(r"^\[[^]]+\] ERROR ", line)
         ]
         yield Rescue(
             shutdown_logged="Shutdown broker because all log dirs in" in log_before,

@@ -15,7 +15,9 @@ internals, not part of this small API.
 - ``fleetgen``: a generated fleet of usage snapshots with a known truth, ``write_spool``.
 - ``net``: ``free_port``.
 - ``crashpoints``: kill-at-every-syscall runs of ``enforce --once`` (test and bench).
-- ``tansu``, ``realbroker``, ``standin``: a Kafka-protocol broker, a real Apache Kafka,
-  and a stand-in broker that runs retention like Kafka.
+- ``kafka``: a real Apache Kafka from Maven Central (KRaft or ZooKeeper mode, one broker or a
+  cluster, run as nobody); ``python -m support.kafka`` is the same for bench/ and the demo.
+- ``tansu``, ``standin``: a Kafka-protocol broker, and a stand-in broker that runs retention
+  like Kafka (both for what a real broker cannot be made to do on cue).
 - ``promserver``: a real Prometheus server; ``terminal``: run a command on a pty.
 """

@@ -8,11 +8,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from support import fsfixtures, kafka
 from support.kafka.broker import acl_settings, fast_retention
 from support.kafka.cluster import KafkaCluster, running_broker
 from support.kafka.node import ServerSetupError
+
+# ======================= Hypothesis (property tests) — begin =======================
+# No timing in tests: Hypothesis' deadline and its "input generation is slow" health check are
+# timing assertions, and fail under the load of the real broker, Spark and loop filesystems
+# that run beside them (seen: 1 input in 1.4 s on a loaded two-core machine).
+settings.register_profile("diskguard", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("diskguard")
+# ======================= Hypothesis (property tests) — end =========================
+
 
 # ======================= real filesystems (fsfixtures) — begin =======================
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from diskguard.configcheck import program_problem, state_dir_problem
+from diskguard.configcheck import inside_log_dir, program_problem, state_dir_problem
 from diskguard.configschema import Problem, build, dotted
 from diskguard.errors import ConfigError
 from diskguard.host import safeopen
@@ -316,6 +316,10 @@ def _resolve(config: Config, broker_keys: set[str], writes: bool = True) -> Conf
     ballast = config.ballast.path
     if ballast is not None and not ballast.is_absolute():
         problems.append(f"{source}: ballast.path: must be an absolute path, got {str(ballast)!r}")
+    for key, own in (("daemon.state_dir", config.daemon.state_dir), ("ballast.path", ballast)):
+        inside = inside_log_dir(own, resolved_dirs) if own is not None else None
+        if inside is not None:
+            problems.append(f"{source}: {key}: {inside}")
     flow = config.flow_control
     if not broker.bootstrap_servers:
         for kind in ("quota", "acl"):

@@ -113,3 +113,23 @@ def state_dir_problem(state_dir: Path, writes: bool = True) -> str | None:
     if writes and not os.access(path, os.W_OK | os.X_OK):
         return _not_writable(path)
     return None
+
+
+def inside_log_dir(path: Path, log_dirs: list[Path]) -> str | None:
+    """Why ``path`` (a state dir or ballast diskguard creates) must not be where it is, or None.
+
+    A Kafka broker refuses to start with anything in a log dir that is not a partition dir
+    ("Found directory .../diskguard ... is not in the form of topic-partition"): a state dir
+    made there by the first ``enforce --once``, or a ballast in a dir of its own there, would
+    keep the broker down after the very rescue diskguard exists for. ``log_dirs`` are
+    resolved; ``path`` is resolved here (the part that exists), so a symlink into a log dir
+    counts as inside it."""
+    real = Path(os.path.realpath(path))
+    for log_dir in log_dirs:
+        if real == log_dir or log_dir in real.parents:
+            return (
+                f"{_shown(str(path))} is inside log dir {_shown(str(log_dir))}: a Kafka broker "
+                "refuses to start with what is not a topic-partition dir there; put it "
+                "outside every log dir"
+            )
+    return None

@@ -368,8 +368,12 @@ def test_on_change_alone_enables_the_exec_actuator_and_the_hook_runs(tmp_path: P
 
 
 def config_text(tmp_path: Path, extra: str = "", state_dir: Path | str | None = None) -> str:
+    """A valid config whose log dir is ``tmp_path/"kafka-logs"`` (made here) and state dir
+    ``tmp_path/"state"``, beside it: never inside a log dir."""
+    logs = tmp_path / "kafka-logs"
+    logs.mkdir(exist_ok=True)
     state = tmp_path / "state" if state_dir is None else state_dir
-    return f'[broker]\nlog_dirs = ["{tmp_path}"]\n{extra}\n[daemon]\nstate_dir = "{state}"\n'
+    return f'[broker]\nlog_dirs = ["{logs}"]\n{extra}\n[daemon]\nstate_dir = "{state}"\n'
 
 
 def problem_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
@@ -575,3 +579,45 @@ def test_a_config_reached_through_a_symlink_is_read(tmp_path: Path) -> None:
     link = tmp_path / "link.toml"
     link.symlink_to(real)
     assert run_cli("check-config", "-c", str(link)).returncode == 0
+
+
+def test_a_state_dir_or_ballast_inside_a_log_dir_is_refused(tmp_path: Path) -> None:
+    """Kafka refuses to start with a directory in a log dir that is not a partition ("Found
+    directory .../diskguard ... is not in the form of topic-partition"): a state dir there
+    (created by the first ``enforce --once``), or a ballast in a dir of its own there, would
+    keep the broker down. Refused by every command, one line each, exit 2; also when the
+    path reaches the log dir through a symlink."""
+    logs = tmp_path / "kafka-logs"
+    logs.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(logs)
+    cases = [
+        ("daemon.state_dir", f'[daemon]\nstate_dir = "{logs / "diskguard"}"\n', logs / "diskguard"),
+        ("daemon.state_dir", f'[daemon]\nstate_dir = "{logs}"\n', logs),
+        ("daemon.state_dir", f'[daemon]\nstate_dir = "{link / "dg"}"\n', link / "dg"),
+        (
+            "ballast.path",
+            f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
+            f'[ballast]\npath = "{logs / "ballast" / "ballast.img"}"\n',
+            logs / "ballast" / "ballast.img",
+        ),
+        (
+            "ballast.path",
+            f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[ballast]\npath = "{logs / "b"}"\n',
+            logs / "b",
+        ),
+    ]
+    for key, tail, where in cases:
+        path = write(tmp_path, f'[broker]\nlog_dirs = ["{logs}"]\n{tail}')
+        for command in (["check-config"], ["enforce", "--once"], ["run"], ["plan"]):
+            (line,) = problem_lines(run_cli(*command, "-c", str(path)))
+            assert line.startswith(f"{path}: {key}: {where} is inside log dir {logs}"), line
+            assert "topic-partition" in line, line
+        assert sorted(p.name for p in logs.iterdir()) == []  # nothing was created there
+    # Beside the log dir (a sibling, or the parent of it) is fine.
+    ok = write(
+        tmp_path,
+        f'[broker]\nlog_dirs = ["{logs}"]\n[daemon]\nstate_dir = "{tmp_path / "kafka-logs-dg"}"\n'
+        f'[ballast]\npath = "{tmp_path / "ballast.img"}"\n',
+    )
+    assert run_cli("check-config", "-c", str(ok)).returncode == 0

@@ -86,10 +86,12 @@ def make_config(tmp_path: Path, **flow: Any) -> Config:
     if bootstrap is None and {"quota", "acl"} & set(flow.get("actuators", ())):
         # The config requires an address for these; the tests inject the admin clients.
         bootstrap = "127.0.0.1:9"
+    logs = tmp_path / "kafka-logs"  # the state dir goes beside it, never inside
+    logs.mkdir(exist_ok=True)
     return parse_config(
         {
             "broker": {
-                "log_dirs": [str(tmp_path)],
+                "log_dirs": [str(logs)],
                 "bootstrap_servers": bootstrap,
             },
             "flow_control": {"overfull_percent": 90, "underfull_percent": 80, **flow},

@@ -33,7 +33,8 @@ def write_config(
 ) -> Path:
     """Write ``tmp/name`` and return its path.
 
-    ``log_dirs`` is one dir or several; ``state_dir`` defaults to ``tmp/"state"``;
+    ``log_dirs`` is one dir or several; ``state_dir`` defaults to ``tmp/"state"`` (beside
+    ``tmp`` when ``tmp`` is a log dir);
     ``**retention`` are ``[retention]`` keys (after the ``assume_delete_policy`` default).
     A dict inside a section dict becomes a sub-table (``broker={"client": {...}}``).
     """
@@ -47,7 +48,7 @@ def write_config(
         "snapshots": snapshots,
         "metrics": metrics,
         "logging": logging,
-        "daemon": {"state_dir": tmp / "state" if state_dir is None else state_dir},
+        "daemon": {"state_dir": _state_dir(tmp, dirs) if state_dir is None else state_dir},
     }
     lines: list[str] = []
     for section, keys in sections.items():
@@ -55,6 +56,13 @@ def write_config(
     path = tmp / name
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _state_dir(tmp: Path, log_dirs: Sequence[Path]) -> Path:
+    """``tmp/"state"``, or beside ``tmp`` when ``tmp`` is itself a log dir (or inside one):
+    a state dir inside a log dir is refused (a broker will not start with it there)."""
+    inside = any(tmp == d or d in tmp.parents for d in log_dirs)
+    return tmp.parent / f"{tmp.name}-state" if inside else tmp / "state"
 
 
 def _table(name: str, keys: _Section) -> list[str]:

@@ -301,6 +301,7 @@ def _resolve(config: Config, broker_keys: set[str], writes: bool = True) -> Conf
             "(set broker.log_dirs or broker.server_properties with log.dirs)"
         )
     resolved_dirs: list[Path] = []
+    first_index: dict[Path, int] = {}
     for index, log_dir in enumerate(log_dirs):
         key = f"broker.log_dirs[{index}]"
         if not log_dir.is_absolute():
@@ -309,10 +310,18 @@ def _resolve(config: Config, broker_keys: set[str], writes: bool = True) -> Conf
             problems.append(
                 f"{source}: {key}: log dir {log_dir} does not exist or is not a directory"
             )
+        elif (real := Path(os.path.realpath(log_dir))) in first_index:
+            # Refused, not merged with a warning: Kafka refuses duplicate log.dirs too, and a
+            # duplicate is most often a typo for another disk, which would go unguarded.
+            first = first_index[real]
+            problems.append(
+                f"{source}: {key}: {log_dir} is the same directory as broker.log_dirs[{first}] "
+                f"({log_dirs[first]}); Kafka refuses duplicate log.dirs too: list each log dir "
+                "once (was another disk meant?)"
+            )
         else:
-            resolved_dirs.append(Path(os.path.realpath(log_dir)))
-    if len(set(resolved_dirs)) != len(resolved_dirs):
-        problems.append(f"{source}: broker.log_dirs: the same log dir is listed twice")
+            first_index[real] = index
+            resolved_dirs.append(real)
     ballast = config.ballast.path
     if ballast is not None and not ballast.is_absolute():
         problems.append(f"{source}: ballast.path: must be an absolute path, got {str(ballast)!r}")

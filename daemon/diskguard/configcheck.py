@@ -77,6 +77,36 @@ def _not_writable(path: str) -> str:
     return f"{_shown(path)} is not writable ({why})"
 
 
+def _no_room(directory: str) -> str | None:
+    """Why nothing can be created in ``directory`` (its filesystem full as ``df`` says: no
+    block or no inode available), or None. A state dir that cannot be made was found only
+    by the first ``enforce``, on the full disk it came to rescue.
+
+    ``f_bavail``, not ``f_bfree``, even as root: ext4 keeps clusters back that not even root
+    may use (``mkfs -m 0``, 327 blocks "free", mkdir fails with ENOSPC), and diskguard's
+    usage is df's anyway."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    if st.f_bavail > 0 and (st.f_favail > 0 or st.f_files == 0):  # f_files 0: no inode limit
+        return None
+    what = "no block" if st.f_bavail <= 0 else "no inode"
+    return f"no space left on {_shown(_mount_of(directory))} ({what} available, as df says)"
+
+
+def _mount_of(path: str) -> str:
+    """The mount point ``path`` is on (the nearest ancestor on another device stops it)."""
+    path = os.path.realpath(path)
+    dev = os.stat(path).st_dev
+    while path != "/":
+        parent = os.path.dirname(path)
+        if os.stat(parent).st_dev != dev:
+            return path
+        path = parent
+    return path
+
+
 def state_dir_problem(state_dir: Path, writes: bool = True) -> str | None:
     """What would stop diskguard from keeping its audit log, journal and state in
     ``state_dir`` (which it creates when missing). Nothing is created here: checking a
@@ -103,6 +133,10 @@ def state_dir_problem(state_dir: Path, writes: bool = True) -> str | None:
                 return f"cannot create {_shown(path)}: {_shown(parent)} is not a directory"
             if writes and not os.access(parent, os.W_OK | os.X_OK):
                 return f"cannot create {_shown(path)}: {_not_writable(parent)}"
+            if writes:
+                full = _no_room(parent)
+                if full is not None:
+                    return f"cannot create {_shown(path)}: {full}"
             return None
     except (OSError, ValueError) as exc:
         return _cannot_check(path, exc)

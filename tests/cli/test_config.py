@@ -621,3 +621,68 @@ def test_a_state_dir_or_ballast_inside_a_log_dir_is_refused(tmp_path: Path) -> N
         f'[ballast]\npath = "{tmp_path / "ballast.img"}"\n',
     )
     assert run_cli("check-config", "-c", str(ok)).returncode == 0
+
+
+def test_a_state_dir_that_cannot_be_made_on_a_full_disk_is_refused(
+    tmp_path: Path, loop_ext4: typing.Callable[..., Path]
+) -> None:
+    """check-config said ok, then the first ``enforce --once`` failed to make the state dir
+    (ENOSPC). Checking still creates nothing; a full disk is a problem line, exit 2."""
+    import errno
+    import os
+
+    mount = loop_ext4(16 * 1024 * 1024)
+    chunk = b"\x5a" * 65536
+    fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (65536, 4096, 1):
+            while True:
+                try:
+                    os.write(fd, chunk[:size])
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC
+                    break
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert os.statvfs(mount).f_bavail == 0
+    path = write(tmp_path, config_text(tmp_path, state_dir=mount / "diskguard"))
+    for command in (["check-config"], ["enforce", "--once"]):
+        (line,) = problem_lines(run_cli(*command, "-c", str(path)))
+        assert line.startswith(
+            f"{path}: daemon.state_dir: cannot create {mount / 'diskguard'}: no space left on "
+            f"{mount}"
+        ), line
+    assert not (mount / "diskguard").exists()
+    # Read-only commands do not create it: they need no room.
+    assert run_cli("plan", "-c", str(path)).returncode == 0
+    # With room again, the same config is fine.
+    (mount / "filler").unlink()
+    assert run_cli("check-config", "-c", str(path)).returncode == 0
+
+
+def test_a_log_dir_listed_twice_is_refused_naming_both_entries(tmp_path: Path) -> None:
+    """The README said "scanned once, with a warning"; the config was refused. Refusing is
+    right: Kafka itself refuses duplicate ``log.dirs`` ("Duplicate log directory found"),
+    and a duplicate is most often a typo for another disk, which a warning would leave
+    unguarded. Now both say so, and the line names both entries (also through a symlink)."""
+    logs = tmp_path / "kafka-logs"
+    logs.mkdir()
+    other = tmp_path / "other"
+    other.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(logs)
+    path = write(
+        tmp_path,
+        f'[broker]\nlog_dirs = ["{logs}", "{other}", "{link}"]\n'
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n',
+    )
+    (line,) = problem_lines(run_cli("check-config", "-c", str(path)))
+    assert line == (
+        f"{path}: broker.log_dirs[2]: {link} is the same directory as broker.log_dirs[0] "
+        f"({logs}); Kafka refuses duplicate log.dirs too: list each log dir once "
+        "(was another disk meant?)"
+    ), line
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "scanned once" not in readme
+    assert "The same directory listed twice (two paths to it) is refused" in readme

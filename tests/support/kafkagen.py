@@ -388,8 +388,11 @@ sys.stdin.read()
 
 
 @contextlib.contextmanager
-def hold_lock(log_dir: str | os.PathLike[str], timeout_s: float = 10.0) -> Iterator[int]:
+def hold_lock(
+    log_dir: str | os.PathLike[str], timeout_s: float = 10.0, argv_tail: Sequence[str] = ()
+) -> Iterator[int]:
     """Lock ``<log_dir>/.lock`` from another process, as a running broker holds it.
+    ``argv_tail``: more arguments on its command line (what ``/proc/PID/cmdline`` shows).
 
     Java's ``FileChannel.tryLock`` is a POSIX record lock (``fcntl`` F_SETLK), which a lock
     taken in this test process would not reveal to this process; hence the subprocess. Yields
@@ -397,7 +400,7 @@ def hold_lock(log_dir: str | os.PathLike[str], timeout_s: float = 10.0) -> Itera
     """
     lock_path = os.path.join(os.fspath(log_dir), ".lock")
     proc = subprocess.Popen(
-        [sys.executable, "-c", _LOCK_HOLDER, lock_path],
+        [sys.executable, "-c", _LOCK_HOLDER, lock_path, *argv_tail],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -46,6 +46,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from diskguard.host import safeopen
+from diskguard.kafkalog.model import LockHolder
 
 LOCK_FILE = ".lock"
 
@@ -134,6 +135,53 @@ def unprobeable(log_dir: str | os.PathLike[str]) -> str | None:
             "broker holds it, treated as held"
         )
     return None
+
+
+def holder(log_dir: str | os.PathLike[str]) -> LockHolder | None:
+    """Who else holds ``<log_dir>/.lock`` (None: nobody), for a refusal to name: "is the
+    broker running?" sent operators looking for a broker when the holder was another
+    diskguard mid-deletion."""
+    pid = holder_pid(log_dir)
+    if pid is None:
+        return None
+    problem = unprobeable(log_dir)
+    if problem is not None:
+        return LockHolder(pid, "unknown", f"nothing that can be named ({problem})")
+    return describe_pid(pid)
+
+
+def describe_pid(pid: int) -> LockHolder:
+    """What ``/proc/PID/cmdline`` says about the lock holder ``pid`` (``holder_pid``'s
+    answer: 0 and -1 name no process)."""
+    if pid == 0:
+        return LockHolder(
+            pid, "unknown", "a process in another PID namespace (a broker in a container?)"
+        )
+    if pid < 0:
+        return LockHolder(pid, "unknown", "an open-file-description lock (no pid reported)")
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = [os.fsdecode(a) for a in fh.read().split(b"\0") if a]
+    except OSError:
+        argv = []
+    for i, arg in enumerate(argv):
+        tail = argv[i + 1 :]
+        if os.path.basename(arg) == "diskguard" or (arg == "-m" and tail[:1] == ["diskguard"]):
+            words = tail[1:] if arg == "-m" else tail
+            return LockHolder(
+                pid, "diskguard", f"another diskguard (pid {pid}: {_shown(['diskguard', *words])})"
+            )
+    if any(a in ("kafka.Kafka", "kafka.docker.KafkaDockerWrapper") for a in argv):
+        return LockHolder(pid, "broker", f"a Kafka broker (pid {pid})")
+    if not argv:
+        return LockHolder(pid, "other", f"pid {pid} (its command line cannot be read)")
+    return LockHolder(pid, "other", f"pid {pid} ({_shown([os.path.basename(argv[0]), *argv[1:]])})")
+
+
+def _shown(argv: list[str], limit: int = 80) -> str:
+    """A command line in one short line (a ``-c`` program's newlines folded)."""
+    text = " ".join(" ".join(argv).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def held_by_other(log_dir: str | os.PathLike[str]) -> bool:

@@ -33,6 +33,19 @@ _NON_LIVE_DIR = re.compile(
 )
 
 
+@dataclass(frozen=True)
+class LockHolder:
+    """Who holds a log dir's ``.lock``, as far as ``/proc`` tells: for a refusal that names
+    the holder instead of guessing a broker. ``kind``: ``diskguard`` (another diskguard
+    deleting there), ``broker`` (a Kafka broker's command line), ``other`` or ``unknown``
+    (another PID namespace, an open-file-description lock, a ``.lock`` that cannot be
+    probed); ``text`` says it in a few words for a message."""
+
+    pid: int
+    kind: str
+    text: str
+
+
 class PartitionDirKind(StrEnum):
     LIVE = "live"
     DELETE = "delete"

@@ -163,7 +163,9 @@ class FileExecutor:
                         for left in unfinished:  # an exception: their journal entries stay open
                             left.removal.close()
             except lockfile.LockHeld as exc:
-                why = f"{exc} (is the broker running?); nothing touched"
+                who = lockfile.describe_pid(exc.pid) if exc.pid is not None else None
+                held = f"{exc.log_dir}/.lock is held by {who.text}" if who else str(exc)
+                why = f"{held}; nothing touched"
                 for i in indexes:
                     if results[i] is None:
                         d = deletions[i]

@@ -62,7 +62,8 @@ class ModeChooser:
         else:
             # Nothing to delete: avoid a network round trip, assume what the lock says.
             reachable = (bool(locked) or None) if self._broker is not None else None
-        return decide_mode(configured, reachable, locked)
+        holder = lockfile.holder(locked[0]) if locked and configured != DRY_RUN else None
+        return decide_mode(configured, reachable, locked, holder)
 
     def choose(self) -> ModeDecision:
         """The cycle's one mode decision, before the scan.

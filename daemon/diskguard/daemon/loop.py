@@ -226,8 +226,6 @@ class Daemon(RetentionCycles, FlowControl):
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         self._recover()
-        # Keep a little space for audit lines even when the disk fills up later.
-        self.runtime.audit.ensure_reserve()
         # A restart must not release producers of a disk still between the limits: continue
         # the episode the actuators' state file says was open.
         for mount in self.actuators.recorded_overfull_mounts():

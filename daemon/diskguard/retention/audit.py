@@ -208,6 +208,38 @@ class AuditLog:
         finally:
             os.close(fd)
 
+    def prepare(self) -> str | None:
+        """Make the reserve now, whenever the state dir exists, not at the first deletion:
+        a routine run that deleted nothing used to leave a state dir without one, and the
+        rescue of that disk at 100 % then could not write its journal or audit line, so
+        nothing went. Returns why there is none (for a warning), or None."""
+        if self.ensure_reserve():
+            return None
+        return f"{self.reserve_path} could not be made ({self._free_text()}): {self.consequence}"
+
+    #: What a missing or used-up reserve means, said wherever it shows.
+    consequence = (
+        "on a full disk shared with the state dir, deletions cannot be audited and are "
+        "refused until space is freed by hand (or `diskguard ballast release`)"
+    )
+
+    def _free_text(self) -> str:
+        try:
+            st = os.statvfs(self.path.parent)
+        except OSError as exc:
+            return f"its filesystem cannot be read: {exc.strerror or exc}"
+        return f"{st.f_bavail * st.f_frsize} bytes free on its filesystem"
+
+    def full_disk_note(self) -> str:
+        """Said with an ENOSPC of the audit log or the journal: the reserve is spent or was
+        never made, rather than the bare error (which reads like any other failure)."""
+        try:
+            size = os.stat(self.reserve_path).st_size
+        except OSError:
+            size = -1
+        state = "is used up" if size >= 0 else "does not exist"
+        return f"the audit reserve {self.reserve_path} {state}; {self.consequence}"
+
     def make_room(self) -> bool:
         """Give one chunk of the reserve back to the filesystem; False when nothing is left."""
         try:
@@ -241,7 +273,10 @@ class AuditLog:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 append_line(self.path, data, self.make_room)
             except OSError as exc:
-                raise AuditWriteFailed(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+                note = f" ({self.full_disk_note()})" if exc.errno == errno.ENOSPC else ""
+                raise AuditWriteFailed(
+                    f"cannot write {self.path}: {exc.strerror or exc}{note}"
+                ) from exc
 
     def before_many(self, items: Sequence[tuple[Deletion, str, float, str, str]]) -> None:
         """``before`` for ``(deletion, why, usage_before_percent, mode, action_id)`` items:

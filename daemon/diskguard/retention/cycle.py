@@ -94,6 +94,12 @@ class RetentionCycle:
             )
         self.broker = broker
         self.audit = AuditLog(state_dir / "audit.jsonl")
+        if not read_only:
+            problem = self.audit.prepare()
+            if problem is not None:
+                log.warning(
+                    "audit_reserve_unavailable", path=str(self.audit.reserve_path), reason=problem
+                )
         self.inputs = PlanInputs(
             config,
             self.requested,

@@ -39,6 +39,7 @@ a crash), ``sweep`` (what Kafka removes at start-up). Audit lines go through ``e
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -291,6 +292,8 @@ class FileExecutor:
             self.journal.append(entry)
         except OSError as exc:
             error = f"journal not writable ({self.journal.path}): {exc.strerror or exc}"
+            if exc.errno == errno.ENOSPC:
+                error += f" ({self.audit.full_disk_note()})"
             for i, d, _, _ in checked:
                 log.error("offline_refused", reason=error, topic=d.topic, partition=d.partition)
                 results[i] = DeletionResult(d, False, 0, MODE, error, True)

@@ -223,3 +223,112 @@ def test_no_inotify_instance_left_the_daemon_still_guards_the_disk(
         if hog.stdin is not None:
             hog.stdin.close()
         hog.wait(timeout=10)
+
+
+# A uid of its own: the inotify watch limit is per user, and ``nobody`` is also the user other
+# tests' Kafka brokers run as (Java's WatchService uses inotify): taking nobody's watches
+# would starve them. setpriv needs no passwd entry for a numeric uid.
+_WATCH_UID = 47_291
+
+_WATCH_HOG = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+IN_ATTRIB = 0x4
+files_dir, leave = sys.argv[1], int(sys.argv[2])
+limit = int(open("/proc/sys/fs/inotify/max_user_watches").read())
+names = [os.path.join(files_dir, n).encode() for n in sorted(os.listdir(files_dir))]
+want, taken, fds = limit - leave, 0, []
+while taken < want:
+    fd = libc.inotify_init1(os.O_CLOEXEC)
+    if fd < 0:
+        sys.stdout.write(f"instance {ctypes.get_errno()}\n"); sys.stdout.flush(); sys.exit(1)
+    fds.append(fd)
+    for name in names:
+        if taken >= want:
+            break
+        if libc.inotify_add_watch(fd, name, IN_ATTRIB) < 0:
+            sys.stdout.write(f"watch {ctypes.get_errno()}\n"); sys.stdout.flush(); sys.exit(1)
+        taken += 1
+sys.stdout.write(f"{taken} {len(fds)}\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+def test_past_the_inotify_watch_limit_the_daemon_says_so_and_still_guards(
+    disk: Path, tmp_path: Path
+) -> None:
+    """watchdog swallows the ENOSPC of every watch past the first (a recursive watch's
+    subdirectories): with 64 watches left for 301 dirs the daemon ran without a word and
+    nothing in 237 partition dirs woke it. Now ``watch_failed`` says how many dirs are not
+    watched and the rescans keep guarding."""
+    limit = int(Path("/proc/sys/fs/inotify/max_user_watches").read_text())
+    instances = 100  # of the 128 a user may have: some are left for the daemon
+    per_instance = -(-limit // instances)
+    os.chmod(disk.parent, 0o755)  # mkdtemp's 0700 would keep the uid out
+    log_dir = disk / "kafka-logs"
+    small = [
+        SegmentSpec(records=4, payload_size=2_000, first_timestamp_ms=BASE_TS + s * 60_000)
+        for s in range(2)
+    ]
+    write_log_dir(log_dir, {("orders", p): small for p in range(300)}, segment_index_bytes=4096)
+    files = disk.parent / "hog-files"  # not on the disk: its inodes are few
+    files.mkdir()
+    for i in range(per_instance):
+        (files / f"{i:07d}").touch()
+    work = disk.parent / "watcher"
+    work.mkdir()
+    os.sync()
+    ceiling = round(df_percent(disk) + 3, 2)
+    cfg = write_config(
+        work,
+        log_dir,
+        disk_usage_percent=ceiling,
+        check_interval="1s",
+        usage_poll_interval="0.1s",
+        mode="offline",
+        offline_headroom=0,
+    )
+    for path in [work, cfg, log_dir, *log_dir.rglob("*")]:
+        os.chown(path, _WATCH_UID, _WATCH_UID, follow_symlinks=False)
+    as_uid = ["setpriv", f"--reuid={_WATCH_UID}", f"--regid={_WATCH_UID}", "--clear-groups", "--"]
+    hog = subprocess.Popen(
+        [*as_uid, sys.executable, "-c", _WATCH_HOG, str(files), "64"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    daemon: DaemonProc | None = None
+    try:
+        assert hog.stdout is not None
+        taken, _fds = hog.stdout.readline().split()
+        assert int(taken) == limit - 64, taken
+        daemon = DaemonProc(cfg, env={"HOME": str(work)}, prefix=as_uid)
+        daemon.wait_for("daemon_started", timeout=30)
+        failed = daemon.wait_for("watch_failed", timeout=10)
+        assert failed["log_dir"] == str(log_dir), failed
+        assert "inotify watch limit" in failed["error"], failed
+        # What the kernel says the daemon watches (setpriv exec'd it: same pid).
+        pid = daemon.proc.pid
+        watches = sum(
+            Path(f"/proc/{pid}/fdinfo/{fd}").read_text().count("\ninotify wd:")
+            for fd in os.listdir(f"/proc/{pid}/fd")
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify"
+        )
+        assert 0 < watches <= 64, watches
+        assert failed["unwatched_dirs"] == 301 - watches, (failed, watches)
+        assert "max_user_watches" in failed["error"], failed
+        assert "rescan" in failed["fallback"], failed
+        cap = disk_capacity(disk)
+        fill(disk / "filler", int((ceiling + 3 - df_percent(disk)) / 100 * cap))
+        crossed = time.monotonic()
+        while df_percent(disk) > ceiling:
+            assert time.monotonic() - crossed < 6, "not brought under"
+            assert daemon.proc.poll() is None, daemon.stderr_tail()
+            time.sleep(0.05)
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        if hog.stdin is not None:
+            hog.stdin.close()
+        hog.wait(timeout=30)

@@ -13,7 +13,7 @@ import time
 
 from diskguard.daemon.brokerprobe import BrokerProbe
 from diskguard.daemon.forecast import ReclaimForecast
-from diskguard.daemon.watch import HintSummary
+from diskguard.daemon.watch import HintSummary, Watcher
 from diskguard.flow.limits import flow_limits
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.model import FilesystemUsage
@@ -42,6 +42,8 @@ class RetentionCycles(ReclaimForecast):
     _locks_seen: dict[str, bool]
     #: The current rescan interval while stuck (seconds).
     _backoff: float
+    #: The inotify hints (``complete``: every dir watched).
+    _watch: Watcher
 
     def _stuck_and_unchanged(self, usages: dict[str, FilesystemUsage], hint: HintSummary) -> bool:
         """True while every filesystem over its limit is stuck (see ``stuck``) and nothing a
@@ -72,10 +74,12 @@ class RetentionCycles(ReclaimForecast):
 
     def _rescan_interval(self, usages: dict[str, FilesystemUsage], unchanged: bool) -> float:
         """``check_interval``, doubled after each periodic rescan that found the same stuck
-        state (up to ``MAX_BACKOFF_S``); back to ``check_interval`` on any change."""
+        state (up to ``MAX_BACKOFF_S``); back to ``check_interval`` on any change. Never
+        doubled while some dir is not watched (``Watcher.complete``): a change there sends
+        no hint, so only the rescan sees it."""
         base = self.config.retention.check_interval
         over = [m for m, u in usages.items() if self.runtime.ceilings.over_usage(u)]
-        if unchanged and self.stuck.all_stuck(over):
+        if unchanged and self._watch.complete and self.stuck.all_stuck(over):
             self._backoff = min(max(base, MAX_BACKOFF_S), self._backoff * 2)
         else:
             self._backoff = base

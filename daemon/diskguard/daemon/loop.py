@@ -201,6 +201,9 @@ class Daemon(RetentionCycles, FlowControl):
 
     def _snapshot(self) -> None:
         outcome = self._retention(full=True)
+        # Partition dirs made since the last check may be past the watch limit (watchdog
+        # says nothing): say so, and keep the rescans at check_interval.
+        self._watch.verify(self.config.broker.log_dirs)
         if outcome is None:
             return
         self._measure_deleted_open()

@@ -30,6 +30,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
+from diskguard.host import inotifywatches
 from diskguard.kafkalog import lockfile
 from diskguard.logs import get_logger
 
@@ -118,13 +119,25 @@ class _Hint(FileSystemEventHandler):
         return summary
 
 
+#: What guards a log dir (or part of one) that inotify does not watch.
+_FALLBACK = "usage poll and a full rescan every check_interval (no back-off while stuck)"
+
+
 def _unwatched(exc: OSError) -> None:
     """No inotify at all (the instance limit reached...): the poll and the rescan still guard."""
-    log.warning(
-        "watch_failed",
-        error=exc.strerror or str(exc),
-        fallback="usage poll and periodic rescan only",
-    )
+    log.warning("watch_failed", error=exc.strerror or str(exc), fallback=_FALLBACK)
+
+
+def _dirs_of(log_dir: Path) -> list[tuple[str, int]]:
+    """The log dir and the dirs directly in it (partitions...), as (path, inode): what a
+    recursive watch must cover for a roll or a deletion anywhere to wake the loop. One
+    listing, no stat (``d_ino``); symlinks are not followed, as watchdog does not."""
+    out = [(str(log_dir), os.stat(log_dir).st_ino)]
+    with os.scandir(log_dir) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                out.append((entry.path, entry.inode()))
+    return out
 
 
 class Watcher:
@@ -134,9 +147,19 @@ class Watcher:
         self._wake = wake
         self._observer: Any = None
         self._hint: _Hint | None = None
+        #: Every dir of every log dir has its watch: hints can be trusted to say "nothing
+        #: changed", so the stuck back-off may lengthen the rescan period.
+        self.complete = False
+        #: log dir -> how many dirs it had when last verified complete (skip the re-check
+        #: while that count stays the same); log dirs already reported unwatched.
+        self._verified: dict[str, int] = {}
+        self._said: set[str] = set()
 
     def start(self, log_dirs: Iterable[Path], daemon: Daemon) -> None:
         """inotify hints; without them (watch limit, a vanished dir) the poll still guards."""
+        self.complete = False
+        self._verified.clear()
+        self._said.clear()
         try:
             observer = Observer()  # watchdog opens its inotify instance here
         except OSError as exc:
@@ -155,7 +178,10 @@ class Watcher:
                 # Same watch (renames and unlinks pass its filter): our segments' reclaim times.
                 observer.add_handler_for_watch(reclaim_events, watch)
             except OSError as exc:
-                log.warning("watch_failed", log_dir=str(log_dir), error=str(exc))
+                log.warning(
+                    "watch_failed", log_dir=str(log_dir), error=str(exc), fallback=_FALLBACK
+                )
+                self._said.add(str(log_dir))
         observer.daemon = True
         try:
             observer.start()
@@ -164,6 +190,55 @@ class Watcher:
             return
         self._observer = observer
         self._hint = handler
+        self.verify(log_dirs)
+
+    def verify(self, log_dirs: Iterable[Path]) -> None:
+        """Ask the kernel which dirs are really watched; say once per log dir when some are
+        not (``watch_failed``), and set ``complete``.
+
+        watchdog drops the ENOSPC of each subdirectory past the watch limit, at start and for
+        every partition dir created later, so this runs at start and with each snapshot's
+        full rescan (re-reading the watch list only when a log dir's dir count changed).
+        """
+        if self._observer is None:
+            return  # no inotify at all: said at start, ``complete`` stays False
+        complete = True
+        watched: set[int] | None = None
+        for log_dir in log_dirs:
+            key = str(log_dir)
+            try:
+                dirs = _dirs_of(log_dir)
+                if self._verified.get(key) == len(dirs):
+                    continue
+                if watched is None:
+                    watched = inotifywatches.watched_inodes()
+            except OSError:
+                complete = False  # a vanished log dir: the scan says so; no hints from it
+                continue
+            missing = [path for path, ino in dirs if ino not in watched]
+            if not missing:
+                self._verified[key] = len(dirs)
+                self._said.discard(key)
+                continue
+            self._verified.pop(key, None)
+            complete = False
+            if key in self._said:
+                continue
+            self._said.add(key)
+            limit = inotifywatches.max_user_watches()
+            log.warning(
+                "watch_failed",
+                log_dir=key,
+                error=(
+                    f"inotify watch limit reached: {len(missing)} of {len(dirs)} dirs not "
+                    f"watched (fs.inotify.max_user_watches = {limit}, shared by every "
+                    "inotify user of this uid; raise it)"
+                ),
+                fallback=_FALLBACK,
+                unwatched_dirs=len(missing),
+                first_unwatched=missing[0],
+            )
+        self.complete = complete
 
     def stop(self) -> None:
         if self._observer is not None:

@@ -388,3 +388,30 @@ def test_committed_offsets_against_tansu(tansu: str) -> None:
         consumer.close()
     offsets = BrokerClient(tansu, timeout=5.0).committed_offsets(["orders", "absent"])
     assert offsets == {("orders", 0): {"billing": 7}, ("orders", 1): {"billing": 3}}
+
+
+def test_within_a_cycle_a_hung_broker_is_waited_out_once() -> None:
+    """A request that waits out the whole timeout unanswered makes the cycle's other
+    requests fail at once with that reason; outside a cycle, and in the next one, the broker
+    is asked again."""
+    admin = FakeAdmin()
+    admin.delete_answers = {("t", 0): NEVER}
+    client = BrokerClient("127.0.0.1:1", {}, timeout=0.3, admin=admin)  # type: ignore[arg-type]
+    with client.one_timeout():
+        started = time.monotonic()
+        (first,) = client.delete_records([deletion("t", 0, 0, 10)])
+        waited = time.monotonic() - started
+        assert not first.ok and "timed out" in (first.error or "")
+        started = time.monotonic()
+        (second,) = client.delete_records([deletion("t", 0, 10, 20)])
+        assert time.monotonic() - started < 0.1 and len(admin.delete_calls) == 1
+        assert second.error is not None and second.error.startswith(
+            "the broker did not answer within 0.3 s earlier in this cycle"
+        )
+        assert not client.reachable()
+        assert client.leaders(["t"]) == {}
+    assert waited >= 0.3
+    assert client.reachable()  # outside a cycle: asked
+    with client.one_timeout():
+        client.delete_records([deletion("t", 0, 10, 20)])  # a new cycle asks again
+    assert len(admin.delete_calls) == 2

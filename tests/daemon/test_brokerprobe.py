@@ -37,7 +37,7 @@ def wait_until(cond: object, timeout: float = 5.0) -> bool:
 
 def test_idle_until_wanted_then_probes_every_interval_until_an_answer() -> None:
     answers, wake = Answers(), threading.Event()
-    probe = BrokerProbe(answers, 0.05, wake)
+    probe = BrokerProbe(answers, 0.05, wake.set)
     probe.start()
     try:
         time.sleep(0.2)
@@ -59,7 +59,7 @@ def test_idle_until_wanted_then_probes_every_interval_until_an_answer() -> None:
 
 def test_not_wanted_any_more_stops_probing_and_a_raising_probe_is_a_no() -> None:
     answers, wake = Answers(), threading.Event()
-    probe = BrokerProbe(answers, 0.05, wake)
+    probe = BrokerProbe(answers, 0.05, wake.set)
     probe.start()
     try:
         answers.raise_next = True
@@ -78,7 +78,7 @@ def test_not_wanted_any_more_stops_probing_and_a_raising_probe_is_a_no() -> None
 
 def test_stop_ends_the_thread_while_waiting_or_probing() -> None:
     for wanted in (False, True):
-        probe = BrokerProbe(Answers(), 30.0, threading.Event())
+        probe = BrokerProbe(Answers(), 30.0, threading.Event().set)
         probe.start()
         probe.want(wanted)
         time.sleep(0.05)
@@ -86,3 +86,22 @@ def test_stop_ends_the_thread_while_waiting_or_probing() -> None:
         probe.stop()
         assert time.monotonic() - started < 2.0
         assert not probe._thread.is_alive()
+
+
+def test_while_probing_the_last_answer_is_known_without_asking() -> None:
+    """The cycle takes the probe's answer instead of waiting out the client's timeout."""
+    answers, wake = Answers(), threading.Event()
+    probe = BrokerProbe(answers, 0.05, wake.set)
+    probe.start()
+    try:
+        assert probe.answer() is None  # not probing: ask the broker
+        probe.want(True)
+        assert wait_until(lambda: answers.calls >= 1 and probe.answer() is False)
+        answers.up = True
+        assert wait_until(wake.is_set)
+        assert probe.answer() is None  # it answered: probing is over, ask the broker again
+        probe.want(True)
+        probe.want(False)
+        assert probe.answer() is None
+    finally:
+        assert not probe.stop()

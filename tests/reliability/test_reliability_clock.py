@@ -24,7 +24,18 @@ from typing import Any
 import pytest
 
 from diskguard.config import load_config
-from diskguard.daemon import cycles, flowcontrol, forecast, loop, snapshot, statefile, watch
+from diskguard.daemon import (
+    cycles,
+    cycleworker,
+    filesystems,
+    flowcontrol,
+    forecast,
+    loop,
+    schedule,
+    snapshot,
+    statefile,
+    watch,
+)
 from diskguard.daemon.loop import Daemon
 from support.cli import plan_json, run_cli
 from support.configs import write_config
@@ -92,9 +103,22 @@ def test_segments_from_1970_to_2200_order_by_their_data(disk: Path, tmp_path: Pa
 def test_the_daemon_loop_uses_no_wall_clock_for_its_timers() -> None:
     """Source check: ``time.time`` appears only where a wall-clock *value* is recorded
     (deletion and snapshot timestamps, the state file), never in the loop's scheduling."""
-    modules = (loop, cycles, flowcontrol, forecast, snapshot, statefile, watch)
+    modules = (
+        loop,
+        cycles,
+        cycleworker,
+        filesystems,
+        flowcontrol,
+        forecast,
+        schedule,
+        snapshot,
+        statefile,
+        watch,
+    )
     tree = ast.parse("\n".join(inspect.getsource(module) for module in modules))
-    allowed = {"_retention", "record_snapshots", "write_state"}
+    # Stamps: a deletion's time, the partitions set aside until (wall clock, for other
+    # processes), a snapshot record's time, the state file's "updated".
+    allowed = {"_apply", "_count_deleted", "record", "write_state"}
     offenders = []
     for func in ast.walk(tree):
         if not isinstance(func, ast.FunctionDef):
@@ -110,6 +134,10 @@ def test_the_daemon_loop_uses_no_wall_clock_for_its_timers() -> None:
                 offenders.append(f"{func.name}:{node.lineno}")
     assert not offenders, f"time.time() in daemon timer code: {offenders}"
     assert "time.monotonic()" in inspect.getsource(Daemon._iteration)
+    # The schedule itself reads no clock at all: its caller's ``now`` is all it knows.
+    assert "time" not in {
+        n.id for n in ast.walk(ast.parse(inspect.getsource(schedule))) if isinstance(n, ast.Name)
+    }
 
 
 class _JumpingClock:
@@ -144,13 +172,13 @@ def test_a_day_long_wall_clock_jump_keeps_the_cycle_cadence(
     monkeypatch.setattr(signal, "signal", lambda *_a: None)  # run() is not in the main thread
     d = Daemon(config)
     cycles: list[tuple[float, bool]] = []
-    real_retention = d._retention
+    real_start = d.retention.start
 
     def counting(full: bool = False) -> Any:
         cycles.append((time.monotonic(), full))
-        return real_retention(full=full)
+        return real_start(full=full)
 
-    monkeypatch.setattr(d, "_retention", counting)
+    monkeypatch.setattr(d.retention, "start", counting)
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(d.run()), daemon=True)
     thread.start()

@@ -20,7 +20,7 @@ from typing import Any
 
 from diskguard.broker.client import BrokerClient
 from diskguard.config import load_config
-from diskguard.daemon.loop import Daemon
+from diskguard.daemon.filesystems import Filesystems
 from diskguard.host import fsusage
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
 from diskguard.kafkalog.scan import scan
@@ -153,12 +153,10 @@ def test_the_daemon_watches_one_filesystem_per_device(disk: Path, tmp_path: Path
     two_log_dirs(disk)
     with bind_mount(disk, tmp_path / "bind") as bind:
         log_dirs = [disk / "logs-a", bind / "logs-b"]
-        daemon = Daemon(load_config(write_config(tmp_path, log_dirs, disk_usage_percent=99.0)))
-        try:
-            assert daemon.mounts == {str(disk): [str(d) for d in log_dirs]}
-            assert list(daemon._read_usage()) == [str(disk)]
-        finally:
-            daemon._teardown()
+        config = load_config(write_config(tmp_path, log_dirs, disk_usage_percent=99.0))
+        guarded = Filesystems(config.broker.log_dirs)
+        assert guarded.mounts == {str(disk): [str(d) for d in log_dirs]}
+        assert list(guarded.usage()) == [str(disk)]
 
 
 # -- item 5: hard links ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from diskguard.config import load_config
-from diskguard.daemon.statefile import STATE_EVERY_S
+from diskguard.daemon.schedule import STATE_EVERY_S
 from diskguard.retention.audit import AuditLog
 from diskguard.retention.cycle import RetentionCycle
 from diskguard.retention.journal import Journal

@@ -19,9 +19,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from diskguard.broker.errors import describe_error, is_lasting, rdkafka_logger
+from diskguard.broker.patience import OneTimeout
 from diskguard.logs import get_logger
 from diskguard.retention.planner import NO_OFFSET, Deletion, DeletionResult
 
@@ -85,12 +87,8 @@ class BrokerClient:
             }
             admin = AdminClient(conf, logger=rdkafka_logger())
         self._admin: AdminApi = admin
-        #: The last ``reachable()`` answer (None before the first): the daemon probes in the
-        #: background while stuck and this is False (``daemon.brokerprobe``).
-        self.last_reachable: bool | None = None
-        #: Set by the daemon while that probe runs: ``reachable()`` then gives the probe's
-        #: last answer at once, so the loop never waits out a dead broker's timeout itself.
-        self.answer_from_probe = False
+        #: A retention cycle's calls wait out one timeout in all (``one_timeout``).
+        self._patience = OneTimeout(timeout)
 
     def close(self) -> None:
         """Serve pending log callbacks; the AdminClient itself has no close."""
@@ -102,20 +100,24 @@ class BrokerClient:
             with contextlib.suppress(Exception):
                 poll(0)
 
+    def one_timeout(self) -> AbstractContextManager[None]:
+        """A retention cycle's calls on this thread wait out one timeout in all
+        (``patience.OneTimeout``)."""
+        return self._patience.cycle()
+
     # -- reachability --------------------------------------------------------------------
-    def reachable(self, quiet: bool = False, probe: bool = False) -> bool:
+    def reachable(self, quiet: bool = False) -> bool:
         """Metadata round trip within ``timeout``: is a broker answering at ``bootstrap``?
-        ``probe``: the daemon's background probe asking (always a round trip); ``quiet``: a
-        failure is a debug line (that probe repeats every interval)."""
-        if self.answer_from_probe and not probe and self.last_reachable is not None:
-            return self.last_reachable
+        ``quiet``: a failure is a debug line (the daemon's background probe, which repeats
+        every interval)."""
+        started = time.monotonic()
         try:
+            self._patience.check()
             self._admin.list_topics(timeout=self.timeout)
-            self.last_reachable = True
             return True
         except Exception as exc:
-            self.last_reachable = False
             error = describe_error(exc)
+            self._patience.waited_out(started, error)
             if quiet:
                 log.debug("broker_unreachable", bootstrap=self.bootstrap, error=error)
             else:
@@ -139,13 +141,15 @@ class BrokerClient:
         request = [TopicPartition(t, p, off) for (t, p), off in wanted.items()]
         outcome: dict[tuple[str, int], tuple[int | None, str | None]] = {}
         lasting: set[tuple[str, int]] = set()  # refused until an ACL or config changes
+        started = time.monotonic()
+        futures: Mapping[Any, concurrent.futures.Future[Any]] = {}
         try:
+            self._patience.check()
             futures = self._admin.delete_records(
                 request, request_timeout=self.timeout, operation_timeout=self.timeout
             )
         except Exception as exc:
             local_error = describe_error(exc)
-            futures = {}
             for key in wanted:
                 outcome[key] = (None, local_error)
         deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
@@ -155,6 +159,7 @@ class BrokerClient:
                 answer = future.result(timeout=max(0.0, deadline - time.monotonic()))
             except Exception as exc:
                 outcome[key] = (None, describe_error(exc))
+                self._patience.waited_out(started, describe_error(exc))
                 if is_lasting(exc):
                     lasting.add(key)
                 continue
@@ -237,7 +242,9 @@ class BrokerClient:
             ResourceType,
         )
 
+        started = time.monotonic()
         try:
+            self._patience.check()
             if broker_id is None:
                 brokers = sorted(self._admin.list_topics(timeout=self.timeout).brokers)
                 if not brokers:
@@ -251,9 +258,9 @@ class BrokerClient:
             entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
             return {key: entry.value for key, entry in entries.items()}
         except Exception as exc:
-            log.warning(
-                "broker_configs_unavailable", broker_id=broker_id, error=describe_error(exc)
-            )
+            error = describe_error(exc)
+            self._patience.waited_out(started, error)
+            log.warning("broker_configs_unavailable", broker_id=broker_id, error=error)
             return None
         finally:
             self._serve_logs()
@@ -264,10 +271,14 @@ class BrokerClient:
         out: dict[tuple[str, int], int] = {}
         if not wanted:
             return out
+        started = time.monotonic()
         try:
+            self._patience.check()
             metadata = self._admin.list_topics(timeout=self.timeout)
         except Exception as exc:
-            log.warning("metadata_unavailable", error=describe_error(exc))
+            error = describe_error(exc)
+            self._patience.waited_out(started, error)
+            log.warning("metadata_unavailable", error=error)
             return out
         finally:
             self._serve_logs()
@@ -290,13 +301,17 @@ class BrokerClient:
         out: dict[tuple[str, int], dict[str, int]] = {}
         if not wanted:
             return out
-        deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
+        started = time.monotonic()
+        deadline = started + self.timeout + min(2.0, self.timeout)
         try:
+            self._patience.check()
             listing = self._admin.list_consumer_groups(request_timeout=self.timeout).result(
                 timeout=max(0.0, deadline - time.monotonic())
             )
         except Exception as exc:
-            log.warning("consumer_groups_unavailable", error=describe_error(exc))
+            error = describe_error(exc)
+            self._patience.waited_out(started, error)
+            log.warning("consumer_groups_unavailable", error=error)
             return out
         for err in getattr(listing, "errors", None) or []:
             log.warning("consumer_groups_partial", error=describe_error(err))
@@ -318,6 +333,7 @@ class BrokerClient:
             try:
                 answer = future.result(timeout=max(0.0, deadline - time.monotonic()))
             except Exception as exc:
+                self._patience.waited_out(started, describe_error(exc))
                 log.warning("consumer_offsets_unavailable", group=group, error=describe_error(exc))
                 continue
             for key, offset in _group_offsets(answer, wanted).items():
@@ -342,10 +358,12 @@ class BrokerClient:
 
         failed: dict[str, str] = {}
         resources = [ConfigResource(ResourceType.TOPIC, t) for t in sorted(set(topics))]
+        started = time.monotonic()
+        futures: Mapping[Any, concurrent.futures.Future[Any]] = {}
         try:
+            self._patience.check()
             futures = self._admin.describe_configs(resources, request_timeout=self.timeout)
         except Exception as exc:
-            futures = {}
             failed = {r.name: describe_error(exc) for r in resources}
         deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
         for resource, future in futures.items():
@@ -359,6 +377,7 @@ class BrokerClient:
                 }
             except Exception as exc:  # one topic's failure must not hide the others
                 failed[name] = describe_error(exc)
+                self._patience.waited_out(started, failed[name])
         for resource in resources:
             if resource.name not in out and resource.name not in failed:
                 failed[resource.name] = "no answer for this topic from the broker"

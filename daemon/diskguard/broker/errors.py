@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from diskguard.broker.patience import BrokerHung
 from diskguard.logs import get_logger
 
 log = get_logger("diskguard.broker")
@@ -50,6 +51,8 @@ def describe_error(exc: BaseException) -> str:
         hint = _HINTS.get(name)
         text = f"{name}: {err.str()}"
         return f"{text} ({hint})" if hint else text
+    if isinstance(exc, BrokerHung):
+        return str(exc)
     # concurrent.futures.TimeoutError is this builtin since Python 3.11.
     if isinstance(exc, TimeoutError):
         return "timed out waiting for the broker's answer"

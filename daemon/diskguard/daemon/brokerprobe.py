@@ -5,10 +5,10 @@ log dirs' ``.lock`` held by another process and the broker not answering, retent
 refused (no unlinking under a live broker, no DeleteRecords without one); with the broker
 down, topics whose cleanup policy only it knows are kept; in ``broker`` mode DeleteRecords
 fails. The loop then skips cycles and backs its rescans off to a minute (``retention.stuck``),
-so a broker that answered again was noticed up to a minute late, with the disk still over its
-limit. Probing from the loop instead would stall it for the client's timeout (5 s) at every
-probe. This thread probes every interval while asked to, and wakes the loop the moment the
-broker answers.
+so a broker that answered again would be noticed up to a minute late, with the disk still
+over its limit. This thread probes every interval while asked to, and wakes the loop the
+moment the broker answers. While it probes, the cycle takes its answer (``answer``) instead
+of waiting out the client's timeout itself.
 """
 
 from __future__ import annotations
@@ -23,15 +23,18 @@ log = get_logger("diskguard.daemon")
 
 class BrokerProbe:
     """``want(True)`` starts probing every ``interval`` s; an answer sets ``take_back()`` once,
-    stops probing and sets ``wake``."""
+    stops probing and calls ``wake``."""
 
-    def __init__(self, probe: Callable[[], bool], interval: float, wake: threading.Event) -> None:
+    def __init__(
+        self, probe: Callable[[], bool], interval: float, wake: Callable[[], None]
+    ) -> None:
         self._probe = probe
         self.interval = interval
         self._wake = wake
         self._wanted = threading.Event()
         self._stop = threading.Event()
         self._back = threading.Event()
+        self._last: bool | None = None
         self._thread = threading.Thread(
             target=self._run, name="diskguard-broker-probe", daemon=True
         )
@@ -39,12 +42,15 @@ class BrokerProbe:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Ends the thread; a probe under way finishes first (at most the client's timeout)."""
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Ends the thread; a probe under way may take up to the client's timeout, which is
+        waited for at most ``timeout`` s. True if it is still under way then (the thread
+        dies with the process)."""
         self._stop.set()
         self._wanted.set()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, timeout))
+        return self._thread.is_alive()
 
     def want(self, wanted: bool) -> None:
         """Probe while ``wanted`` (retention refused for want of the broker), else idle."""
@@ -52,10 +58,16 @@ class BrokerProbe:
             self._wanted.set()
         else:
             self._wanted.clear()
+            self._last = None
 
     @property
     def probing(self) -> bool:
         return self._wanted.is_set() and not self._stop.is_set()
+
+    def answer(self) -> bool | None:
+        """While probing, the last probe's answer (None before the first, or when not probing:
+        then whoever asks must ask the broker itself)."""
+        return self._last if self.probing else None
 
     def take_back(self) -> bool:
         """Did the broker answer since the last call? (Each answer is taken once.)"""
@@ -78,8 +90,10 @@ class BrokerProbe:
                 return
             if answered and self._wanted.is_set():
                 self._wanted.clear()
+                self._last = None
                 self._back.set()
                 log.info("broker_reachable_again")
-                self._wake.set()
+                self._wake()
             else:
+                self._last = answered if self._wanted.is_set() else None
                 self._stop.wait(self.interval)

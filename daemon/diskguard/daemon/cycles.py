@@ -1,53 +1,128 @@
-"""Retention cycles from the loop: run one, keep what it did, or skip it while stuck.
+"""Retention in the daemon: cycles run beside the loop, and what the loop keeps of them.
 
-``_retention`` runs the cycle (``retention.cycle``) and records its outcome for the rest of
-the loop: deletions (``state.json``, snapshots, metrics), what is now pending reclaim, the
-scan warnings (each once). While a filesystem is stuck over its limit and nothing a plan
-reads has changed, ``_stuck_and_unchanged`` skips cycles and ``_rescan_interval`` backs
-off. A mixin of ``Daemon`` (``loop``), split out only to keep the loop readable.
+A cycle (``retention.cycle.RetentionCycle.enforce``) runs on the ``CycleWorker`` thread, so
+what it waits for (a hung broker: one client timeout per cycle at most) holds up neither flow
+control nor a stop. Its outcome comes back to the loop, which alone applies it (``take``):
+deletions (``state.json``, snapshots, metrics), what is pending reclaim now, the scan
+warnings (each once). While a filesystem is stuck over its limit and nothing a plan reads has
+changed, ``facts`` says so and the schedule skips cycles and backs off.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 
+from diskguard.config import Config
 from diskguard.daemon.brokerprobe import BrokerProbe
-from diskguard.daemon.forecast import ReclaimForecast
-from diskguard.daemon.watch import HintSummary, Watcher
-from diskguard.flow.limits import flow_limits
+from diskguard.daemon.cycleworker import CycleWorker
+from diskguard.daemon.watch import HintSummary
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
+from diskguard.metrics import Metrics
+from diskguard.retention.cycle import RetentionCycle
 from diskguard.retention.daemonstate import LastDeletion, SetAsideEntry
 from diskguard.retention.mode import BROKER
 from diskguard.retention.outcome import CycleOutcome
-from diskguard.retention.stuck import MAX_BACKOFF_S, StuckTracker
+from diskguard.retention.stuck import StuckTracker
 from diskguard.snapshots.record import DeletedBytesCounter
 
 log = get_logger("diskguard.daemon")
 
+#: CPU time a quiet retention cycle may spend dating partition heads ahead of need
+#: (``dating.warm_heads``), so the first cycle over a limit finds them dated.
+WARM_HEADS_S = 0.1
+#: Scan warnings remembered (each is logged once); past this, the memory starts afresh.
+_WARNED_MAX = 10_000
 
-class RetentionCycles(ReclaimForecast):
-    """The retention side of the loop (the loop's state is declared on ``ReclaimForecast``)."""
 
-    #: Stuck over a limit: what the last cycle saw (``retention.stuck``).
-    stuck: StuckTracker
-    #: Asks the broker from a thread while a filesystem is stuck and the broker does not answer.
-    _probe: BrokerProbe
-    #: Bytes deleted per mount since the last snapshot.
-    deleted: DeletedBytesCounter
-    #: Scan warnings already logged.
-    _warned: set[str]
-    #: log dir -> whether another process held its ``.lock`` at the last cycle.
-    _locks_seen: dict[str, bool]
-    #: The current rescan interval while stuck (seconds).
-    _backoff: float
-    #: The inotify hints (``complete``: every dir watched).
-    _watch: Watcher
+class Retention:
+    """The daemon's retention cycles and their memory (which outlives a reload): the stuck
+    tracker, the bytes deleted since the last snapshot, the newest deletion per filesystem,
+    the partitions set aside, the last outcome. The cycle itself is the config's
+    (``build``)."""
 
-    def _stuck_and_unchanged(self, usages: dict[str, FilesystemUsage], hint: HintSummary) -> bool:
-        """True while every filesystem over its limit is stuck (see ``stuck``) and nothing a
-        plan reads changed since the cycle that found it so: skip the cycle.
+    def __init__(
+        self,
+        config: Config,
+        metrics: Metrics,
+        probe: BrokerProbe,
+        wake: Callable[[], None],
+    ) -> None:
+        self._metrics = metrics
+        self._probe = probe
+        self._worker: CycleWorker[CycleOutcome] = CycleWorker(wake)
+        self.stuck = StuckTracker()
+        self.deleted = DeletedBytesCounter()
+        self.last_deletion: dict[str, LastDeletion] = {}
+        self.set_aside: list[SetAsideEntry] = []
+        #: The last cycle's outcome (None before the first, or after one that failed).
+        self.last: CycleOutcome | None = None
+        #: Scan warnings already logged.
+        self._warned: set[str] = set()
+        #: log dir -> whether another process held its ``.lock`` at the last cycle.
+        self._locks_seen: dict[str, bool] = {}
+        self.build(config)
+
+    def build(self, config: Config) -> None:
+        """The config's cycle; only while ``idle`` (a reload waits for the cycle under way)."""
+        self._config = config
+        self.runtime = RetentionCycle(
+            config,
+            stuck=self.stuck,
+            warm_heads_s=WARM_HEADS_S,
+            reachability=self._probe.answer,
+        )
+
+    @property
+    def idle(self) -> bool:
+        return self._worker.idle
+
+    def start(self, full: bool) -> None:
+        """A cycle beside the loop (``full``: stat every file, for the usage snapshot)."""
+        runtime = self.runtime
+        self._worker.submit(lambda: runtime.enforce(full=full))
+
+    def take(self) -> bool:
+        """Did the cycle under way finish? Then apply its outcome (None if it failed)."""
+        done = self._worker.take()
+        if done is None:
+            return False
+        (outcome,) = done
+        if outcome is not None:
+            self._apply(outcome)
+        return True
+
+    def recover(self) -> None:
+        """Finish half-done offline deletions from a previous run before anything else.
+
+        ``recover`` skips (and records) entries of log dirs another process holds.
+        """
+        try:
+            done = self.runtime.files.recover([str(d) for d in self._config.broker.log_dirs])
+        except Exception as exc:
+            log.exception("offline_recover_failed", error=str(exc))
+            return
+        if done:
+            log.info("offline_recovered", segments=len(done))
+
+    def topics_by_mount(self) -> dict[str, list[str]]:
+        """The topics with a partition on each filesystem, as the last cycle saw them."""
+        out: dict[str, list[str]] = {}
+        if self.last is not None:
+            for fs in self.last.scan.filesystems:
+                topics = {p.topic for d in fs.log_dirs for p in d.partitions}
+                out[fs.usage.mount] = sorted(topics)
+        return out
+
+    # -- what the schedule needs to know -----------------------------------------------
+    def unchanged(
+        self, usages: Mapping[str, FilesystemUsage], hint: HintSummary, mounts: int
+    ) -> bool:
+        """True while every filesystem over its limit is stuck (see ``retention.stuck``) and
+        nothing a plan reads changed since the cycle that found it so: skip the cycle. Only
+        while ``idle`` (the cycle owns the stuck tracker while it runs).
 
         A plan reads usage, file names, checkpoints, ``.lock`` and the config. Appends
         (``modified`` hints) change only sizes, which the usage check sees; a ``.lock`` event
@@ -55,14 +130,13 @@ class RetentionCycles(ReclaimForecast):
         writing); a reload resets the full-rescan timer, which runs a cycle regardless.
         """
         if self._probe.take_back():
-            # The broker answers again: run the cycle now, on the probe's answer (the cycle's
-            # cached "not reachable" would refuse once more; no round trip from the loop).
-            self.runtime.modes.broker_reachable(max_age=0)
+            # The broker answers again: the next cycle asks it afresh rather than trust the
+            # "not reachable" it remembers.
+            self.runtime.modes.forget_reachable()
             return False
-        if not self.stuck.states or len(usages) < len(self.mounts):
+        if not self.stuck.states or len(usages) < mounts:
             return False
-        ceilings = self.runtime.ceilings
-        over = {m for m, u in usages.items() if ceilings.over_usage(u)}
+        over = set(self.over_usage(usages))
         if over != {m for m, s in self.stuck.states.items() if s.over_percent}:
             return False  # a filesystem crossed its limit either way since the last cycle
         if hint.structural or self.stuck.usage_moved(usages):
@@ -72,39 +146,62 @@ class RetentionCycles(ReclaimForecast):
             for d in hint.lock_dirs
         )
 
-    def _rescan_interval(self, usages: dict[str, FilesystemUsage], unchanged: bool) -> float:
-        """``check_interval``, doubled after each periodic rescan that found the same stuck
-        state (up to ``MAX_BACKOFF_S``); back to ``check_interval`` on any change. Never
-        doubled while some dir is not watched (``Watcher.complete``): a change there sends
-        no hint, so only the rescan sees it."""
-        base = self.config.retention.check_interval
-        over = [m for m, u in usages.items() if self.runtime.ceilings.over_usage(u)]
-        if unchanged and self._watch.complete and self.stuck.all_stuck(over):
-            self._backoff = min(max(base, MAX_BACKOFF_S), self._backoff * 2)
-        else:
-            self._backoff = base
-        return self._backoff
+    def over_usage(self, usages: Mapping[str, FilesystemUsage]) -> list[str]:
+        """The filesystems whose usage is over the ceiling now."""
+        return [m for m, u in usages.items() if self.runtime.ceilings.over_usage(u)]
 
-    def _retention(self, full: bool = False) -> CycleOutcome | None:
-        try:
-            outcome = self.runtime.enforce(full=full)
-        except Exception as exc:
-            log.exception("cycle_failed", error=f"{type(exc).__name__}: {exc}")
-            return None
-        self._last_outcome = outcome
-        self.metrics.observe_scan(outcome.duration_s)
+    # -- stopping ---------------------------------------------------------------------
+    def stop(self, timeout: float) -> bool:
+        """No more cycles; wait up to ``timeout`` s for the one under way. True if one was
+        still under way when the time was up: it is abandoned (a broker call that does not
+        answer), which the offline journal and the audit log are made to survive."""
+        self._worker.close()
+        return not self._worker.wait(timeout)
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    # -- applying an outcome ----------------------------------------------------------
+    def _apply(self, outcome: CycleOutcome) -> None:
+        self.last = outcome
+        self._metrics.observe_scan(outcome.duration_s)
         for fsp in outcome.plan.filesystems:
-            self.metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
-            capacity = fsp.used_bytes + fsp.available_bytes
-            limits = flow_limits(self.config, fsp.total_bytes)
-            self.metrics.observe_flow_limits(fsp.mount, fsp.device, limits, capacity)
-        for warning in outcome.warnings:
+            self._metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
+        self._warn_once(outcome.warnings)
+        self._count_deleted(outcome)
+        asked: dict[str, int] = {}
+        for res in outcome.results:
+            if res.ok and res.mode == BROKER:
+                asked[res.deletion.mount] = asked.get(res.deletion.mount, 0) + res.freed_bytes
+        # What this cycle asked the broker for is pending from now on, not from the next
+        # scan: the forecast and flow control must not count it as still to be freed.
+        self.runtime.ceilings.scanned(outcome.scan.filesystems, asked)
+        self.set_aside = [
+            SetAsideEntry(**e)
+            for e in self.runtime.inputs.set_aside.export(time.monotonic(), time.time())
+        ]
+        self._metrics.partitions_set_aside.set(len(self.set_aside))
+        if self.stuck.states:
+            # What the .lock looked like to this cycle: a later .lock event is a change only
+            # if a probe answers differently.
+            self._locks_seen = {
+                str(d): lockfile.held_by_other(d) for d in self._config.broker.log_dirs
+            }
+        # Stuck while the broker does not answer (auto mode refused under a held .lock, the
+        # topics' cleanup policies unknown, DeleteRecords failing): its answering again may
+        # end that, so it is asked in the background rather than at the backed-off rescans.
+        self._probe.want(bool(self.stuck.states) and self.runtime.modes.last_reachable is False)
+
+    def _warn_once(self, warnings: Sequence[str]) -> None:
+        for warning in warnings:
             # Each distinct problem once (a damaged index would otherwise repeat every cycle).
             if warning not in self._warned:
-                if len(self._warned) > 10_000:
+                if len(self._warned) > _WARNED_MAX:
                     self._warned.clear()
                 self._warned.add(warning)
                 log.warning("scan_warning", message=warning)
+
+    def _count_deleted(self, outcome: CycleOutcome) -> None:
         by_mode: dict[str, tuple[int, int]] = {}
         for res in outcome.results:
             if not res.ok:
@@ -113,7 +210,7 @@ class RetentionCycles(ReclaimForecast):
             self.deleted.add(d.mount, res.freed_bytes)
             count, size = by_mode.get(res.mode, (0, 0))
             by_mode[res.mode] = (count + 1, size + res.freed_bytes)
-            self.memory.last_deletion[d.mount] = LastDeletion(
+            self.last_deletion[d.mount] = LastDeletion(
                 ts=time.time(),
                 topic=d.topic,
                 partition=d.partition,
@@ -122,48 +219,4 @@ class RetentionCycles(ReclaimForecast):
                 mode=res.mode,
             )
         for mode, (count, size) in by_mode.items():
-            self.metrics.count_deleted(mode, count, size)
-        asked: dict[str, int] = {}
-        for res in outcome.results:
-            if res.ok and res.mode == BROKER:
-                asked[res.deletion.mount] = asked.get(res.deletion.mount, 0) + res.freed_bytes
-        # What this cycle asked the broker for is pending from now on, not from the next
-        # scan: the forecast and flow control must not count it as still to be freed.
-        self.runtime.ceilings.scanned(outcome.scan.filesystems, asked)
-        for fs in outcome.scan.filesystems:
-            # The scan's usage is the baseline for the drops ``_account_reclaim`` counts next:
-            # what was freed before the scan is already out of its pending.
-            self.memory.usage[fs.usage.mount] = fs.usage
-        self._last_poll_at = time.monotonic()
-        self.memory.set_aside = [
-            SetAsideEntry(**e)
-            for e in self.runtime.inputs.set_aside.export(time.monotonic(), time.time())
-        ]
-        self.metrics.partitions_set_aside.set(len(self.memory.set_aside))
-        if self.stuck.states:
-            # What the .lock looked like to this cycle: a later .lock event is a change only
-            # if a probe answers differently.
-            self._locks_seen = {
-                str(d): lockfile.held_by_other(d) for d in self.config.broker.log_dirs
-            }
-        # Stuck while the broker does not answer (auto mode refused under a held .lock, the
-        # topics' cleanup policies unknown, DeleteRecords failing): its answering again may end
-        # that, so it is asked in the background rather than at the backed-off rescans.
-        broker = self.runtime.broker
-        if broker is not None:
-            broker.answer_from_probe = bool(self.stuck.states) and broker.last_reachable is False
-            self._probe.want(broker.answer_from_probe)
-        return outcome
-
-    def _recover(self) -> None:
-        """Finish half-done offline deletions from a previous run before anything else.
-
-        ``recover`` skips (and records) entries of log dirs another process holds.
-        """
-        try:
-            done = self.runtime.files.recover([str(d) for d in self.config.broker.log_dirs])
-        except Exception as exc:
-            log.exception("offline_recover_failed", error=str(exc))
-            return
-        if done:
-            log.info("offline_recovered", segments=len(done))
+            self._metrics.count_deleted(mode, count, size)

@@ -1,43 +1,73 @@
-"""Flow control from the loop: step each filesystem's flow state, act on the transitions.
+"""Flow control in the daemon: each filesystem's flow state, the actuators and the ballast.
 
 The state machine is ``flow.state`` (pure); this feeds it the usage (or the broker-mode
 forecast, when higher), logs each transition (``overfull``, ``overfull_cleared``,
 ``disk_alert``), applies the actuators and says what really holds producers back
-(``flow_control_applied``). A mixin of ``Daemon`` (``loop``), split out only to keep the
-loop readable.
+(``flow_control_applied``). It runs on the loop's thread at every usage poll, whatever a
+retention cycle beside it is waiting for.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
 
-from diskguard.daemon.forecast import ReclaimForecast
+from diskguard.config import Config
 from diskguard.flow.ballast import Ballast
 from diskguard.flow.limits import flow_limits
 from diskguard.flow.reconcile import Actuators
 from diskguard.flow.state import ALERT_DEGRADED, FlowState, Transition, step
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
+from diskguard.metrics import Metrics
 
 log = get_logger("diskguard.daemon")
 
+#: Broker mode: the usage expected once space asked for now is freed, when higher than today's.
+Prediction = Callable[[FilesystemUsage], FilesystemUsage | None]
 
-class FlowControl(ReclaimForecast):
-    """Producers held back while a filesystem is overfull, released when it is under."""
 
-    actuators: Actuators
-    ballast: Ballast | None
+class FlowControl:
+    """Producers held back while a filesystem is overfull, released when it is under.
+    Owns the flow states (they outlive a reload); the actuators and the ballast are the
+    config's and are rebuilt with it (``build``)."""
 
-    def _flow(self, usages: dict[str, FilesystemUsage]) -> list[Transition]:
+    def __init__(self, config: Config, state_dir: Path, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self.states: dict[str, FlowState] = {}
+        self.build(config, state_dir)
+
+    def build(self, config: Config, state_dir: Path) -> None:
+        self._config = config
+        self.actuators = Actuators(config, state_dir, on_failure=self._metrics.actuator_failed)
+        self.ballast = Ballast(config.ballast, state_dir) if config.ballast.path else None
+
+    def restore(self, mounts: Iterable[str]) -> None:
+        """A restart must not release producers of a disk still between the limits: continue
+        the episode the actuators' state file says was open."""
+        wanted = set(mounts)
+        for mount in self.actuators.recorded_overfull_mounts():
+            if mount in wanted:
+                self.states[mount] = FlowState(overfull=True)
+
+    def forget(self, mount: str) -> None:
+        self.states.pop(mount, None)
+
+    def step(
+        self, usages: Mapping[str, FilesystemUsage], predicted: Prediction
+    ) -> list[Transition]:
+        """One step of every filesystem's state machine; the transitions, logged."""
         transitions: list[Transition] = []
         for mount, usage in usages.items():
-            limits = flow_limits(self.config, usage.total_bytes)
-            predicted = self._predicted(mount, usage)
+            limits = flow_limits(self._config, usage.total_bytes)
+            ahead = predicted(usage)
             # Flow control engages on the predicted usage too: when even what the broker will
             # free cannot keep the disk under the overfull limit, producers must slow now.
-            seen = predicted if predicted is not None else usage
-            state, changes = step(self.memory.flow.get(mount, FlowState()), seen, limits)
-            self.memory.flow[mount] = state
+            seen = ahead if ahead is not None else usage
+            state, changes = step(self.states.get(mount, FlowState()), seen, limits)
+            self.states[mount] = state
             for raw in changes:
                 change = replace(
                     raw, usage_percent=usage.usage_percent, free_bytes=usage.available_bytes
@@ -48,61 +78,88 @@ class FlowControl(ReclaimForecast):
                         change,
                         reason="usage" if by_usage else "predicted",
                         predicted_usage_percent=None
-                        if by_usage or predicted is None
-                        else (predicted.usage_percent),
+                        if by_usage or ahead is None
+                        else ahead.usage_percent,
                     )
-                fields = change.fields()
-                if change.event == "overfull":
-                    log.warning("overfull", **fields)
-                elif change.event == "overfull_cleared":
-                    log.info("overfull_cleared", **fields)
-                elif change.level == ALERT_DEGRADED:
-                    # Level 2 means overfull: an operator must see it (flow_control_applied
-                    # then says whether anything holds producers back).
-                    log.warning("disk_alert", **fields)
-                else:
-                    log.info("disk_alert", **fields)
+                _log_transition(change)
                 transitions.append(change)
         return transitions
 
-    def _act_on_transitions(self, transitions: list[Transition]) -> None:
-        if not transitions:
-            return
-        topics = self._topics_by_mount()
+    def act(self, transitions: list[Transition], topics: Mapping[str, list[str]]) -> None:
+        """The actuators and the ballast on each transition (``topics``: per mount, for ACLs)."""
         for change in transitions:
             engaged = self.actuators.apply(change, topics=topics.get(change.mount, []))
             if change.event in ("overfull", "overfull_cleared"):
-                self._log_flow_control_applied(change, engaged)
+                _log_flow_control_applied(change, engaged)
             if self.ballast is not None:
                 self.ballast.on_transition(change)
 
-    @staticmethod
-    def _log_flow_control_applied(change: Transition, engaged: tuple[str, ...]) -> None:
-        """Say what really holds producers back: the ``overfull`` text is Qpid's fixed
-        contract ("flow control will be enforced") whether or not anything can enforce it,
-        so this line names the actuators engaged, or says plainly that none is."""
-        overfull = change.event == "overfull"
-        if engaged:
-            verb = "producers are being blocked by" if overfull else "producers released by"
-            message = f"{verb}: {', '.join(engaged)}"
-        else:
-            message = "no actuator configured: producers are NOT held back"
-        fields = {
-            "mount": change.mount,
-            "transition": change.event,
-            "actuators": list(engaged),
-            "message": message,
-        }
-        if overfull and not engaged:
-            log.warning("flow_control_applied", **fields)
-        else:
-            log.info("flow_control_applied", **fields)
+    def reconcile(self, topics: Mapping[str, list[str]]) -> None:
+        """The actuators' whole view again (a topic created while its disk is overfull needs
+        its ACL too)."""
+        self.actuators.reconcile({m: bool(s.overfull) for m, s in self.states.items()}, topics)
 
-    def _topics_by_mount(self) -> dict[str, list[str]]:
-        last = self._last_outcome
-        out: dict[str, list[str]] = {}
-        if last is None:
-            return out
-        for fs in last.scan.filesystems:
-            out[fs.usage.mount] = sorted({p.topic for d in fs.log_dirs for p in d.partitions})
-        return out
+    def ensure_ballast(self, usages: Mapping[str, FilesystemUsage]) -> None:
+        """Re-create the ballast file if it is gone and its filesystem has room again."""
+        if self.ballast is None:
+            return
+        for usage in usages.values():
+            if _on_device(usage.mount, self.ballast.path):
+                self.ballast.ensure(usage, flow_limits(self._config, usage.total_bytes))
+
+    def observe_limits(self, mount: str, device: str, total: int, capacity: int) -> None:
+        """The flow limits of a filesystem as metrics (the scan knows its size)."""
+        limits = flow_limits(self._config, total)
+        self._metrics.observe_flow_limits(mount, device, limits, capacity)
+
+    def close(self, timeout_s: float = 5.0, stopping: bool = False) -> None:
+        """``stopping``: the daemon exits, and a hook still running goes with it (its process
+        group), rather than outlive it; at a reload it finishes."""
+        self.actuators.close(timeout_s, stopping=stopping)
+
+
+def _log_transition(change: Transition) -> None:
+    fields = change.fields()
+    if change.event == "overfull":
+        log.warning("overfull", **fields)
+    elif change.event == "overfull_cleared":
+        log.info("overfull_cleared", **fields)
+    elif change.level == ALERT_DEGRADED:
+        # Level 2 means overfull: an operator must see it (flow_control_applied then says
+        # whether anything holds producers back).
+        log.warning("disk_alert", **fields)
+    else:
+        log.info("disk_alert", **fields)
+
+
+def _log_flow_control_applied(change: Transition, engaged: tuple[str, ...]) -> None:
+    """Say what really holds producers back: the ``overfull`` text is Qpid's fixed contract
+    ("flow control will be enforced") whether or not anything can enforce it, so this line
+    names the actuators engaged, or says plainly that none is."""
+    overfull = change.event == "overfull"
+    if engaged:
+        verb = "producers are being blocked by" if overfull else "producers released by"
+        message = f"{verb}: {', '.join(engaged)}"
+    else:
+        message = "no actuator configured: producers are NOT held back"
+    fields = {
+        "mount": change.mount,
+        "transition": change.event,
+        "actuators": list(engaged),
+        "message": message,
+    }
+    if overfull and not engaged:
+        log.warning("flow_control_applied", **fields)
+    else:
+        log.info("flow_control_applied", **fields)
+
+
+def _on_device(mount: str, path: Path | None) -> bool:
+    """Whether ``path`` lives on the device labelled ``mount`` (by ``st_dev``, so a path
+    through another mount point of the same device counts)."""
+    if path is None:
+        return False
+    try:
+        return os.stat(path.parent).st_dev == os.stat(mount).st_dev
+    except OSError:
+        return False

@@ -1,50 +1,29 @@
-"""The daemon's usage snapshots: one record per filesystem after each full scan.
+"""The daemon's usage snapshots: one record per filesystem after each full scan, spooled on
+disk and shipped to the Kafka topic.
 
 The record's shape is ``snapshots.record`` (docs/snapshots.md); this adds what only the
-running daemon knows: flow state, alert level, bytes it deleted, its reclaim view.
+running daemon knows: flow state, alert level, bytes it deleted, its reclaim view, and the
+space held by deleted-but-open files.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from diskguard.daemon.statefile import Memory
+from diskguard.config import Config
 from diskguard.flow.state import FlowState
+from diskguard.host.openfiles import held_by_mount
 from diskguard.kafkalog.scan import ScanResult
+from diskguard.logs import get_logger
 from diskguard.retention.daemonstate import ReclaimView
+from diskguard.snapshots.kafkasink import KafkaSink
 from diskguard.snapshots.record import DeletedBytesCounter, build_snapshot
-from diskguard.snapshots.spool import Spool
+from diskguard.snapshots.spool import Spool, SpoolError
 
-
-def record_snapshots(
-    scan: ScanResult,
-    host: str,
-    memory: Memory,
-    deleted: DeletedBytesCounter,
-    spool: Spool | None,
-) -> None:
-    """One usage snapshot per filesystem of a full scan, appended to the spool (which ships
-    it to Kafka); ``deleted`` is taken (reset) per filesystem whether or not it is spooled."""
-    ts_ms = int(time.time() * 1000)
-    for fs in scan.filesystems:
-        mount = fs.usage.mount
-        topics = scan.topics_by_mount.get(mount, {})
-        state = memory.flow.get(mount, FlowState())
-        record = build_snapshot(
-            host=host,
-            ts_ms=ts_ms,
-            fs=fs,
-            topic_bytes={t: (u.partitions, u.bytes) for t, u in topics.items()},
-            kafka_bytes=sum(d.kafka_bytes or 0 for d in fs.log_dirs),
-            deleted_bytes=deleted.take(mount),
-            flow_state="overfull" if state.overfull else "normal",
-            alert_level=state.alert_level or 0,
-            reclaim=_snapshot_reclaim(memory.reclaim.get(mount)),
-        )
-        if spool is not None:
-            spool.append(record)
-
+log = get_logger("diskguard.daemon")
 
 #: The reclaim view's fields a snapshot record carries (docs/snapshots.md).
 _SNAPSHOT_RECLAIM_KEYS = (
@@ -55,6 +34,92 @@ _SNAPSHOT_RECLAIM_KEYS = (
     "latency_max_s",
     "latency_samples",
 )
+
+
+class Snapshots:
+    """The spool and the Kafka sink of one config, and the deleted-but-open bytes last
+    measured per filesystem (``status``'s "df says full, du says not")."""
+
+    def __init__(self, config: Config, state_dir: Path) -> None:
+        self.deleted_open: dict[str, int] = {}
+        self.build(config, state_dir)
+
+    def build(self, config: Config, state_dir: Path) -> None:
+        self._host = config.snapshots.host
+        self.spool: Spool | None = None
+        try:
+            self.spool = Spool(
+                state_dir / "spool",
+                config.snapshots.spool_max_bytes,
+                config.snapshots.spool_file_bytes,
+            )
+        except SpoolError as exc:
+            # Snapshots are a report; guarding the disk is the job. Keep guarding.
+            log.error("spool_unavailable", error=str(exc), snapshots="disabled")
+        self.sink: KafkaSink | None = None
+        if self.spool and config.snapshots.topic and config.broker.bootstrap_servers:
+            self.sink = KafkaSink(
+                config.broker.bootstrap_servers,
+                config.snapshots.topic,
+                dict(config.broker.client),
+                self.spool,
+            )
+
+    def record(
+        self,
+        scan: ScanResult,
+        mounts: Mapping[str, list[str]],
+        flow: Mapping[str, FlowState],
+        reclaim: Mapping[str, ReclaimView],
+        deleted: DeletedBytesCounter,
+    ) -> None:
+        """One usage snapshot per filesystem of a full scan, appended to the spool (which
+        ships it to Kafka); ``deleted`` is taken (reset) per filesystem whether or not it is
+        spooled."""
+        self._measure_deleted_open(mounts)
+        ts_ms = int(time.time() * 1000)
+        for fs in scan.filesystems:
+            mount = fs.usage.mount
+            topics = scan.topics_by_mount.get(mount, {})
+            state = flow.get(mount, FlowState())
+            record = build_snapshot(
+                host=self._host,
+                ts_ms=ts_ms,
+                fs=fs,
+                topic_bytes={t: (u.partitions, u.bytes) for t, u in topics.items()},
+                kafka_bytes=sum(d.kafka_bytes or 0 for d in fs.log_dirs),
+                deleted_bytes=deleted.take(mount),
+                flow_state="overfull" if state.overfull else "normal",
+                alert_level=state.alert_level or 0,
+                reclaim=_snapshot_reclaim(reclaim.get(mount)),
+            )
+            if self.spool is not None:
+                self.spool.append(record)
+
+    def ship(self) -> None:
+        """Each iteration: hand spooled records to the producer (never waits long)."""
+        if self.sink is not None:
+            self.sink.ship()
+        elif self.spool is not None:
+            self.spool.flush_queue()
+
+    def close(self, timeout: float = 3.0) -> None:
+        if self.sink is not None:
+            self.sink.close(timeout=max(0.0, timeout))
+        if self.spool is not None:
+            self.spool.close()
+
+    def _measure_deleted_open(self, mounts: Mapping[str, list[str]]) -> None:
+        """Space held by deleted-but-open files ("df says full, du says not"), per mount.
+
+        A walk of /proc/*/fd: done with the snapshot, not on every usage poll.
+        """
+        try:
+            held = held_by_mount(dict(mounts))
+        except OSError as exc:
+            log.warning("open_files_scan_failed", error=exc.strerror or str(exc))
+            return
+        self.deleted_open.update(held)
 
 
 def _snapshot_reclaim(view: ReclaimView | None) -> dict[str, Any] | None:

@@ -3,7 +3,7 @@
 Events are *hints*: the kernel queue can overflow and watchdog hides that, so the loop's
 usage poll and periodic rescan stay the truth; a hint only wakes the loop early and says
 whether a plan's inputs may have changed (``HintSummary``). The same watches time the
-broker's reclaim of the segments diskguard asked it to delete (``_ReclaimEvents``).
+broker's reclaim of the segments diskguard asked it to delete (``on_reclaim``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -34,32 +34,29 @@ from diskguard.host import inotifywatches
 from diskguard.kafkalog import lockfile
 from diskguard.logs import get_logger
 
-if TYPE_CHECKING:
-    from diskguard.daemon.loop import Daemon
-
 log = get_logger("diskguard.daemon")
+
+#: ``(kind, src_path, dest_path, monotonic time)``: a segment file renamed (``moved``) or
+#: unlinked (``deleted``), for the broker's reclaim latency (``ReclaimWatch.on_event``).
+ReclaimEvent = Callable[[str, str, str, float], None]
 
 
 class _ReclaimEvents(FileSystemEventHandler):
     """inotify renames/unlinks of segments we asked the broker for: the reclaim latency."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self._daemon = daemon
+    def __init__(self, on_reclaim: ReclaimEvent) -> None:
+        self._on_reclaim = on_reclaim
 
     def on_moved(self, event: FileSystemEvent) -> None:
-        self._daemon.runtime.forecaster.reclaim.on_event(
-            "moved", str(event.src_path), str(event.dest_path), time.monotonic()
-        )
+        self._on_reclaim("moved", str(event.src_path), str(event.dest_path), time.monotonic())
 
     def on_deleted(self, event: FileSystemEvent) -> None:
-        self._daemon.runtime.forecaster.reclaim.on_event(
-            "deleted", str(event.src_path), "", time.monotonic()
-        )
+        self._on_reclaim("deleted", str(event.src_path), "", time.monotonic())
 
 
 #: Only changes: opens, reads and closes without a write are left out of the inotify mask.
 #: Our own reads of checkpoints and ``.lock`` produced those, and each woke the loop for
-#: another cycle that read them again: a busy loop while stuck over a limit (issue 11 item 7).
+#: another cycle that read them again: a busy loop while stuck over a limit.
 _EVENT_FILTER = [
     FileCreatedEvent,
     DirCreatedEvent,
@@ -90,7 +87,7 @@ class HintSummary:
 class _Hint(FileSystemEventHandler):
     """A change under a log dir wakes the loop; what changed is found by rescanning."""
 
-    def __init__(self, wake: threading.Event) -> None:
+    def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake
         self._mutex = threading.Lock()
         self._structural = False
@@ -109,7 +106,7 @@ class _Hint(FileSystemEventHandler):
                     self._locks.add(os.path.dirname(path))
                 elif kind != "modified":
                     self._structural = True
-        self._wake.set()
+        self._wake()
 
     def take(self) -> HintSummary:
         with self._mutex:
@@ -141,9 +138,10 @@ def _dirs_of(log_dir: Path) -> list[tuple[str, int]]:
 
 
 class Watcher:
-    """The loop's inotify watches over the log dirs; ``take`` what they saw since last asked."""
+    """The loop's inotify watches over the log dirs; ``take`` what they saw since last asked.
+    ``wake``: called on every hint (the loop's wake-up)."""
 
-    def __init__(self, wake: threading.Event) -> None:
+    def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake
         self._observer: Any = None
         self._hint: _Hint | None = None
@@ -155,8 +153,9 @@ class Watcher:
         self._verified: dict[str, int] = {}
         self._said: set[str] = set()
 
-    def start(self, log_dirs: Iterable[Path], daemon: Daemon) -> None:
-        """inotify hints; without them (watch limit, a vanished dir) the poll still guards."""
+    def start(self, log_dirs: Iterable[Path], on_reclaim: ReclaimEvent) -> None:
+        """inotify hints; without them (watch limit, a vanished dir) the poll still guards.
+        ``on_reclaim`` hears the renames and unlinks of segment files."""
         self.complete = False
         self._verified.clear()
         self._said.clear()
@@ -166,7 +165,7 @@ class Watcher:
             _unwatched(exc)
             return
         handler = _Hint(self._wake)
-        reclaim_events = _ReclaimEvents(daemon)
+        reclaim_events = _ReclaimEvents(on_reclaim)
         for log_dir in log_dirs:
             try:
                 try:
@@ -240,10 +239,10 @@ class Watcher:
             )
         self.complete = complete
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 2.0) -> None:
         if self._observer is not None:
             self._observer.stop()
-            self._observer.join(timeout=2)
+            self._observer.join(timeout=max(0.0, timeout))
             self._observer = None
             self._hint = None
 

@@ -50,6 +50,9 @@ class HookRunner:
         self._timeout = timeout_s
         self._on_failure = on_failure
         self._queue: queue.Queue[dict[str, str] | None] = queue.Queue(maxsize=_HOOK_QUEUE_MAX)
+        #: The hook running now (its own process group), for ``terminate``.
+        self._running: subprocess.Popen[bytes] | None = None
+        self._running_lock = threading.Lock()
         self._thread = threading.Thread(target=self._work, name="diskguard-hook", daemon=True)
         self._thread.start()
 
@@ -71,6 +74,24 @@ class HookRunner:
     def close(self) -> None:
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
+
+    def terminate(self, grace_s: float = 1.0) -> None:
+        """The daemon exits: end the hook running now, children and all (SIGTERM to its
+        process group, SIGKILL after ``grace_s``), and wait for it, so nothing it started
+        outlives the daemon. Hooks still queued never run (``close`` first)."""
+        with self._running_lock:
+            proc = self._running
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, grace_s))
+        # What ignored SIGTERM, and children left in the group after the hook itself exited.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)
 
     def _work(self) -> None:
         while True:
@@ -99,6 +120,21 @@ class HookRunner:
         except OSError as exc:
             self._on_failure("exec", event, f"cannot run {self._argv[0]}: {exc.strerror or exc}")
             return
+        with self._running_lock:
+            self._running = proc
+        try:
+            self._finish(proc, event, extra_env, started)
+        finally:
+            with self._running_lock:
+                self._running = None
+
+    def _finish(
+        self,
+        proc: subprocess.Popen[bytes],
+        event: str,
+        extra_env: dict[str, str],
+        started: float,
+    ) -> None:
         timed_out = False
         try:
             out, err = proc.communicate(timeout=self._timeout)
@@ -163,3 +199,7 @@ class HookActuator:
 
     def close(self) -> None:
         self._runner.close()
+
+    def terminate(self, grace_s: float) -> None:
+        """The daemon exits: the hook running now goes with it (``HookRunner.terminate``)."""
+        self._runner.terminate(min(1.0, grace_s))

@@ -235,8 +235,12 @@ class Actuators:
                 self._wake.wait(left)
         return all(a.wait_idle(max(0.0, deadline - time.monotonic())) for a in self._actuators)
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the workers; an in-flight broker call gets ``timeout_s`` to finish."""
+    def close(self, timeout_s: float = 5.0, stopping: bool = False) -> None:
+        """Stop the workers; an in-flight broker call gets ``timeout_s`` to finish.
+        ``stopping``: the daemon exits, so a hook still running is ended with its process
+        group (it would otherwise outlive the daemon, children and all); at a config reload
+        it is left to finish."""
+        deadline = time.monotonic() + timeout_s
         with self._wake:
             self._closed = True
             self._wake.notify_all()
@@ -244,6 +248,8 @@ class Actuators:
             self._worker.join(timeout_s)
         for actuator in self._actuators:
             actuator.close()
+            if stopping and isinstance(actuator, HookActuator):
+                actuator.terminate(max(0.0, deadline - time.monotonic()))
 
     # ----------------------------------------------------------------- internals
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from diskguard.config import Config
-from diskguard.host import fsusage
 from diskguard.kafkalog import lockfile
 from diskguard.kafkalog.dating import SegmentFileReader, warm_heads
 from diskguard.kafkalog.listing import ListingCache
@@ -37,7 +37,7 @@ from diskguard.retention.forecaster import Forecaster
 from diskguard.retention.inputs import PlanInputs
 from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision
 from diskguard.retention.modechoice import ModeChooser
-from diskguard.retention.outcome import CycleOutcome, log_cycle
+from diskguard.retention.outcome import CycleOutcome, log_cycle, measure_after
 from diskguard.retention.parallelheads import parallel_heads
 from diskguard.retention.planner import CommittedOffsets, LocalHeads, Plan, plan
 from diskguard.retention.policystore import CACHE_FILE, PolicyStore
@@ -68,6 +68,7 @@ class RetentionCycle:
         on_partition: Callable[[float], None] | None = None,
         parallel_listing: bool = False,
         broker: BrokerClient | None = None,
+        reachability: Callable[[], bool | None] | None = None,
     ) -> None:
         """``read_only``: a dry run's cycle (``plan``), which writes nothing to the state dir.
         ``stuck``: the daemon's tracker; its cycle events are then logged when a filesystem
@@ -77,7 +78,9 @@ class RetentionCycle:
         one-shot command does not (its write rates, the partitions it set aside).
         ``on_partition``: called per partition dir scanned (a progress bar);
         ``parallel_listing``: list large log dirs on two cores (a one-shot ``plan``).
-        ``broker``: the broker's client (default: one for ``broker.bootstrap_servers``)."""
+        ``broker``: the broker's client (default: one for ``broker.bootstrap_servers``).
+        ``reachability``: whether the broker answers, when known without asking it (the
+        daemon's background probe while it probes)."""
         self.config = config
         self.read_only = read_only
         self.warm_heads_s = warm_heads_s
@@ -116,7 +119,9 @@ class RetentionCycle:
         #: Over, by how much, what is pending: the limits of each filesystem in each mode.
         self.ceilings = Ceilings(config, self.forecaster.forecast)
         #: Which executor may act, decided once per cycle.
-        self.modes = ModeChooser(config, self.broker, self.ceilings, ask_broker=read_only)
+        self.modes = ModeChooser(
+            config, self.broker, self.ceilings, ask_broker=read_only, reachability=reachability
+        )
         self.local_broker_id = local_broker_id(config.broker.log_dirs)
         self._quiet: frozenset[str] = frozenset()
 
@@ -177,18 +182,27 @@ class RetentionCycle:
         """What a cycle would delete now, and why (``diskguard plan``): the mode (always asking
         the broker), the scan and the plan. Acts on nothing, logs no cycle event; an offline
         plan shows the sweep an offline cycle runs first as already done."""
-        started = time.monotonic()
-        mode = self.modes.choose()
-        result = self._scan(mode, full=False)
-        if mode.mode == OFFLINE:
-            result = preview_sweep(result, self.inputs.cache)
-        chosen, warnings = self._plan_mode(result, mode)
-        return self._outcome(mode, result, chosen, warnings, (), None, started)
+        with self._one_timeout():
+            started = time.monotonic()
+            mode = self.modes.choose()
+            result = self._scan(mode, full=False)
+            if mode.mode == OFFLINE:
+                result = preview_sweep(result, self.inputs.cache)
+            chosen, warnings = self._plan_mode(result, mode)
+            return self._outcome(mode, result, chosen, warnings, (), None, started)
 
     def enforce(self, full: bool = False) -> CycleOutcome:
         """One cycle that acts (``enforce --once``, the daemon): finish what an earlier run
         left half done, scan (``full``: stat every file, for a snapshot), plan, delete through
-        the mode's executor, measure the disk again, log the cycle's events."""
+        the mode's executor, measure the disk again, log the cycle's events. A broker that
+        does not answer costs the cycle one client timeout, not one per request."""
+        with self._one_timeout():
+            return self._enforce(full)
+
+    def _one_timeout(self) -> AbstractContextManager[None]:
+        return self.broker.one_timeout() if self.broker is not None else nullcontext()
+
+    def _enforce(self, full: bool) -> CycleOutcome:
         started = time.monotonic()
         mode = self.modes.choose()
         executor = self._executor(mode.mode)
@@ -211,7 +225,7 @@ class RetentionCycle:
                     self._quiet | self.stuck.observe_results(mode, chosen, results, now), chosen
                 )
         outcome = self._outcome(
-            mode, result, chosen, warnings, results, self._measure(result), started
+            mode, result, chosen, warnings, results, measure_after(result), started
         )
         log_cycle(outcome, self._quiet)
         return outcome
@@ -334,22 +348,6 @@ class RetentionCycle:
         if not committed and led_here is None:
             return chosen, warnings
         return self._plan(result, BROKER, committed, led_here)
-
-    def _measure(self, result: ScanResult) -> dict[str, FilesystemUsage | None]:
-        """statvfs of every filesystem again, after acting: exit codes and events report
-        what the disk says now, not what the plan hoped deleting would free."""
-        out: dict[str, FilesystemUsage | None] = {}
-        for fs in result.filesystems:
-            out[fs.usage.mount] = None
-            for log_dir in fs.log_dirs:
-                try:
-                    out[fs.usage.mount] = fsusage.usage_of(
-                        log_dir.path, fs.usage.mount, fs.usage.device
-                    )
-                    break
-                except OSError:
-                    continue
-        return out
 
     def _scan_with_policies(self, full: bool, mode: ModeDecision) -> ScanResult:
         """Scan; in broker mode first let the broker say which topics are compacted or tiered

@@ -8,6 +8,7 @@ probing a dead broker costs the client's whole timeout, and most cycles delete n
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from diskguard.config import Config
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
 
 class ModeChooser:
     """One config's mode decision. ``ask_broker``: always ask the broker (``plan`` shows the
-    mode a cycle would really act in, so it pays for the round trip)."""
+    mode a cycle would really act in, so it pays for the round trip). ``reachability``: an
+    answer already known without a round trip (the daemon's background probe while it
+    probes), or None to ask the broker."""
 
     def __init__(
         self,
@@ -30,12 +33,16 @@ class ModeChooser:
         broker: BrokerClient | None,
         ceilings: Ceilings,
         ask_broker: bool = False,
+        reachability: Callable[[], bool | None] | None = None,
     ) -> None:
         self._config = config
         self._broker = broker
         self._ceilings = ceilings
         self._ask_broker = ask_broker
+        self._reachability = reachability
         self._reachable_cache: tuple[float, bool] | None = None
+        #: The last answer about the broker (None before the first, or without a broker).
+        self.last_reachable: bool | None = None
 
     def locked_log_dirs(self) -> list[str]:
         return [str(d) for d in self._config.broker.log_dirs if lockfile.held_by_other(d)]
@@ -47,9 +54,15 @@ class ModeChooser:
         now = time.monotonic()
         if self._reachable_cache and now - self._reachable_cache[0] < max_age:
             return self._reachable_cache[1]
-        ok = bool(self._broker.reachable())
+        known = self._reachability() if self._reachability is not None else None
+        ok = bool(self._broker.reachable()) if known is None else known
         self._reachable_cache = (now, ok)
+        self.last_reachable = ok
         return ok
+
+    def forget_reachable(self) -> None:
+        """The next decision asks again (the broker answered a probe since)."""
+        self._reachable_cache = None
 
     def decide(self, need_broker: bool) -> ModeDecision:
         configured = self._config.retention.mode

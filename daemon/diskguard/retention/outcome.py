@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diskguard.errors import ExitCode
+from diskguard.host import fsusage
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult
 from diskguard.logs import get_logger
@@ -86,6 +87,24 @@ class CycleOutcome:
         if not all(self.at_or_under_limit(fs) for fs in self.plan.filesystems):
             return ExitCode.FAILED
         return ExitCode.OK
+
+
+def measure_after(scan: ScanResult) -> dict[str, FilesystemUsage | None]:
+    """statvfs of every filesystem of ``scan`` again, after acting (None: it failed):
+    exit codes and events report what the disk says now, not what the plan hoped deleting
+    would free."""
+    out: dict[str, FilesystemUsage | None] = {}
+    for fs in scan.filesystems:
+        out[fs.usage.mount] = None
+        for log_dir in fs.log_dirs:
+            try:
+                out[fs.usage.mount] = fsusage.usage_of(
+                    log_dir.path, fs.usage.mount, fs.usage.device
+                )
+                break
+            except OSError:
+                continue
+    return out
 
 
 def another_round(rounds: Sequence[CycleOutcome]) -> bool:

@@ -1,0 +1,217 @@
+"""What the daemon does next, decided from what it just saw. Pure: no clock, no I/O.
+
+The loop (``loop``) wakes on a hint, a signal or a timer, reads what the world says (usage,
+whether a filesystem is over its limit, stuck, unchanged, whether the last retention cycle
+finished) and asks ``tick`` what to do; it then carries the actions out through the
+components that own their state. All times are the caller's monotonic clock, so the tests
+drive it with plain numbers, and wall-clock jumps never stall or rush it.
+
+Three clocks, as the loop has always had:
+
+- a hint or the usage poll (``poll_s``) notices a crossing within a fraction of a second:
+  flow control steps at once (the loop does that every iteration, whatever ``tick`` says)
+  and a retention cycle starts when a filesystem is over its ceiling;
+- ``check_interval`` runs a retention cycle regardless (the rescan is the truth), backed off
+  while every filesystem over its limit is stuck and nothing changed;
+- ``snapshot_interval`` (and every flow/alert transition) runs a full scan for the usage
+  snapshot.
+
+One retention cycle at a time runs beside the loop (``CYCLE``/``SNAPSHOT``): what it waits
+for (a hung broker) never holds up flow control or a stop. A snapshot or a reload wanted
+while one runs waits for it to finish.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+#: The shortest time between two iterations woken by hints (seconds): a crossing is still
+#: noticed within this much of the write that made it, and a stream of appends costs at most
+#: 1 / HINT_PACE_S iterations a second.
+HINT_PACE_S = 0.02
+#: state.json is rewritten at least this often (seconds): ``plan``, ``enforce`` and
+#: ``status`` read the measured growth rate and reclaim latency from it.
+STATE_EVERY_S = 5.0
+#: A byte budget (``retention.max_bytes``) needs a stat of every file to check: on a hint,
+#: but at most this often, or a busy broker's stream of inotify events would keep it
+#: scanning.
+BUDGET_CHECK_EVERY_S = 1.0
+
+
+class Action(enum.Enum):
+    """What ``tick`` asks the loop to do, in the order given."""
+
+    #: Reload the config (SIGHUP), now that no cycle runs.
+    RELOAD = "reload"
+    #: Start a retention cycle beside the loop.
+    CYCLE = "cycle"
+    #: Start a retention cycle with a full scan, for the usage snapshot.
+    SNAPSHOT = "snapshot"
+    #: The snapshot cycle finished: record the usage snapshots.
+    RECORD_SNAPSHOT = "record_snapshot"
+    #: The first cycle (a snapshot) finished: the daemon is up (``daemon_started``, READY=1).
+    ANNOUNCE_STARTED = "announce_started"
+    #: A cycle finished: topics come and go, so re-apply the actuators' view and the ballast.
+    RECONCILE = "reconcile"
+    #: Rewrite ``state.json`` (and the unit's status line).
+    WRITE_STATE = "write_state"
+    #: Tell systemd the loop is alive.
+    WATCHDOG = "watchdog"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The config's intervals (seconds). ``watchdog_s``: systemd's ``WatchdogSec`` or None."""
+
+    check_interval_s: float
+    snapshot_interval_s: float
+    poll_s: float
+    watchdog_s: float | None = None
+    max_backoff_s: float = 60.0
+
+    @property
+    def poll_every_s(self) -> float:
+        """The usage poll, often enough for the watchdog too."""
+        if self.watchdog_s:
+            return min(self.poll_s, self.watchdog_s / 2)
+        return self.poll_s
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What one iteration saw. ``finished``: the cycle under way ended since the last
+    iteration (its outcome already taken in). The retention facts (``over`` ... ``all_stuck``)
+    are read only while no cycle runs (the cycle owns them while it does); ``hinted``: woken
+    by an inotify hint rather than a timer."""
+
+    now: float
+    hinted: bool = False
+    reload: bool = False
+    finished: bool = False
+    transitions: bool = False
+    #: Some filesystem is over its limit now (usage or the broker-mode forecast), or could
+    #: not be measured.
+    over: bool = False
+    #: Some filesystem is stuck over its limit (``retention.stuck``).
+    stuck: bool = False
+    #: Every filesystem over its limit is stuck and nothing a plan reads changed since.
+    unchanged: bool = False
+    #: Every filesystem over its usage ceiling is known stuck (the back-off may grow).
+    all_stuck: bool = False
+    #: ``retention.max_bytes`` is set.
+    byte_budget: bool = False
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The loop's timers and what runs: all the loop remembers between iterations."""
+
+    next_full: float = 0.0
+    next_snapshot: float = 0.0
+    next_state_write: float = 0.0
+    next_watchdog: float = 0.0
+    next_budget_check: float = 0.0
+    last_iteration: float = float("-inf")
+    #: The rescan interval now (``check_interval``, doubled while stuck and unchanged).
+    backoff_s: float = 0.0
+    #: What runs beside the loop: None, ``Action.CYCLE`` or ``Action.SNAPSHOT``.
+    running: Action | None = None
+    #: The rescan interval to apply once the cycle under way ends.
+    next_backoff_s: float = 0.0
+    snapshot_wanted: bool = False
+    reload_wanted: bool = False
+    started: bool = False
+
+    @classmethod
+    def first(cls, settings: Settings) -> Schedule:
+        """Before the first iteration: a snapshot cycle at once (the first full scan)."""
+        return cls(backoff_s=settings.check_interval_s, snapshot_wanted=True)
+
+
+def wait_s(schedule: Schedule, settings: Settings, now: float) -> float:
+    """How long the loop may sleep before something is due (a hint may wake it earlier)."""
+    due = [settings.poll_every_s]
+    if schedule.running is None:
+        due += [schedule.next_full - now, schedule.next_snapshot - now]
+    return max(0.0, min(due))
+
+
+def pace_s(schedule: Schedule, now: float) -> float:
+    """Woken by a hint: how long to wait first, so that a broker's stream of appends (one
+    hint each) costs at most one iteration per ``HINT_PACE_S``; hints arriving meanwhile are
+    handled by the same iteration."""
+    return max(0.0, HINT_PACE_S - (now - schedule.last_iteration))
+
+
+def tick(schedule: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, list[Action]]:
+    """One iteration's decision: the next ``Schedule`` and the actions to carry out."""
+    now = seen.now
+    s = replace(schedule, last_iteration=now)
+    actions: list[Action] = []
+    if seen.reload:
+        s = replace(s, reload_wanted=True)
+    if seen.finished and s.running is not None:
+        if s.running is Action.SNAPSHOT:
+            actions.append(Action.RECORD_SNAPSHOT)
+            s = replace(s, next_snapshot=now + settings.snapshot_interval_s)
+        actions.append(Action.RECONCILE)
+        if not s.started:
+            actions.append(Action.ANNOUNCE_STARTED)
+            s = replace(s, started=True)
+        s = replace(s, running=None, backoff_s=s.next_backoff_s, next_full=now + s.next_backoff_s)
+    if (now >= s.next_snapshot and s.running is not Action.SNAPSHOT) or seen.transitions:
+        s = replace(s, snapshot_wanted=True)
+    if s.running is None:
+        s, started = _start(s, settings, seen)
+        actions += started
+    if seen.finished or seen.transitions or now >= s.next_state_write:
+        actions.append(Action.WRITE_STATE)
+        s = replace(s, next_state_write=now + STATE_EVERY_S)
+    if settings.watchdog_s and now >= s.next_watchdog:
+        # Pinged from the loop itself: a stuck loop stops pinging and systemd restarts it.
+        actions.append(Action.WATCHDOG)
+        s = replace(s, next_watchdog=now + settings.watchdog_s / 3)
+    return s, actions
+
+
+def _start(s: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, list[Action]]:
+    """No cycle runs: reload if asked, then start the snapshot or retention cycle now due."""
+    now = seen.now
+    actions: list[Action] = []
+    if s.reload_wanted:
+        # A new config: everything a plan reads may have changed, so a cycle runs at once.
+        actions.append(Action.RELOAD)
+        s = replace(s, reload_wanted=False, next_full=now, backoff_s=settings.check_interval_s)
+    backoff = _backoff(s, settings, seen)
+    if s.snapshot_wanted:
+        actions.append(Action.SNAPSHOT)
+        s = replace(
+            s,
+            running=Action.SNAPSHOT,
+            snapshot_wanted=False,
+            next_backoff_s=backoff,
+            next_snapshot=now + settings.snapshot_interval_s,
+        )
+        return s, actions
+    needs_bytes = (
+        seen.hinted and not seen.unchanged and seen.byte_budget and now >= s.next_budget_check
+    )
+    if needs_bytes:
+        s = replace(s, next_budget_check=now + BUDGET_CHECK_EVERY_S)
+    # Stuck over a limit and nothing a plan reads has changed: another cycle would only
+    # repeat the last one. While stuck, a filesystem going back under also ends it.
+    wanted = (seen.over or seen.stuck) and not seen.unchanged
+    if now >= s.next_full or needs_bytes or wanted:
+        actions.append(Action.CYCLE)
+        s = replace(s, running=Action.CYCLE, next_backoff_s=backoff)
+    return s, actions
+
+
+def _backoff(s: Schedule, settings: Settings, seen: Seen) -> float:
+    """``check_interval``, doubled after each periodic rescan that found the same stuck
+    state (up to ``max_backoff_s``); back to ``check_interval`` on any change."""
+    base = settings.check_interval_s
+    if seen.unchanged and seen.all_stuck:
+        return min(max(base, settings.max_backoff_s), max(s.backoff_s, base) * 2)
+    return base

@@ -137,7 +137,9 @@ def test_flow_control_engages_on_the_predicted_usage_and_says_so(
     """Nothing deletable (a compacted topic): the usage predicted for the broker's reclaim
     reaches the overfull limit before the usage does, and producers are held back then. The
     broker checks every 10 s: at 1 MiB/s that needs ~10 MiB above the ceiling (95 % of a
-    160 MiB disk leaves 8), so ``broker_reclaim_slow`` names the settings to lower."""
+    160 MiB disk leaves 8), so ``broker_reclaim_slow`` names the settings to lower. The disk
+    starts low enough that the writes are sustained through the window a forecast needs
+    (two checks and the delete delay, 20.3 s) before the prediction crosses."""
     log_dir = disk / "kafka"
     log_dir.mkdir()
     with standin.start(
@@ -147,7 +149,7 @@ def test_flow_control_engages_on_the_predicted_usage_and_says_so(
             "state": {
                 "partitions": 2,
                 "configs": {"segment.bytes": str(512 * 1024), "cleanup.policy": "compact"},
-                "prefill_bytes": 34 * MiB,
+                "prefill_bytes": 14 * MiB,
             }
         },
         check_interval_ms=10_000,

@@ -9,24 +9,44 @@ in tests/test_broker_reclaim_e2e.py and bench/bench_broker_reclaim.py.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from diskguard.config import load_config
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
+from diskguard.retention.forecaster import Forecaster
 from diskguard.retention.limits import Limits, stand, with_forecast
 from diskguard.retention.planner import Deletion, plan_filesystem
-from diskguard.retention.reclaim import GrowthEstimator, ReclaimModel, ReclaimSettings
+from diskguard.retention.reclaim import (
+    MIN_RATE_WINDOW_S,
+    SEND_LEAD_S,
+    GrowthEstimator,
+    ReclaimModel,
+    ReclaimSettings,
+)
 from diskguard.retention.reclaimwatch import ReclaimWatch, reclaim_settings, settings_from_values
+from support.configs import write_config
 
 MiB = 1024**2
 
 
 # -- growth --------------------------------------------------------------------------------
+def _feed(g: GrowthEstimator, used_at: Callable[[float], float], until: float, t0: float = 0.0):
+    """Samples every 0.25 s from ``t0`` to ``until``; yields (t, rate) after each."""
+    t = t0
+    while t <= until + 1e-9:
+        g.observe(t, int(used_at(t)))
+        yield t, g.rate()
+        t += 0.25
+
+
 def test_growth_rate_ignores_drops_from_deletions() -> None:
-    g = GrowthEstimator(window_s=30.0)
+    g = GrowthEstimator(window_s=10.0)
     used = 100 * MiB
     for i in range(41):  # 10 s at 4 MiB/s, sampled every 0.25 s
         if i == 20:
@@ -35,28 +55,62 @@ def test_growth_rate_ignores_drops_from_deletions() -> None:
         used += MiB
     rate = g.rate()
     assert rate is not None
-    # 40 increments of 1 MiB over 10 s, one of them hidden in the drop's sample.
-    assert 3.8 * MiB <= rate <= 4.0 * MiB
+    # 40 increments of 1 MiB over 10 s, one of them hidden in the drop's sample: the part
+    # holding it grew by one MiB less.
+    assert 3.5 * MiB <= rate <= 4.0 * MiB
 
 
-def test_growth_rate_needs_history_and_forgets_old_samples() -> None:
-    g = GrowthEstimator(window_s=10.0, min_span_s=2.0)
+def test_growth_rate_needs_a_whole_window_and_forgets_old_samples() -> None:
+    g = GrowthEstimator(window_s=9.0)
     g.observe(0.0, 0)
-    g.observe(1.0, MiB)
-    assert g.rate() is None  # 1 s of history is not a rate
-    for t in range(2, 60):
+    g.observe(8.0, MiB)
+    assert g.rate() is None  # 8 s of history is not a 9 s rate
+    for t in range(10, 60):
         g.observe(float(t), MiB if t < 30 else MiB + (t - 30) * 2 * MiB)
     rate = g.rate()
     assert rate is not None and rate == pytest.approx(2 * MiB, rel=0.01)  # old idle time gone
 
 
 def test_growth_rate_drops_repeated_or_backward_times() -> None:
-    g = GrowthEstimator()
+    g = GrowthEstimator(window_s=3.0)
     g.observe(5.0, 0)
     g.observe(5.0, 10 * MiB)
     g.observe(4.0, 20 * MiB)
-    g.observe(8.0, 3 * MiB)
+    for t in (6.0, 7.0, 8.0):
+        g.observe(t, int((t - 5.0) * MiB))
     assert g.rate() == pytest.approx(1 * MiB)
+
+
+def test_a_one_off_write_is_not_a_rate() -> None:
+    """60 MiB at once and nothing after: no rate at any moment, however the window falls
+    (it was read as 1 MiB/s for a minute, and the forecast deleted for growth that never
+    came)."""
+    g = GrowthEstimator(window_s=60.0)
+    rates = [r for _t, r in _feed(g, lambda t: 100 * MiB + (60 * MiB if t >= 70 else 0), 200)]
+    assert all(not r for r in rates), max(r or 0 for r in rates)
+
+
+def test_no_rate_from_a_window_shorter_than_the_forecast() -> None:
+    """Right after a start (or a reload) seconds of history must not stand for the minutes a
+    forecast predicts: a step 2 s after start was read ~10x larger than over a minute."""
+    g = GrowthEstimator(window_s=30.5)
+
+    def used(t: float) -> float:
+        return 100 * MiB + (60 * MiB if t >= 2 else 0) + 4 * MiB * t
+
+    for t, rate in _feed(g, used, 40.0):
+        if t < 30.5:
+            assert rate is None, (t, rate)
+        else:  # the step is no part of it; the steady 4 MiB/s is
+            assert rate == pytest.approx(4 * MiB, rel=0.05), (t, rate)
+
+
+def test_the_rate_of_a_writer_that_stops_fades_within_a_third_of_the_window() -> None:
+    g = GrowthEstimator(window_s=30.0)
+    rates = dict(_feed(g, lambda t: 4 * MiB * min(t, 60.0), 90.0))
+    assert rates[59.0] == pytest.approx(4 * MiB, rel=0.05)
+    assert 0 < rates[65.0] < 4 * MiB
+    assert rates[70.25] == 0
 
 
 @settings(max_examples=200, deadline=None)
@@ -66,25 +120,35 @@ def test_growth_rate_drops_repeated_or_backward_times() -> None:
     ),
     st.floats(1.0, 30.0),
 )
-def test_growth_rate_kept_as_a_running_sum_equals_the_sum_over_the_window(
+def test_growth_rate_equals_the_lowest_part_of_the_window_from_the_samples(
     steps: list[tuple[float, int]], window_s: float
 ) -> None:
-    """``rate`` is O(1) (the loop asks at every wake-up); it must equal the plain sum of the
-    window's increases after every sample, as samples enter and leave the window."""
-    g = GrowthEstimator(window_s=window_s, min_span_s=0.0)
+    """``rate`` keeps merged samples and bisects them; it must equal the plain computation
+    over every sample: the least growth of the window's three parts (growth of a sample
+    counted at its time), per second of a part."""
+    g = GrowthEstimator(window_s=window_s, resolution_s=0.0)
     kept: list[tuple[float, int]] = []
     t, used = 0.0, 10**10
     for dt, delta in steps:
         t, used = t + dt, max(0, used + delta)
         g.observe(t, used)
         kept.append((t, used))
-        while len(kept) > 2 and t - kept[1][0] >= window_s:
-            kept.pop(0)
-        if len(kept) < 2:
+        if t - kept[0][0] < window_s:
             assert g.rate() is None
             continue
-        grown = sum(max(0, b[1] - a[1]) for a, b in itertools.pairwise(kept))
-        assert g.rate() == grown / (kept[-1][0] - kept[0][0])
+        grown = [0] + [max(0, b[1] - a[1]) for a, b in itertools.pairwise(kept)]
+        cumulative = list(itertools.accumulate(grown))
+
+        def by(x: float, cumulative: list[int] = cumulative) -> int:
+            # The window's start may fall a rounding error before the first sample.
+            found = (c for (ts, _u), c in zip(kept, cumulative, strict=True) if ts <= x)
+            return max(found, default=cumulative[0])
+
+        part = window_s / 3
+        lowest = min(
+            by(t - window_s + (i + 1) * part) - by(t - window_s + i * part) for i in range(3)
+        )
+        assert g.rate() == pytest.approx(lowest / part, rel=1e-9, abs=1e-6)
 
 
 # -- reclaim latency ----------------------------------------------------------------------
@@ -205,11 +269,15 @@ def test_predicted_excess_brings_reclaim_time_usage_to_the_goal() -> None:
     fc = Limits(
         70.0, 55.0, growth_bytes_per_s=4 * MiB, reclaim_latency_s=10.0, reclaim_period_s=15.0
     )
-    # goal = min(550, 700 - 60) = 550; at reclaim: 620 + 40 - 0 = 660 -> excess 110.
-    assert _plan(620 * MiB, fc) == 110 * MiB
+    # goal = min(550, 700 - 60) = 550; at reclaim: 620 + 40 - 0 = 660 -> 110 to the goal,
+    # but the forecast alone (620 is under the ceiling) may delete only the growth it
+    # forecasts: 40 + 60 = 100.
+    assert _plan(620 * MiB, fc) == 100 * MiB
     # Pending reclaim counts as freed exactly once.
     assert _plan(620 * MiB, fc, pending=30 * MiB) == 0  # 620+40-30+60 = 690: not over
-    assert _plan(650 * MiB, fc, pending=30 * MiB) == 110 * MiB
+    assert _plan(650 * MiB, fc, pending=30 * MiB) == 100 * MiB
+    # Over the ceiling today: KIP-61 down to the goal, the growth until reclaim included.
+    assert _plan(710 * MiB, fc, pending=30 * MiB) == 170 * MiB
     # Target = ceiling: the goal is what leaves room for a period of growth (640).
     same = Limits(
         70.0, 70.0, growth_bytes_per_s=4 * MiB, reclaim_latency_s=10.0, reclaim_period_s=15.0
@@ -244,7 +312,6 @@ class _SimBroker:
     freed at fixed-rate retention checks (first ``first_check`` s after start) + a delay."""
 
     capacity: int
-    rate: int
     segment: int
     period: float
     delay: float
@@ -257,14 +324,15 @@ class _SimBroker:
     renamed: list[tuple[float, list[int]]] = field(default_factory=list)
     checks: list[float] = field(default_factory=list)
 
-    def advance(self, t: float, dt: float) -> None:
-        grow = int(self.rate * dt)
+    def write(self, grow: int) -> None:
         self.used += grow
         self.active += grow
         while self.active >= self.segment:
             self.active -= self.segment
             self.closed.append(self.next_base)
             self.next_base += 1
+
+    def advance(self, t: float, dt: float) -> None:
         k = (t - self.first_check) / self.period
         if k >= 0 and abs(k - round(k)) * self.period < dt / 2:
             gone = [b for b in self.closed if b + 1 <= self.log_start]
@@ -282,19 +350,49 @@ class _SimBroker:
         return (waiting + sum(len(b) for _, b in self.renamed)) * self.segment
 
 
-def _simulate(period: float, rate: int, ceiling: float, target: float, seconds: float) -> dict:
+@dataclass
+class _Run:
+    """What a simulated run saw: usage percent per step, bytes asked, from ``first_ask``."""
+
+    usage: list[tuple[float, float]]
+    asked_bytes: int
+    first_ask: float | None
+    ceiling: float
+
+    def peak(self, after: float = 0.0) -> float:
+        return max(p for t, p in self.usage if t >= after)
+
+    def trough(self, after: float) -> float:
+        return min(p for t, p in self.usage if t >= after)
+
+    @property
+    def over_s(self) -> float:
+        return sum(0.25 for _t, p in self.usage if p > self.ceiling)
+
+
+def _simulate(
+    period: float,
+    writes: Callable[[float, float], int],
+    ceiling: float,
+    target: float,
+    seconds: float,
+    start_percent: float = 30.0,
+) -> _Run:
+    """The real planner, growth estimator and reclaim model against ``_SimBroker``, sampled
+    every 0.25 s; ``writes(t, dt)``: bytes the producers write in ``[t, t + dt)``. The rate
+    window is what the forecast predicts at most (two periods and the delay; at least
+    ``MIN_RATE_WINDOW_S``); pre-filled data is one closed segment per MiB."""
     capacity = 384 * MiB
-    broker = _SimBroker(
-        capacity, rate, 1 * MiB, period, delay=0.5, first_check=7.0, used=int(capacity * 0.3)
-    )
+    broker = _SimBroker(capacity, 1 * MiB, period, delay=0.5, first_check=7.0)
+    broker.write(int(capacity * start_percent / 100))
     model = ReclaimModel(ReclaimSettings(period, 0.5, "sim"))
-    growth = GrowthEstimator()
+    growth = GrowthEstimator(window_s=max(MIN_RATE_WINDOW_S, 2 * period + 0.5))
     dt = 0.25
     t = 0.0
-    peak, trough, over_s, peak_all = 0.0, 100.0, 0.0, 0.0
-    first_ask: float | None = None
+    run = _Run([], 0, None, ceiling)
     seen_checks = 0
     while t < seconds:
+        broker.write(writes(t, dt))
         broker.advance(t, dt)
         if len(broker.checks) > seen_checks:  # inotify: our segments renamed at a check
             seen_checks = len(broker.checks)
@@ -312,15 +410,15 @@ def _simulate(period: float, rate: int, ceiling: float, target: float, seconds: 
         _plan, chosen = plan_filesystem(fs, with_forecast(Limits(ceiling, target), forecast), read)
         if chosen:
             broker.log_start = max(broker.log_start, max(d.next_offset for d in chosen))
-            first_ask = t if first_ask is None else first_ask
-        pct = usage.usage_percent
-        peak_all = max(peak_all, pct)
-        if first_ask is not None and t > first_ask + 2 * period:  # one check seen since
-            peak, trough = max(peak, pct), min(trough, pct)
-            peak, trough = max(peak, pct), min(trough, pct)
-        over_s += dt if pct > ceiling else 0.0
+            run.asked_bytes += sum(d.bytes for d in chosen)
+            run.first_ask = t if run.first_ask is None else run.first_ask
+        run.usage.append((t, usage.usage_percent))
         t += dt
-    return {"peak": peak, "trough": trough, "over_s": over_s, "peak_all": peak_all}
+    return run
+
+
+def steady(rate: float, stop: float = float("inf")) -> Callable[[float, float], int]:
+    return lambda t, dt: int(rate * dt) if t < stop else 0
 
 
 @pytest.mark.parametrize(
@@ -330,7 +428,149 @@ def _simulate(period: float, rate: int, ceiling: float, target: float, seconds: 
 def test_simulated_broker_holds_the_ceiling_without_over_deleting(
     period: float, rate: int, target: float
 ) -> None:
-    result = _simulate(period, rate, ceiling=70.0, target=target, seconds=12 * period + 40)
+    run = _simulate(period, steady(rate), ceiling=70.0, target=target, seconds=12 * period + 40)
+    result = {"peak_all": run.peak(), "over_s": run.over_s}
     assert result["peak_all"] <= 71.0, result  # from the start, before any check was seen
     assert result["over_s"] <= 1.0, result
-    assert result["trough"] >= target - 3.0, result
+    assert run.first_ask is not None
+    # Once a check has been seen, usage stays between the target and the ceiling.
+    assert run.trough(run.first_ask + 2 * period) >= target - 3.0, result
+
+
+def test_a_writer_that_stops_costs_at_most_one_margin_of_growth() -> None:
+    """A steady 4 MiB/s writer that stops: a forecast's requests are sent in the last seconds
+    before the check that reclaims them, so the last one predicted only those seconds of
+    growth. Sent a whole period ahead, usage fell to 37 % under a 65 % target: the growth of
+    a period that never came was deleted too."""
+    period, rate, ceiling, target, stop = 15.0, 4 * MiB, 70.0, 65.0, 100.0
+    run = _simulate(period, steady(rate, stop), ceiling, target, seconds=stop + 4 * period)
+    capacity = 384 * MiB
+    # The goal a steady writer needs (a period's growth under the ceiling), less the growth
+    # of one margin: the send lead and the check margins, the delete delay, a segment.
+    goal = min(target, ceiling - 100 * rate * period / capacity)
+    margin_s = SEND_LEAD_S + 2 * 0.5 + 0.5
+    bound = goal - 100 * (rate * margin_s + MiB) / capacity
+    assert run.peak() <= ceiling + 0.5
+    assert run.trough(stop) >= bound, (run.trough(stop), bound)
+
+
+@pytest.mark.parametrize("at", [70.0, 2.0], ids=["running-a-while", "right-after-start"])
+def test_a_one_off_write_under_the_ceiling_deletes_nothing(at: float) -> None:
+    """60 MiB at once leaves the disk under its ceiling and nothing grows after: nothing may
+    go. It was read as 1 MiB/s for a minute and trimmed every closed segment it could (with a
+    30 s check), and right after a start as ~10x that."""
+    period = 30.0
+
+    def once(t: float, dt: float) -> int:
+        return 60 * MiB if at <= t < at + dt else 0
+
+    run = _simulate(period, once, ceiling=55.0, target=50.0, seconds=at + 4 * period)
+    assert run.peak() < 55.0
+    assert run.asked_bytes == 0, (run.asked_bytes / MiB, run.first_ask)
+
+
+def test_a_step_on_top_of_a_steady_writer_is_no_part_of_its_rate() -> None:
+    """The forecast follows the steady writer, not the step: it holds the ceiling and does
+    not trim toward the target for the step's sake."""
+    period, rate = 15.0, 2 * MiB
+
+    def writes(t: float, dt: float) -> int:
+        return steady(rate)(t, dt) + (40 * MiB if 60.0 <= t < 60.0 + dt else 0)
+
+    run = _simulate(period, writes, ceiling=70.0, target=40.0, seconds=200.0, start_percent=20)
+    assert run.peak() <= 70.5
+    capacity = 384 * MiB
+    goal = 70.0 - 100 * rate * period / capacity
+    assert run.first_ask is not None
+    margin_s = SEND_LEAD_S + 2 * 0.5 + 0.5
+    assert (
+        run.trough(run.first_ask + 2 * period)
+        >= goal - 100 * (rate * (margin_s + period) + MiB) / capacity
+    )
+
+
+# -- the forecast waits for the last seconds before its check -------------------------------
+def test_a_forecast_is_sent_in_the_last_seconds_before_the_check_it_feeds() -> None:
+    model = ReclaimModel(ReclaimSettings(check_interval_s=30.0, delete_delay_s=0.5))
+    base = Limits(70.0, 65.0)
+    usage = FilesystemUsage("/d", "/dev/x", 1000 * MiB, 600 * MiB, 400 * MiB)
+    rate = 3 * MiB  # 600 + 3 x (L + 30) is over 700 anywhere in the period
+    # Phase unknown: a request may be needed by any moment, so the forecast acts at once.
+    assert stand(usage, with_forecast(base, model.forecast(5.0, rate)), 0).over
+    model.observe_check(100.0)  # checks at 100, 130, 160, ...
+    early = model.forecast(101.0, rate)
+    assert early.send_in_s == pytest.approx(130.0 - 101.0 - 2 * 0.5 - model.send_lead)
+    assert not stand(usage, with_forecast(base, early), 0).over
+    in_window = model.forecast(130.0 - 1.0 - model.send_lead + 0.1, rate)
+    assert in_window.send_in_s == 0 and not in_window.near_check
+    standing = stand(usage, with_forecast(base, in_window), 0)
+    assert standing.over and standing.predicted_only
+    # Its requests feed the same check as one sent early would: the latency is the window's.
+    assert in_window.latency_s == pytest.approx(130.0 - (129.0 - model.send_lead + 0.1) + 0.5)
+    # Within the margin of the check itself: neither this check nor the next is sure.
+    assert model.forecast(129.6, rate).deferred
+
+
+def test_outside_the_send_window_a_cycle_over_the_ceiling_acts_on_todays_usage() -> None:
+    model = ReclaimModel(ReclaimSettings(check_interval_s=30.0, delete_delay_s=0.5))
+    model.observe_check(100.0)
+    over = FilesystemUsage("/d", "/dev/x", 1000 * MiB, 720 * MiB, 280 * MiB)
+    early = stand(over, with_forecast(Limits(70.0, 65.0), model.forecast(101.0, 3 * MiB)), 0)
+    assert early.over and not early.predicted_only
+    assert early.excess_bytes == 70 * MiB  # down to the target, no growth added yet
+    late = stand(over, with_forecast(Limits(70.0, 65.0), model.forecast(126.5, 3 * MiB)), 0)
+    # In the window: the growth until the reclaim and room for a period after it.
+    assert late.excess_bytes == 720 * MiB + int(3 * MiB * 4.0) - (700 - 90) * MiB
+
+
+def test_a_forecast_alone_deletes_at_most_the_growth_it_forecasts() -> None:
+    usage = FilesystemUsage("/d", "/dev/x", 1000 * MiB, 690 * MiB, 310 * MiB)
+    limits = Limits(
+        70.0, 30.0, growth_bytes_per_s=1 * MiB, reclaim_latency_s=10.0, reclaim_period_s=20.0
+    )
+    standing = stand(usage, limits, 0)
+    assert standing.over and standing.predicted_only
+    # To the target it would be 690 + 10 - 300 = 400 MiB; the forecast predicts 30.
+    assert standing.excess_bytes == 30 * MiB
+    over = stand(FilesystemUsage("/d", "/dev/x", 1000 * MiB, 710 * MiB, 290 * MiB), limits, 0)
+    assert over.excess_bytes == 710 * MiB + 10 * MiB - 300 * MiB  # KIP-61: over today
+
+
+# -- the forecaster: windows from the broker's settings, history across a reload -----------
+def _forecaster(tmp_path: Path, **retention: object) -> Forecaster:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    return Forecaster(load_config(write_config(tmp_path, tmp_path / "logs", **retention)))
+
+
+def _steady(forecaster: Forecaster, seconds: float, t0: float = 0.0) -> None:
+    for i in range(int(seconds * 4) + 1):
+        forecaster.observe_usage("/d", t0 + i * 0.25, int(MiB * (t0 + i * 0.25)))
+
+
+def test_the_forecast_rate_waits_for_two_periods_and_the_delay_warnings_do_not(
+    tmp_path: Path,
+) -> None:
+    forecaster = _forecaster(tmp_path)
+    forecaster.reclaim.set_settings(ReclaimSettings(15.0, 0.5, "broker"))
+    assert forecaster.reclaim.model.rate_window_s == 30.5
+    _steady(forecaster, 20.0)
+    assert forecaster.growth_rate("/d") is None  # 20 s is not the 30.5 s a forecast spans
+    assert forecaster.recent_rate("/d") == pytest.approx(MiB, rel=0.05)  # 10 s is enough
+    _steady(forecaster, 12.0, t0=20.25)
+    assert forecaster.growth_rate("/d") == pytest.approx(MiB, rel=0.05)
+
+
+def test_a_reload_keeps_the_growth_history(tmp_path: Path) -> None:
+    old = _forecaster(tmp_path)
+    _steady(old, 30.0)
+    new = _forecaster(tmp_path)
+    new.reclaim.set_settings(ReclaimSettings(5.0, 0.5, "broker"))  # a 10.5 s window
+    assert new.growth_rate("/d") is None
+    new.adopt_history(old)
+    assert new.growth_rate("/d") == pytest.approx(MiB, rel=0.05)
+
+
+def test_the_send_lead_leaves_the_loop_a_few_polls(tmp_path: Path) -> None:
+    assert _forecaster(tmp_path).reclaim.model.send_lead_s == SEND_LEAD_S
+    slow = _forecaster(tmp_path, usage_poll_interval="1s")
+    assert slow.reclaim.model.send_lead_s == 4.0

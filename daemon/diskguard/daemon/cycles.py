@@ -68,12 +68,15 @@ class Retention:
     def build(self, config: Config) -> None:
         """The config's cycle; only while ``idle`` (a reload waits for the cycle under way)."""
         self._config = config
+        previous: RetentionCycle | None = getattr(self, "runtime", None)
         self.runtime = RetentionCycle(
             config,
             stuck=self.stuck,
             warm_heads_s=WARM_HEADS_S,
             reachability=self._probe.answer,
         )
+        if previous is not None:  # a reload: the disks' growth goes on
+            self.runtime.forecaster.adopt_history(previous.forecaster)
 
     @property
     def idle(self) -> bool:

@@ -116,7 +116,8 @@ class BrokerForecast:
             return
         settings = self._forecaster.reclaim.settings
         for mount, usage in usages.items():
-            rate = self._forecaster.growth_rate(mount) or 0.0
+            # A warning need not wait for the window a deleting forecast needs.
+            rate = self._forecaster.recent_rate(mount) or 0.0
             needed = int(rate * settings.worst_latency_s)
             room = self._ceilings.room_above_ceiling(usage)
             last = self._reclaim_slow.get(mount)

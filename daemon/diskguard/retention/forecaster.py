@@ -3,10 +3,13 @@ frees what it is asked to delete (edge).
 
 In broker mode a deletion frees nothing until the broker's next retention check plus its
 delete delay, so the limits look ahead by ``rate x latency`` (``limits.with_forecast``). The
-rate comes from the daemon's usage samples (``observe_usage``), or, for a one-shot command
-with no history, from what a running daemon measured; the latency from ``ReclaimWatch``
-(the broker's settings, then its retention checks seen happening). Thread-safe: the
-daemon's loop samples usage while its retention worker plans with the forecast.
+rate comes from the daemon's usage samples (``observe_usage``): growth sustained through a
+window at least as long as what the forecast predicts (``ReclaimModel.rate_window_s``), so a
+one-off write is no rate, and seconds of history after a start or a reload are none either;
+for a one-shot command with no history, from what a running daemon measured so. The latency
+comes from ``ReclaimWatch`` (the broker's settings, then its retention checks seen
+happening). Thread-safe: the daemon's loop samples usage while its retention worker plans
+with the forecast.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from collections.abc import Callable, Mapping
 
 from diskguard.config import Config
 from diskguard.logs import get_logger
-from diskguard.retention.reclaim import Forecast, GrowthEstimator
+from diskguard.retention.reclaim import (
+    MIN_RATE_WINDOW_S,
+    SEND_LEAD_S,
+    Forecast,
+    GrowthEstimator,
+    ReclaimModel,
+)
 from diskguard.retention.reclaimwatch import ReclaimWatch, reclaim_settings
 
 log = get_logger("diskguard.retention")
@@ -35,23 +44,54 @@ class Forecaster:
         self._lock = threading.Lock()
         self._growth: dict[str, GrowthEstimator] = {}
         # Settings now from server.properties/defaults, from the broker itself at the first
-        # broker-mode cycle (``refresh_settings``).
+        # broker-mode cycle (``refresh_settings``). A forecast's requests are sent at least a
+        # few polls before the check they feed: the loop notices the window only at a poll.
         self.reclaim = ReclaimWatch(reclaim_settings(config))
+        self.reclaim.model.send_lead_s = max(SEND_LEAD_S, 4 * config.retention.usage_poll_interval)
         self._settings_from_broker_at: float | None = None
+
+    @property
+    def _model(self) -> ReclaimModel:
+        return self.reclaim.model
 
     def observe_usage(self, mount: str, t: float, used_bytes: int) -> None:
         """One usage sample (the daemon's poll): feeds the filesystem's growth rate."""
         with self._lock:
-            self._growth.setdefault(mount, GrowthEstimator()).observe(t, used_bytes)
+            estimator = self._growth.get(mount)
+            if estimator is None:
+                estimator = self._growth[mount] = GrowthEstimator(self._model.rate_window_s)
+            estimator.observe(t, used_bytes)
 
-    def growth_rate(self, mount: str) -> float | None:
+    def adopt_history(self, other: Forecaster) -> None:
+        """Take over ``other``'s usage history (a config reload): the disk's growth does not
+        start again with a new config, and without it no forecast would run for a whole rate
+        window after every reload."""
+        with other._lock:
+            growth = dict(other._growth)
+        with self._lock:
+            for mount, estimator in growth.items():
+                estimator.window_s = self._model.rate_window_s
+                self._growth.setdefault(mount, estimator)
+
+    def _rate(self, mount: str, window_s: float) -> float | None:
         with self._lock:
             estimator = self._growth.get(mount)
-            rate = estimator.rate() if estimator is not None else None
+            return estimator.rate(window_s) if estimator is not None else None
+
+    def growth_rate(self, mount: str) -> float | None:
+        """The write rate forecasts use: sustained through the window of the longest forecast
+        (``rate_window_s``), None until measured so; else what a running daemon measured."""
+        rate = self._rate(mount, self._model.rate_window_s)
         return rate if rate is not None else self._rates.get(mount)
 
+    def recent_rate(self, mount: str) -> float | None:
+        """The write rate sustained through the shortest window (``MIN_RATE_WINDOW_S``): for
+        warnings, which need not wait as long as a forecast that deletes."""
+        rate = self._rate(mount, MIN_RATE_WINDOW_S)
+        return rate if rate is not None else self.growth_rate(mount)
+
     def forecast(self, mount: str) -> Forecast:
-        return self.reclaim.model.forecast(time.monotonic(), self.growth_rate(mount))
+        return self._model.forecast(time.monotonic(), self.growth_rate(mount))
 
     def refresh_settings(
         self,
@@ -66,6 +106,9 @@ class Forecaster:
         settings = reclaim_settings(self._config, from_broker)
         if settings != self.reclaim.settings:
             self.reclaim.set_settings(settings)
+            with self._lock:
+                for estimator in self._growth.values():
+                    estimator.window_s = self._model.rate_window_s
             log.info(
                 "broker_reclaim_settings",
                 check_interval_s=settings.check_interval_s,

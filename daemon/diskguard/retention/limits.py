@@ -41,8 +41,10 @@ class Limits:
     reclaim_period_s: float = 0.0
     #: How the latency is known: "measured" (check phase seen), "settings" (worst case), "none".
     latency_source: str = "none"
-    #: At a retention check of known phase: the forecast alone does not trigger (a request now
-    #: may or may not catch this check; after it, it certainly catches the next).
+    #: The forecast waits: at a retention check of known phase (a request now may or may not
+    #: catch this check; after it, it certainly catches the next), or before the last seconds
+    #: ahead of the check its requests would feed (sent then, they feed the same check, sized
+    #: on a newer rate). Meanwhile only today's usage counts, for triggering and for how much.
     defer_forecast: bool = False
 
     @property
@@ -64,7 +66,7 @@ def with_forecast(limits: Limits, forecast: Forecast) -> Limits:
         reclaim_latency_s=forecast.latency_s,
         reclaim_period_s=forecast.period_s,
         latency_source=forecast.latency_source,
-        defer_forecast=forecast.near_check,
+        defer_forecast=forecast.deferred,
     )
 
 
@@ -109,28 +111,41 @@ def stand(usage: FilesystemUsage, limits: Limits, pending_bytes: int) -> Standin
     would otherwise carry the disk over the ceiling before the next chance to free space; and
     ``headroom_bytes`` (offline rescue) must also be left free, capped at
     ``HEADROOM_CAP_FRACTION`` of the filesystem so a small disk is never emptied for it.
+
+    What a forecast alone (today's usage under the ceiling) may delete is bounded by the
+    growth it forecasts, ``growth + period_growth``: never more than the disk is predicted
+    to grow, so a wrong forecast can never trim toward a target the disk has not reached.
+    While the forecast waits (``defer_forecast``) it counts for nothing: over by today's usage,
+    the goal is the plain target.
     """
-    over, predicted_only = _over(usage, limits, pending_bytes)
+    growth, period_growth = (
+        (0, 0) if limits.defer_forecast else (limits.growth_bytes, limits.period_growth_bytes)
+    )
+    over, predicted_only = _over(usage, limits, pending_bytes, growth, period_growth)
     excess = 0
     if over:
         goal = usage.used_bytes_at(limits.target_percent)
-        if limits.period_growth_bytes:
+        if period_growth:
             ceiling_used = usage.used_bytes_at(limits.limit_percent)
-            goal = max(0, min(goal, ceiling_used - limits.period_growth_bytes))
+            goal = max(0, min(goal, ceiling_used - period_growth))
         if limits.headroom_bytes:
             capacity = usage.used_bytes + usage.available_bytes
             headroom = min(limits.headroom_bytes, int(capacity * HEADROOM_CAP_FRACTION))
             goal = min(goal, capacity - headroom)
-        excess = max(0, usage.used_bytes + limits.growth_bytes - pending_bytes - goal)
+        excess = max(0, usage.used_bytes + growth - pending_bytes - goal)
+        if predicted_only:
+            excess = min(excess, growth + period_growth)
     return Standing(usage, limits, pending_bytes, over, predicted_only, excess)
 
 
-def _over(usage: FilesystemUsage, limits: Limits, pending_bytes: int) -> tuple[bool, bool]:
+def _over(
+    usage: FilesystemUsage, limits: Limits, pending_bytes: int, growth: int, period_growth: int
+) -> tuple[bool, bool]:
     if usage.above(limits.limit_percent):
         return True, False
-    if limits.defer_forecast or not (limits.growth_bytes or limits.period_growth_bytes):
+    if not (growth or period_growth):
         return False, False
-    predicted = usage.used_bytes + limits.growth_bytes - pending_bytes + limits.period_growth_bytes
+    predicted = usage.used_bytes + growth - pending_bytes + period_growth
     return predicted > usage.used_bytes_at(limits.limit_percent), True
 
 

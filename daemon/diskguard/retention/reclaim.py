@@ -8,12 +8,19 @@ is over its ceiling overshoots by write rate x that latency. So the planner is g
 filesystem, how much the disk will grow before space asked for *now* is really free, and how
 much it grows between two chances to free space (one check period).
 
+A forecast deletes for growth that has not happened yet, so it rests only on growth that is
+sustained (``GrowthEstimator``: a step is no rate, and no rate comes from a window shorter
+than what it predicts), and once the check phase is known its requests wait for the last
+seconds before the check that will reclaim them (``ReclaimModel.send_in``): they feed the
+same check, sized on the newest rate, and a writer that stops is not paid for a period.
+
 Nothing here touches the disk, the clock or the broker: the edges feed observations in (usage
 samples, the times our own deletions were seen renamed and gone) and read numbers out.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -22,6 +29,8 @@ __all__ = [
     "KAFKA_CHECK_INTERVAL_S",
     "KAFKA_DELETE_DELAY_S",
     "KAFKA_INITIAL_DELAY_S",
+    "MIN_RATE_WINDOW_S",
+    "SEND_LEAD_S",
     "Forecast",
     "GrowthEstimator",
     "ReclaimModel",
@@ -39,6 +48,13 @@ KAFKA_INITIAL_DELAY_S = 30.0
 #: check itself. Within this distance of a check, requests only made for the forecast wait:
 #: whether they catch this check or the next is a coin toss, and the next is soon.
 _CHECK_MARGIN_S = 0.5
+#: A forecast's requests are sent in the last seconds before the check that will reclaim
+#: them (once the check phase is known): at least this long before it (beyond the margin),
+#: or a tenth of the check period if longer, so that a cycle (scan, plan, DeleteRecords)
+#: started in the window still reaches the broker before the check.
+SEND_LEAD_S = 2.0
+#: The shortest window a rate is measured over, whatever the broker's settings.
+MIN_RATE_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,16 @@ class Forecast:
     latency_source: str = "none"
     #: Right at a retention check: act only on today's usage, not on the forecast.
     near_check: bool = False
+    #: Seconds until requests made for the forecast are sent: the check phase is known and
+    #: the check that would reclaim them is further away than the send lead. Until then a
+    #: cycle acts on today's usage only; sent in the window, a request feeds the same check
+    #: and is sized on the newest rate, so a writer that stops meanwhile is not paid for.
+    send_in_s: float = 0.0
+
+    @property
+    def deferred(self) -> bool:
+        """Requests made only for the forecast wait (near a check, or before the window)."""
+        return self.near_check or self.send_in_s > 0
 
     @property
     def growth_bytes(self) -> int:
@@ -100,46 +126,84 @@ class Forecast:
 
 
 class GrowthEstimator:
-    """Write rate of one filesystem from usage samples, robust to the drops deletions cause.
+    """Sustained write rate of one filesystem, from usage samples.
 
     Only increases count: a sample that went down (the broker or diskguard freed space) adds
     nothing, so a reclaim is never read as negative growth and the rate does not collapse
-    right after every retention check. Over ``window_s`` seconds; no rate before
-    ``min_span_s`` of history (a one-shot command has none).
+    right after every retention check.
+
+    A rate is what the disk grew through the *whole* window, not on average over it: the
+    window is cut into ``PARTS`` equal parts and the rate is the lowest of theirs. A one-off
+    write (a step) lies in one or two parts and reads as no rate at all, however large;
+    growth that stopped fades within one part. And there is no rate until the samples span
+    the whole window: a forecast of the next ``H`` seconds asks for a window of at least
+    ``H`` (``rate(window_s)``), so seconds of history after a start never stand for minutes.
+
+    ``window_s``: the longest window asked for (older samples are dropped). Samples closer
+    than ``resolution_s`` are merged (a busy disk wakes the loop up to 50 times a second).
     """
 
-    def __init__(self, window_s: float = 60.0, min_span_s: float = 2.0) -> None:
+    PARTS = 3
+
+    def __init__(self, window_s: float = 60.0, resolution_s: float = 0.1) -> None:
         self.window_s = window_s
-        self.min_span_s = min_span_s
-        self._samples: deque[tuple[float, int]] = deque()
-        self._growth: deque[int] = deque()  # growth[i] = max(0, used[i] - used[i-1])
-        #: sum(growth[1:]), kept as samples come and go: ``rate`` is asked at every loop
-        #: iteration, and a busy disk wakes the loop hundreds of times a second (inotify),
-        #: so summing a 60 s window each time cost more than everything else the loop did.
-        self._growth_sum = 0
+        self.resolution_s = resolution_s
+        #: Sample times and the growth accumulated up to each (increases only).
+        self._t: list[float] = []
+        self._g: list[int] = []
+        self._first = 0  # samples before this index have left the window
+        self._last_t: float | None = None
+        self._last_used = 0
+        self._cached: tuple[float, float, float | None] | None = None
 
     def observe(self, t: float, used_bytes: int) -> None:
-        if self._samples and t <= self._samples[-1][0]:
+        if self._last_t is not None and t <= self._last_t:
             return  # clocks only go forward here (monotonic); drop a repeat
-        grown = max(0, used_bytes - self._samples[-1][1]) if self._samples else 0
-        self._samples.append((t, used_bytes))
-        self._growth.append(grown)
-        if len(self._growth) > 1:
-            self._growth_sum += grown
-        while len(self._samples) > 2 and t - self._samples[1][0] >= self.window_s:
-            self._samples.popleft()
-            self._growth.popleft()
-            # The new first sample's growth happened before the window began.
-            self._growth_sum -= self._growth[0]
+        grown = max(0, used_bytes - self._last_used) if self._last_t is not None else 0
+        self._last_t, self._last_used = t, used_bytes
+        cumulative = (self._g[-1] if self._g else 0) + grown
+        if len(self._t) - self._first >= 2 and t - self._t[-2] < self.resolution_s:
+            # Merge into the newest sample: its time moves up, the growth stays counted.
+            self._t[-1], self._g[-1] = t, cumulative
+        else:
+            self._t.append(t)
+            self._g.append(cumulative)
+        # Keep one sample at or before the window's start: it is the window's baseline.
+        while len(self._t) - self._first > 2 and t - self._t[self._first + 1] >= self.window_s:
+            self._first += 1
+        if self._first > 1024 and self._first * 2 > len(self._t):
+            del self._t[: self._first], self._g[: self._first]
+            self._first = 0
 
-    def rate(self) -> float | None:
-        """Bytes per second over the window, None until there is enough history."""
-        if len(self._samples) < 2:
+    def _grown_by(self, t: float) -> int:
+        """Growth accumulated up to the last sample at or before ``t``."""
+        i = bisect.bisect_right(self._t, t, lo=self._first) - 1
+        return self._g[max(i, self._first)]
+
+    def span(self) -> float:
+        """Seconds of history held (0 without two samples)."""
+        if len(self._t) - self._first < 2 or self._last_t is None:
+            return 0.0
+        return self._last_t - self._t[self._first]
+
+    def rate(self, window_s: float | None = None) -> float | None:
+        """Bytes per second sustained through the last ``window_s`` seconds (default: the
+        whole window), None until the samples span that much."""
+        window = self.window_s if window_s is None else window_s
+        now = self._last_t
+        if now is None or window <= 0 or self.span() < window:
             return None
-        span = self._samples[-1][0] - self._samples[0][0]
-        if span < self.min_span_s:
-            return None
-        return self._growth_sum / span
+        if self._cached is not None and self._cached[:2] == (now, window):
+            return self._cached[2]
+        part = window / self.PARTS
+        start = now - window
+        lowest = min(
+            self._grown_by(start + (i + 1) * part) - self._grown_by(start + i * part)
+            for i in range(self.PARTS)
+        )
+        rate = lowest / part
+        self._cached = (now, window, rate)
+        return rate
 
 
 class ReclaimModel:
@@ -153,8 +217,11 @@ class ReclaimModel:
     late. Measured request-to-gone latencies are kept for ``status`` and metrics.
     """
 
-    def __init__(self, settings: ReclaimSettings, samples: int = 256) -> None:
+    def __init__(
+        self, settings: ReclaimSettings, samples: int = 256, send_lead_s: float = SEND_LEAD_S
+    ) -> None:
         self.settings = settings
+        self.send_lead_s = send_lead_s
         self.last_check_t: float | None = None
         self._samples = samples
         self._latencies: dict[str, deque[float]] = {}
@@ -200,6 +267,29 @@ class ReclaimModel:
             return self.settings.worst_latency_s, "settings"
         return nxt - t + self.settings.delete_delay_s, "measured"
 
+    @property
+    def rate_window_s(self) -> float:
+        """The window a forecast's rate must be sustained over: what the forecast predicts
+        at most, the worst-case latency plus the check period after it (and at least
+        ``MIN_RATE_WINDOW_S``)."""
+        return max(
+            MIN_RATE_WINDOW_S, self.settings.check_interval_s + self.settings.worst_latency_s
+        )
+
+    @property
+    def send_lead(self) -> float:
+        """How long before a check (beyond twice the margin) a forecast's requests are sent:
+        ``SEND_LEAD_S`` or a tenth of the period, whichever is longer."""
+        return max(self.send_lead_s, self.settings.check_interval_s / 10)
+
+    def send_in(self, t: float) -> float:
+        """Seconds from ``t`` until the send window of the next check opens; 0 inside it, or
+        when the phase is unknown (then a request may be needed by any moment)."""
+        nxt = self.next_check(t)
+        if nxt is None:
+            return 0.0
+        return max(0.0, nxt - t - 2 * self._margin() - self.send_lead)
+
     def forecast(self, t: float, rate: float | None) -> Forecast:
         latency, source = self.latency_at(t)
         return Forecast(
@@ -208,6 +298,7 @@ class ReclaimModel:
             period_s=self.settings.check_interval_s,
             latency_source=source,
             near_check=self.near_check(t),
+            send_in_s=self.send_in(t),
         )
 
     def observed(self, mount: str) -> tuple[float | None, float | None, int]:

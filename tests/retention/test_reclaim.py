@@ -377,13 +377,14 @@ def _simulate(
     target: float,
     seconds: float,
     start_percent: float = 30.0,
+    first_check: float = 7.0,
 ) -> _Run:
     """The real planner, growth estimator and reclaim model against ``_SimBroker``, sampled
     every 0.25 s; ``writes(t, dt)``: bytes the producers write in ``[t, t + dt)``. The rate
     window is what the forecast predicts at most (two periods and the delay; at least
     ``MIN_RATE_WINDOW_S``); pre-filled data is one closed segment per MiB."""
     capacity = 384 * MiB
-    broker = _SimBroker(capacity, 1 * MiB, period, delay=0.5, first_check=7.0)
+    broker = _SimBroker(capacity, 1 * MiB, period, delay=0.5, first_check=first_check)
     broker.write(int(capacity * start_percent / 100))
     model = ReclaimModel(ReclaimSettings(period, 0.5, "sim"))
     growth = GrowthEstimator(window_s=max(MIN_RATE_WINDOW_S, 2 * period + 0.5))
@@ -410,6 +411,7 @@ def _simulate(
         _plan, chosen = plan_filesystem(fs, with_forecast(Limits(ceiling, target), forecast), read)
         if chosen:
             broker.log_start = max(broker.log_start, max(d.next_offset for d in chosen))
+            model.observe_request(t)  # accepted: the broker executor tells the watch
             run.asked_bytes += sum(d.bytes for d in chosen)
             run.first_ask = t if run.first_ask is None else run.first_ask
         run.usage.append((t, usage.usage_percent))
@@ -487,6 +489,64 @@ def test_a_step_on_top_of_a_steady_writer_is_no_part_of_its_rate() -> None:
         run.trough(run.first_ask + 2 * period)
         >= goal - 100 * (rate * (margin_s + period) + MiB) / capacity
     )
+
+
+def test_before_the_phase_is_known_requests_count_on_the_check_the_first_one_awaits() -> None:
+    """The first forecast comes right after a check of unknown phase, so it assumes the worst
+    (a whole period and the delay). The requests after it, until that check renames its
+    segments, feed the same check: they must not each assume a whole period more, or the
+    disk is emptied by a period's growth once it comes (the writer goes on here)."""
+    period, rate = 60.0, 1 * MiB
+    run = _simulate(
+        period,
+        steady(rate),
+        ceiling=70.0,
+        target=65.0,
+        seconds=400.0,
+        start_percent=10.0,
+        first_check=115.0,
+    )
+    assert run.first_ask is not None and 120 <= run.first_ask < 125  # the rate window, 120.5 s
+    capacity = 384 * MiB
+    goal = min(65.0, 70.0 - 100 * rate * period / capacity)
+    # The first request's own guess (its check came 54 s, not 60.5 s, after it), a segment.
+    bound = goal - 100 * (rate * (period + 0.5 - 54.0) + MiB) / capacity
+    reclaimed = 115.0 + period + 0.5  # the first request's check, and the delete delay
+    assert run.trough(reclaimed) >= bound, (run.trough(reclaimed), bound)
+    assert run.peak() <= 70.5
+
+
+def test_latency_before_the_phase_is_known_ends_at_the_check_a_waiting_request_awaits() -> None:
+    model = ReclaimModel(ReclaimSettings(check_interval_s=300.0, delete_delay_s=60.0))
+    assert model.latency_at(100.0) == (360.0, "settings")
+    model.observe_request(100.0)
+    model.observe_request(120.0)  # the oldest waiting request is what bounds the check
+    assert model.latency_at(150.0) == pytest.approx(
+        (100.0 + 300.0 + 0.5 - 150.0 + 60.0, "settings")
+    )
+    # Past the check it awaited, its rename was missed (or it ran late): the worst again.
+    assert model.latency_at(401.0) == (360.0, "settings")
+    model.observe_renamed_unseen()  # a scan found it renamed: a check ran, when is unknown
+    assert model.latency_at(150.0) == (360.0, "settings")
+    model.observe_request(200.0)
+    model.observe_check(380.0)
+    assert model.latency_at(390.0) == (290.0 + 60.0, "measured")
+    assert model.unseen_since is None
+
+
+def test_the_watch_tells_the_model_of_requests_and_of_renames_seen_late() -> None:
+    watch = ReclaimWatch(ReclaimSettings(check_interval_s=10.0, delete_delay_s=1.0))
+    watch.requested([_deletion("/x/t-0/0")], t=10.0)
+    assert watch.model.unseen_since == 10.0
+    files = {"/x/t-0/0.log.deleted"}
+    watch.check(13.0, exists=files.__contains__)
+    assert watch.model.unseen_since is None
+    watch.requested([_deletion("/x/t-0/1")], t=14.0)
+    files = {"/x/t-0/0.log.deleted", "/x/t-0/1.log"}
+    watch.check(15.0, exists=files.__contains__)  # the old rename again: nothing new
+    assert watch.model.unseen_since == 14.0
+    watch.check(16.0, exists=set().__contains__)  # both gone, the new one's rename unseen
+    assert watch.model.unseen_since is None
 
 
 # -- the forecast waits for the last seconds before its check -------------------------------

@@ -214,7 +214,10 @@ class ReclaimModel:
     segment we asked for renamed ``*.deleted``), every later one is known: the latency of a
     request made at ``t`` is the time to the next check plus the delete delay. Until then the
     worst case (a whole period plus the delay) is assumed: it may delete a little early, never
-    late. Measured request-to-gone latencies are kept for ``status`` and metrics.
+    late; but once a request of ours waits unrenamed, no check has run since it was accepted,
+    so the next one comes within a period of it: later requests feed that same check, and
+    their latency ends there (else every poll until it would ask for a period's growth more).
+    Measured request-to-gone latencies are kept for ``status`` and metrics.
     """
 
     def __init__(
@@ -223,6 +226,8 @@ class ReclaimModel:
         self.settings = settings
         self.send_lead_s = send_lead_s
         self.last_check_t: float | None = None
+        #: When the oldest request not yet seen renamed was accepted (phase unknown only).
+        self.unseen_since: float | None = None
         self._samples = samples
         self._latencies: dict[str, deque[float]] = {}
 
@@ -230,6 +235,17 @@ class ReclaimModel:
         """A retention check ran at ``t`` (our segment seen renamed ``*.deleted``)."""
         if self.last_check_t is None or t > self.last_check_t:
             self.last_check_t = t
+        self.unseen_since = None
+
+    def observe_request(self, t: float) -> None:
+        """The broker accepted a DeleteRecords of ours at ``t``."""
+        if self.unseen_since is None:
+            self.unseen_since = t
+
+    def observe_renamed_unseen(self) -> None:
+        """Our segments were found renamed by a scan, at an unknown moment: a check ran, so
+        the wait for one no longer bounds the next."""
+        self.unseen_since = None
 
     def observe_latency(self, mount: str, seconds: float) -> None:
         """One request-to-gone latency on ``mount`` (DeleteRecords sent -> files unlinked)."""
@@ -263,9 +279,15 @@ class ReclaimModel:
     def latency_at(self, t: float) -> tuple[float, str]:
         """``(seconds until space asked at t is free, "measured"|"settings")``."""
         nxt = self.next_check(t)
-        if nxt is None:
-            return self.settings.worst_latency_s, "settings"
-        return nxt - t + self.settings.delete_delay_s, "measured"
+        if nxt is not None:
+            return nxt - t + self.settings.delete_delay_s, "measured"
+        worst = self.settings.worst_latency_s
+        if self.unseen_since is not None:
+            # The check our waiting request awaits; past it (its rename missed), the worst.
+            due = self.unseen_since + self.settings.check_interval_s + self._margin()
+            if t <= due:
+                return min(worst, due - t + self.settings.delete_delay_s), "settings"
+        return worst, "settings"
 
     @property
     def rate_window_s(self) -> float:

@@ -119,6 +119,8 @@ class ReclaimWatch:
                 for path in d.files:
                     if path.endswith(".log"):
                         self._requests.setdefault(path, _Request(t, d.mount))
+        if deletions:
+            self.model.observe_request(t)
 
     def outstanding(self) -> int:
         with self._lock:
@@ -145,6 +147,8 @@ class ReclaimWatch:
         with self._lock:
             req = self._requests.pop(log_path, None)
         if req is not None:
+            if not req.renamed:  # its rename was missed: a check ran at some moment before
+                self.model.observe_renamed_unseen()
             self.model.observe_latency(req.mount, t - req.t)
 
     def check(self, t: float, exists: Callable[[str], bool] = os.path.lexists) -> None:
@@ -164,6 +168,8 @@ class ReclaimWatch:
                 continue
             if exists(path + DELETED_SUFFIX):
                 with self._lock:
-                    req.renamed = True
+                    first_seen, req.renamed = not req.renamed, True
+                if first_seen:
+                    self.model.observe_renamed_unseen()
                 continue
             self._gone(path, t)

@@ -634,3 +634,15 @@ def test_the_send_lead_leaves_the_loop_a_few_polls(tmp_path: Path) -> None:
     assert _forecaster(tmp_path).reclaim.model.send_lead_s == SEND_LEAD_S
     slow = _forecaster(tmp_path, usage_poll_interval="1s")
     assert slow.reclaim.model.send_lead_s == 4.0
+
+
+def test_the_send_lead_grows_with_slow_cycles() -> None:
+    model = ReclaimModel(ReclaimSettings(check_interval_s=15.0, delete_delay_s=0.5))
+    assert model.send_lead == SEND_LEAD_S
+    model.observe_cycle(0.2)
+    assert model.send_lead == SEND_LEAD_S
+    model.observe_cycle(1.5)  # a busy machine: a cycle started 2 s ahead might be late
+    assert model.send_lead == pytest.approx(4.5)
+    for _ in range(8):  # the slow one has left the last eight
+        model.observe_cycle(0.1)
+    assert model.send_lead == SEND_LEAD_S

@@ -227,6 +227,8 @@ class RetentionCycle:
         outcome = self._outcome(
             mode, result, chosen, warnings, results, measure_after(result), started
         )
+        if mode.mode == BROKER:  # how early a forecast's requests must start (send lead)
+            self.forecaster.reclaim.model.observe_cycle(outcome.duration_s)
         log_cycle(outcome, self._quiet)
         return outcome
 

@@ -53,6 +53,9 @@ _CHECK_MARGIN_S = 0.5
 #: or a tenth of the check period if longer, so that a cycle (scan, plan, DeleteRecords)
 #: started in the window still reaches the broker before the check.
 SEND_LEAD_S = 2.0
+#: A forecast's requests start at least this many times the slowest recent broker-mode
+#: cycle before their check (a busy machine, a slow broker).
+SEND_LEAD_CYCLES = 3
 #: The shortest window a rate is measured over, whatever the broker's settings.
 MIN_RATE_WINDOW_S = 10.0
 
@@ -228,6 +231,8 @@ class ReclaimModel:
         self.last_check_t: float | None = None
         #: When the oldest request not yet seen renamed was accepted (phase unknown only).
         self.unseen_since: float | None = None
+        #: How long the last broker-mode cycles took (seconds).
+        self._cycles: deque[float] = deque(maxlen=8)
         self._samples = samples
         self._latencies: dict[str, deque[float]] = {}
 
@@ -246,6 +251,11 @@ class ReclaimModel:
         """Our segments were found renamed by a scan, at an unknown moment: a check ran, so
         the wait for one no longer bounds the next."""
         self.unseen_since = None
+
+    def observe_cycle(self, seconds: float) -> None:
+        """A broker-mode cycle (scan, plan, DeleteRecords) took ``seconds``."""
+        if seconds >= 0 and math.isfinite(seconds):
+            self._cycles.append(seconds)
 
     def observe_latency(self, mount: str, seconds: float) -> None:
         """One request-to-gone latency on ``mount`` (DeleteRecords sent -> files unlinked)."""
@@ -301,8 +311,12 @@ class ReclaimModel:
     @property
     def send_lead(self) -> float:
         """How long before a check (beyond twice the margin) a forecast's requests are sent:
-        ``SEND_LEAD_S`` or a tenth of the period, whichever is longer."""
-        return max(self.send_lead_s, self.settings.check_interval_s / 10)
+        ``SEND_LEAD_S``, a tenth of the period, or ``SEND_LEAD_CYCLES`` times the slowest
+        recent cycle, whichever is longest."""
+        slowest = max(self._cycles, default=0.0)
+        return max(
+            self.send_lead_s, self.settings.check_interval_s / 10, SEND_LEAD_CYCLES * slowest
+        )
 
     def send_in(self, t: float) -> float:
         """Seconds from ``t`` until the send window of the next check opens; 0 inside it, or

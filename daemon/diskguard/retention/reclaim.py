@@ -135,12 +135,17 @@ class GrowthEstimator:
     nothing, so a reclaim is never read as negative growth and the rate does not collapse
     right after every retention check.
 
-    A rate is what the disk grew through the *whole* window, not on average over it: the
-    window is cut into ``PARTS`` equal parts and the rate is the lowest of theirs. A one-off
-    write (a step) lies in one or two parts and reads as no rate at all, however large;
-    growth that stopped fades within one part. And there is no rate until the samples span
-    the whole window: a forecast of the next ``H`` seconds asks for a window of at least
-    ``H`` (``rate(window_s)``), so seconds of history after a start never stand for minutes.
+    A rate is what the disk grew through the *whole* window: the window is cut into
+    ``PARTS`` equal parts, and the rate is the typical (median) part's, but never more than
+    twice the slowest part's nor more than the window's mean. A one-off write (a step) lies in
+    one or two parts, the slowest grew nothing: no rate at all, however large the step; a
+    step on top of steady writes is no part of their median; growth that stopped fades with
+    the last part (twice the slowest); and a forecast never predicts more than the window
+    grew (the mean). The lowest part alone would be a rate biased low by every writer's
+    jitter, and a ceiling held on it would be exceeded by that much. And there is no rate
+    until the samples span the whole window: a forecast of the next ``H`` seconds asks for a
+    window of at least ``H`` (``rate(window_s)``), so seconds of history after a start never
+    stand for minutes.
 
     ``window_s``: the longest window asked for (older samples are dropped). Samples closer
     than ``resolution_s`` are merged (a busy disk wakes the loop up to 50 times a second).
@@ -200,13 +205,21 @@ class GrowthEstimator:
             return self._cached[2]
         part = window / self.PARTS
         start = now - window
-        lowest = min(
+        grown = sorted(
             self._grown_by(start + (i + 1) * part) - self._grown_by(start + i * part)
             for i in range(self.PARTS)
         )
-        rate = lowest / part
+        rate = sustained(grown) / part
         self._cached = (now, window, rate)
         return rate
+
+
+def sustained(parts: list[int]) -> float:
+    """Growth per part sustained through all ``parts`` (sorted): the median part's, at most
+    twice the least and at most the mean."""
+    n = len(parts)
+    median = (parts[(n - 1) // 2] + parts[n // 2]) / 2
+    return min(median, 2 * parts[0], sum(parts) / n)
 
 
 class ReclaimModel:

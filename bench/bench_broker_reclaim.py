@@ -10,7 +10,9 @@ it every 100 ms. Per scenario, the variants run one after another in the same se
 - ``predictive``: diskguard as in this checkout (growth rate x the broker's reclaim latency);
 - ``reactive`` (baseline): the same daemon with the forecast switched off, i.e. asking only
   once the disk is over its ceiling, as the first release did;
-- ``baseline:REV`` (``--baseline REV``): the daemon code of git revision REV.
+- ``baseline:REV`` (``--baseline REV``): the daemon code of git revision REV;
+- ``predictive@REV``, ``reactive@REV``: either, with the daemon code of REV (``--at REV``
+  pins every variant so: edits made while a long run goes on do not change it).
 
 Scenarios: a steady writer with 15 s and 1 s retention checks; Kafka's default checks
 (300 s + 60 s delete delay), where the headroom cannot absorb the growth and
@@ -182,22 +184,26 @@ def send(producer: Any, topic: str, payload: bytes, size: int) -> None:
 
 @contextlib.contextmanager
 def daemon_argv(variant: str, work: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
-    """The command line and environment of ``variant``'s daemon."""
+    """The command line and environment of ``variant``: ``predictive`` or ``reactive``, of this
+    checkout or, with ``@REV``, of the daemon code of git revision REV (exported with ``git
+    archive``: a run is not changed by edits made while it goes on); ``baseline:REV`` is
+    ``predictive@REV``."""
+    if variant.startswith("baseline:"):
+        variant = "predictive@" + variant.split(":", 1)[1]
+    kind, _, rev = variant.partition("@")
     env = dict(os.environ)
-    if variant == "predictive":
-        yield [sys.executable, "-m", "diskguard"], env
-    elif variant == "reactive":
-        yield [sys.executable, "-c", REACTIVE], env
-    elif variant.startswith("baseline:"):
-        rev = variant.split(":", 1)[1]
-        into = work / "baseline"
+    if rev:
+        into = work / "code"
         into.mkdir()
         archive = subprocess.run(
             ["git", "-C", str(ROOT), "archive", rev, "daemon"], capture_output=True, check=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
         env["PYTHONPATH"] = str(into / "daemon")
+    if kind == "predictive":
         yield [sys.executable, "-m", "diskguard"], env
+    elif kind == "reactive":
+        yield [sys.executable, "-c", REACTIVE], env
     else:
         raise ValueError(f"unknown variant {variant!r}")
 
@@ -382,11 +388,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--variants", default="predictive,reactive")
     ap.add_argument("--baseline", metavar="REV", help="also run the daemon code of REV")
+    ap.add_argument("--at", metavar="REV", help="run predictive/reactive from REV's code")
     ap.add_argument("--out", default=str(RESULTS / "broker_reclaim.json"))
     ap.add_argument("--keep", help="copy each run's events, usage samples and server.log here")
     args = ap.parse_args(argv)
     kafka = target(args.release, args.mode)
     variants = [v for v in args.variants.split(",") if v]
+    if args.at:
+        variants = [v if "@" in v else f"{v}@{args.at}" for v in variants]
     variants += [f"baseline:{args.baseline}"] if args.baseline else []
     unknown = [s for s in args.scenarios.split(",") if s not in SCENARIOS]
     if unknown:

@@ -4,6 +4,8 @@ delimited, and do not reorder others' blocks. Imports stay at the top (ruff E402
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from hypothesis import HealthCheck, settings
 from support import fsfixtures, kafka
 from support.kafka.broker import acl_settings, fast_retention
 from support.kafka.cluster import KafkaCluster, running_broker
+from support.kafka.guarded import DISK_BYTES, GuardedCluster, guarded_cluster
 from support.kafka.node import ServerSetupError
 
 # ======================= Hypothesis (property tests) — begin =======================
@@ -143,3 +146,39 @@ def disk() -> Iterator[Path]:
 
 
 # ======================= a 64 MiB test disk (fsfixtures) — end =========================
+
+
+# ======================= a real three-broker cluster (support.kafka.guarded) — begin ========
+
+
+@pytest.fixture(scope="session")
+def real_cluster(kafka_target: kafka.Target) -> Iterator[GuardedCluster]:
+    """ONE real three-broker cluster for the whole session (the tests of many guards, one
+    cluster): each broker on its own 256 MiB loop ext4, SASL/PLAIN (users in
+    ``support.kafka.guarded.USERS``), the release's ACL authorizer with
+    allow.everyone.if.no.acl.found, 1 s retention checks, 256 MiB heaps. Tests start their
+    own diskguard per broker (``guard_config``) and leave no filler, hold or ACL behind."""
+    release = kafka_target.release
+    try:
+        with contextlib.ExitStack() as stack:
+            mounts = [
+                stack.enter_context(fsfixtures.loop_ext4(DISK_BYTES, 0, name=f"broker-{i}"))
+                for i in (1, 2, 3)
+            ]
+            root = Path(tempfile.mkdtemp(prefix="diskguard-cluster-"))
+            stack.callback(shutil.rmtree, root, True)
+            yield stack.enter_context(
+                guarded_cluster(
+                    release,
+                    kafka_target.classpath,
+                    kafka_target.mode,
+                    root,
+                    mounts,
+                    fast_retention(release) | acl_settings(release, kafka_target.mode),
+                )
+            )
+    except (fsfixtures.FilesystemSetupError, ServerSetupError) as exc:
+        _kafka_setup_failed(exc)
+
+
+# ======================= a real three-broker cluster (support.kafka.guarded) — end ==========

@@ -59,6 +59,35 @@ def acl_settings(release: Release, mode: str) -> dict[str, str]:
     return {"authorizer.class.name": name, "allow.everyone.if.no.acl.found": "true"}
 
 
+#: SASL/PLAIN users of a ``sasl`` cluster: the brokers talk to each other (and the KRaft
+#: controllers) as ``admin``, the one super user; tests connect as whom they need to be.
+ADMIN_USER = "admin"
+
+
+def sasl_listener_settings(users: Mapping[str, str], listeners: Sequence[str]) -> dict[str, str]:
+    """PLAIN on every listener in ``listeners`` (lower-case names), with ``users`` (name ->
+    password) as the only accounts and ``admin`` as the brokers' own identity."""
+    accounts = " ".join(f'user_{name}="{secret}"' for name, secret in sorted(users.items()))
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{ADMIN_USER}" password="{users[ADMIN_USER]}" {accounts};'
+    )
+    settings = {"sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN"}
+    for name in listeners:
+        settings[f"listener.name.{name}.plain.sasl.jaas.config"] = jaas
+    return settings
+
+
+def sasl_client_settings(user: str, password: str) -> dict[str, str]:
+    """librdkafka's settings (``[broker.client]``) to connect to a ``sasl`` cluster as ``user``."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
 class ZooKeeper(JavaServer):
     """ZooKeeper (from the broker's own classpath) for ZooKeeper-mode brokers."""
 
@@ -116,7 +145,10 @@ class KafkaNode(JavaServer):
         cluster_size: int = 1,
         settings: Mapping[str, str] | None = None,
         heap_mb: int = 320,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
+        if sasl_users is not None and ADMIN_USER not in sasl_users:
+            raise ValueError(f"sasl_users needs {ADMIN_USER!r}: the brokers' own identity")
         if mode not in release.modes():
             raise ValueError(f"{release} has no {mode} mode (it has: {', '.join(release.modes())})")
         super().__init__(release, classpath, workdir, port or free_port(), heap_mb)
@@ -128,6 +160,8 @@ class KafkaNode(JavaServer):
         self.zookeeper = zookeeper
         self.cluster_size = cluster_size
         self.settings = dict(settings or {})
+        #: Name -> password of every SASL/PLAIN account; None = PLAINTEXT listeners.
+        self.sasl_users = dict(sasl_users) if sasl_users is not None else None
         self.started_line = (
             "Kafka Server started" if mode == "kraft" else f"[KafkaServer id={node_id}] started"
         )
@@ -160,19 +194,26 @@ class KafkaNode(JavaServer):
             "group.initial.rebalance.delay.ms": 0,
             "auto.create.topics.enable": "false",
         }
+        # With SASL every listener (the controllers' too) is SASL_PLAINTEXT with PLAIN, so
+        # the only super user is ``admin``: nobody gets in anonymously.
+        proto = "PLAINTEXT" if self.sasl_users is None else "SASL_PLAINTEXT"
+        client = "PLAINTEXT" if self.sasl_users is None else "SASL"
         if self.mode == "kraft":
             voters = ",".join(f"{n}@127.0.0.1:{p}" for n, p in sorted(self.voters.items()))
             common |= {
                 "process.roles": "broker,controller",
                 "node.id": self.node_id,
                 "controller.quorum.voters": voters,
-                "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
+                "listeners": f"{client}://127.0.0.1:{self.port},"
                 f"CONTROLLER://127.0.0.1:{self.controller_port}",
-                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                "advertised.listeners": f"{client}://127.0.0.1:{self.port}",
                 "controller.listener.names": "CONTROLLER",
-                "inter.broker.listener.name": "PLAINTEXT",
-                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name": client,
+                "listener.security.protocol.map": f"{client}:{proto},CONTROLLER:{proto}",
             }
+            if self.sasl_users is not None:
+                common |= sasl_listener_settings(self.sasl_users, ("sasl", "controller"))
+                common["sasl.mechanism.controller.protocol"] = "PLAIN"
             if self.release.version >= (4, 0, 0):
                 common |= {
                     "share.coordinator.state.topic.replication.factor": replicas,
@@ -183,9 +224,17 @@ class KafkaNode(JavaServer):
                 "broker.id": self.node_id,
                 "zookeeper.connect": self.zookeeper,
                 "zookeeper.session.timeout.ms": int(_ZK_SESSION_S * 1000),
-                "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                "listeners": f"{client}://127.0.0.1:{self.port}",
+                "advertised.listeners": f"{client}://127.0.0.1:{self.port}",
             }
+            if self.sasl_users is not None:
+                common |= sasl_listener_settings(self.sasl_users, ("sasl",))
+                common |= {
+                    "listener.security.protocol.map": f"{client}:{proto}",
+                    "inter.broker.listener.name": client,
+                }
+        if self.sasl_users is not None and "authorizer.class.name" in self.settings:
+            common["super.users"] = f"User:{ADMIN_USER}"
         return common | self.settings
 
     def main_class(self) -> str:

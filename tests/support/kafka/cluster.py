@@ -20,7 +20,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from support.kafka.broker import KafkaNode, ZooKeeper, small_segments
+from support.kafka.broker import (
+    ADMIN_USER,
+    KafkaNode,
+    ZooKeeper,
+    sasl_client_settings,
+    small_segments,
+)
 from support.kafka.classpath import Release, parse_release
 from support.kafka.node import ServerSetupError, free_port
 
@@ -38,12 +44,16 @@ class KafkaCluster:
         mode: str = "kraft",
         settings: Mapping[str, str] | None = None,
         heap_mb: int = 320,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
         self.release = release
         self.classpath = tuple(classpath)
         self.root = root
         self.mode = mode
         self.settings = dict(settings or {})
+        #: SASL/PLAIN accounts (name -> password; ``admin`` is the super user), or None for
+        #: PLAINTEXT. ``admin()``, ``produce()`` and ``create_topic()`` connect as ``admin``.
+        self.sasl_users = dict(sasl_users) if sasl_users is not None else None
         self.zookeeper: ZooKeeper | None = None
         if mode == "zk":
             self.zookeeper = ZooKeeper(release, classpath, root / "zookeeper", free_port(), 192)
@@ -62,6 +72,7 @@ class KafkaCluster:
                 cluster_size=len(log_dirs),
                 settings=self.settings,
                 heap_mb=heap_mb,
+                sasl_users=self.sasl_users,
             )
             for i, dirs in enumerate(log_dirs, start=1)
         ]
@@ -161,6 +172,8 @@ class KafkaCluster:
             "zookeeper_port": self.zookeeper.port if self.zookeeper else None,
             "bootstrap": self.bootstrap,
             "classpath": list(map(str, self.classpath)),
+            "sasl_users": self.sasl_users,
+            "heap_mb": self.nodes[0].heap_mb,
         }
         (self.root / "cluster.json").write_text(json.dumps(record, indent=1) + "\n")
 
@@ -176,6 +189,8 @@ class KafkaCluster:
             [[Path(p) for p in dirs] for dirs in record["log_dirs"]],
             mode=record["mode"],
             settings=record["settings"],
+            heap_mb=record.get("heap_mb", 320),
+            sasl_users=record.get("sasl_users"),
         )
         voters = {i: ports[1] for i, ports in enumerate(record["ports"], start=1)}
         for node, (port, controller) in zip(cluster.nodes, record["ports"], strict=True):
@@ -192,10 +207,19 @@ class KafkaCluster:
         """Topic configs that roll a segment every ``size`` bytes on this release."""
         return small_segments(self.release, size)
 
-    def admin(self) -> Any:
+    def client_config(self, user: str | None = None) -> dict[str, Any]:
+        """librdkafka settings to reach the cluster as ``user`` (default ``admin``; on a
+        PLAINTEXT cluster everyone is anonymous and ``user`` is ignored)."""
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "log_level": 0}
+        if self.sasl_users is not None:
+            name = user or ADMIN_USER
+            config |= sasl_client_settings(name, self.sasl_users[name])
+        return config
+
+    def admin(self, user: str | None = None) -> Any:
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        return AdminClient(self.client_config(user))
 
     def create_topic(
         self, topic: str, partitions: int = 1, replication: int = 1, **config: str
@@ -244,10 +268,9 @@ class KafkaCluster:
 
         producer = Producer(
             {
-                "bootstrap.servers": self.bootstrap,
+                **self.client_config(),
                 "linger.ms": 5,
                 "message.timeout.ms": 20_000,
-                "log_level": 0,
                 **(settings or {}),
             }
         )

@@ -90,6 +90,8 @@ CheckInterval = Annotated[float, parse_duration, _at_least("100ms")]
 PollInterval = Annotated[float, parse_duration, _at_least("10ms")]
 SnapshotInterval = Annotated[float, parse_duration, _at_least("100ms")]
 HookTimeout = Annotated[float, parse_duration, _at_least("100ms")]
+#: Renewed every third of it: a shorter lease would expire on one slow broker round trip.
+HoldLease = Annotated[float, parse_duration, _at_least("3s")]
 Patterns = Annotated[list[str], _regexes]
 HostPort = Annotated[str, _host_port]
 
@@ -164,6 +166,10 @@ class FlowControlConfig:
     quota: QuotaConfig = field(default_factory=QuotaConfig)
     #: ACL principal denied WRITE while overfull.
     acl_principal: str = "User:*"
+    #: The compacted topic where the guards of a cluster share their holds (``flow.holds``).
+    holds_topic: str = "__diskguard_holds"
+    #: A guard that stops renewing its record for this long no longer holds anything.
+    hold_lease: HoldLease = 60.0
 
     def __post_init__(self) -> None:
         if (self.overfull_percent is None) != (self.underfull_percent is None):
@@ -187,6 +193,8 @@ class FlowControlConfig:
             raise ValueError("underfull_bytes must be below overfull_bytes")
         if "exec" in self.actuators and not self.on_change:
             raise ValueError("actuator 'exec' needs flow_control.on_change")
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.holds_topic):
+            raise ValueError(f"holds_topic: not a valid Kafka topic name: {self.holds_topic!r}")
 
     @property
     def enabled(self) -> bool:

@@ -42,7 +42,7 @@ __all__ = ["DELETE_MODES", "KNOWN_ACTUATORS", "Metrics", "parse_listen"]
 
 #: Label values pre-created at 0 so ``rate()``/``increase()`` work from the first scrape.
 DELETE_MODES: tuple[str, ...] = ("broker", "offline")
-KNOWN_ACTUATORS: tuple[str, ...] = ("exec", "quota", "acl")
+KNOWN_ACTUATORS: tuple[str, ...] = ("exec", "quota", "acl", "holds")
 
 _FS_LABELS = ("mountpoint", "device")
 _SCAN_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -190,6 +190,12 @@ class Metrics:
             ["actuator"],
             registry=r,
         )
+        self.hold_leases_expired = Counter(
+            "diskguard_hold_leases_expired",
+            "Holds of another guard of the cluster let go because it stopped renewing its "
+            "lease (killed, hung or cut off): its ACLs and throttles no longer count.",
+            registry=r,
+        )
         self.retention_unreachable_bytes = fs_gauge(
             "diskguard_filesystem_retention_unreachable_bytes",
             "Excess the last retention cycle could not cover: only active, protected or "
@@ -314,6 +320,9 @@ class Metrics:
 
     def actuator_failed(self, name: str) -> None:
         self.actuator_failures.labels(name).inc()
+
+    def hold_lease_expired(self) -> None:
+        self.hold_leases_expired.inc()
 
     def observe_retention(self, mount: str, device: str, unreachable_bytes: int) -> None:
         """One retention cycle's verdict for a filesystem: how much of its excess no deletable

@@ -482,7 +482,11 @@ def test_flow_control_acl_blocks_real_producers_and_survives_kill_9(
     config = write_config(
         tmp_path,
         real_kafka.log_dir,
-        broker={"bootstrap_servers": real_kafka.bootstrap},
+        broker={
+            "bootstrap_servers": real_kafka.bootstrap,
+            # allow.everyone.if.no.acl.found: the hold keeps this topic's readers.
+            "server_properties": real_kafka.workdir / "server.properties",
+        },
         flow_control={
             "overfull_percent": round(now + 20, 2),
             "underfull_percent": round(now + 10, 2),
@@ -531,7 +535,7 @@ def test_flow_control_acl_blocks_real_producers_and_survives_kill_9(
             assert deny_acls(real_kafka, topic) == []
             assert [e for e in daemon.named("actuator_failed") if e["actuator"] == "acl"] == []
             if real_kafka.release.version >= (2, 6, 0):
-                daemon.wait_for("quota_restored", timeout=30)
+                daemon.wait_for("quota_restored", timeout=30, entity="user=<default>")
                 assert producer_rate(real_kafka) is None
             assert daemon.stop() == 0
 
@@ -542,12 +546,12 @@ def test_flow_control_acl_blocks_real_producers_and_survives_kill_9(
             daemon.wait_for("acl_applied", timeout=30)
             daemon.proc.kill()
             daemon.proc.wait(10)
-        assert len(deny_acls(real_kafka, topic)) == 1
+        assert len(deny_acls(real_kafka, topic)) == 2  # DENY WRITE + ALLOW ALL (permissive)
         with DaemonProc(config) as daemon:
             daemon.wait_for("daemon_started")
             time.sleep(3)  # a few cycles: nothing may release the ACL while still overfull
             assert daemon.named("acl_removed") == []
-            assert len(deny_acls(real_kafka, topic)) == 1
+            assert len(deny_acls(real_kafka, topic)) == 2  # DENY WRITE + ALLOW ALL (permissive)
             assert denied(real_kafka, topic)
             daemon.proc.kill()
             daemon.proc.wait(10)

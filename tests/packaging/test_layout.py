@@ -73,7 +73,7 @@ ALLOWED: dict[str, set[str]] = {
         "logs",
         "units",
     },
-    "flow": {"config", "host", "kafkalog", "logs", "errors", "units"},
+    "flow": {"config", "host", "kafkalog", "logs", "errors", "units", "broker.errors"},
     "snapshots": {"broker", "host", "kafkalog", "logs"},
     "fleet": {"errors", "units"},
     "daemon": {

@@ -4,10 +4,27 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Mapping
+from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import DeletedRecords
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    DeletedRecords,
+    ResourcePatternType,
+    ResourceType,
+)
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+
+from diskguard.flow.holds import QuotaEntity
 
 
 class AcceptingAdmin:
@@ -40,3 +57,121 @@ class AcceptingAdmin:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         fut.set_result(type("R", (), {"valid": [], "errors": []})())
         return fut
+
+
+class FakeQuotaBroker:
+    """Answers kafka-python quota requests like a Kafka broker, from a dict of quotas."""
+
+    def __init__(self, quotas: dict[QuotaEntity, float] | None = None) -> None:
+        self.quotas: dict[QuotaEntity, float] = dict(quotas or {})
+        self.requests: list[Any] = []
+        self.fail_next: list[int] = []  # error codes to answer the next alters with
+
+    def send(self, request: Any) -> Any:
+        self.requests.append(request)
+        if isinstance(request, DescribeClientQuotasRequest):
+            assert request.strict is True
+            entity = tuple(
+                sorted(
+                    (c.entity_type, None if c.match_type == 1 else c.match)
+                    for c in request.components
+                )
+            )
+            R = DescribeClientQuotasResponse
+            entries = []
+            if entity in self.quotas:
+                entries.append(
+                    R.EntryData(
+                        entity=[
+                            R.EntryData.EntityData(entity_type=k, entity_name=n) for k, n in entity
+                        ],
+                        values=[
+                            R.EntryData.ValueData(
+                                key="producer_byte_rate", value=self.quotas[entity]
+                            )
+                        ],
+                    )
+                )
+            return R(throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
+        assert isinstance(request, AlterClientQuotasRequest)
+        A = AlterClientQuotasResponse
+        out = []
+        for entry in request.entries:
+            entity = tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity))
+            code = self.fail_next.pop(0) if self.fail_next else 0
+            if code == 0:
+                for op in entry.ops:
+                    assert op.key == "producer_byte_rate"
+                    if op.remove:
+                        self.quotas.pop(entity, None)
+                    else:
+                        self.quotas[entity] = op.value
+            out.append(
+                A.EntryData(
+                    error_code=code,
+                    error_message="nope" if code else None,
+                    entity=[
+                        A.EntryData.EntityData(entity_type=k, entity_name=n) for k, n in entity
+                    ],
+                )
+            )
+        return A(throttle_time_ms=0, entries=out)
+
+
+def _done(value: Any = None, error: BaseException | None = None) -> Future[Any]:
+    future: Future[Any] = Future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+    return future
+
+
+class FakeConfluentAdmin:
+    """confluent-kafka AdminClient's create_acls/describe_acls/delete_acls, with its shapes:
+    dicts of binding/filter -> Future, and ``KafkaException(KafkaError)`` failures."""
+
+    def __init__(self) -> None:
+        self.acls: set[AclBinding] = set()
+        self.fail_creates = 0
+        #: Answer CreateAcls with success but keep nothing (a broker that drops ACLs).
+        self.forget = False
+
+    @staticmethod
+    def _matches(f: AclBindingFilter, b: AclBinding) -> bool:
+        """As the broker matches a filter: ``None`` and ``ANY`` match anything (MATCH, which
+        diskguard never sends, is left out)."""
+        return (
+            f.restype in (ResourceType.ANY, b.restype)
+            and f.name in (None, b.name)
+            and f.resource_pattern_type in (ResourcePatternType.ANY, b.resource_pattern_type)
+            and f.principal in (None, b.principal)
+            and f.host in (None, b.host)
+            and f.operation in (AclOperation.ANY, b.operation)
+            and f.permission_type in (AclPermissionType.ANY, b.permission_type)
+        )
+
+    def create_acls(self, acls: list[AclBinding], **_: Any) -> dict[AclBinding, Future[Any]]:
+        if self.fail_creates:
+            self.fail_creates -= 1
+            err = KafkaException(KafkaError(KafkaError.SECURITY_DISABLED, "no authorizer"))
+            return {acl: _done(error=err) for acl in acls}
+        if not self.forget:
+            self.acls.update(acls)
+        return {acl: _done() for acl in acls}
+
+    def describe_acls(self, acl_filter: AclBindingFilter, **_: Any) -> Future[Any]:
+        return _done([b for b in self.acls if self._matches(acl_filter, b)])
+
+    def delete_acls(
+        self, filters: list[AclBindingFilter], **_: Any
+    ) -> dict[AclBindingFilter, Future[Any]]:
+        out = {}
+        for f in filters:
+            matched = [b for b in self.acls if self._matches(f, b)]
+            self.acls.difference_update(matched)
+            out[f] = _done(matched)
+        return out
+
+    def topics(self) -> set[str]:
+        return {a.name for a in self.acls}

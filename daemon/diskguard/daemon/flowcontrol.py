@@ -41,7 +41,12 @@ class FlowControl:
 
     def build(self, config: Config, state_dir: Path) -> None:
         self._config = config
-        self.actuators = Actuators(config, state_dir, on_failure=self._metrics.actuator_failed)
+        self.actuators = Actuators(
+            config,
+            state_dir,
+            on_failure=self._metrics.actuator_failed,
+            on_lease_expired=self._metrics.hold_lease_expired,
+        )
         self.ballast = Ballast(config.ballast, state_dir) if config.ballast.path else None
 
     def restore(self, mounts: Iterable[str]) -> None:

@@ -1,3 +1,5 @@
 """Flow control: the pure overfull/underfull state machine (``state``), the actuators holding
-producers back (``actuator``: hook, kafkaquota, kafkaacl, run by ``reconcile``) and the ballast.
-``state`` imports only ``kafkalog.model``; the edges may import ``config``, ``host``, ``logs``."""
+producers back (``actuator``: hook, kafkaquota, kafkaacl, run by ``reconcile``), the holds the
+guards of a cluster share (``holds``, pure; ``holdsregistry``, ``sharedholds``) and the ballast.
+``state`` and ``holds`` import only ``kafkalog.model``; the edges may import ``config``,
+``host``, ``kafkalog``, ``logs`` and ``broker.errors`` (Kafka errors in one line)."""

@@ -13,7 +13,13 @@ actuators act on it. Three are configurable (``flow_control.actuators``), one mo
     there before (read with DescribeClientQuotas first) when all have cleared.
 ``acl`` (``flow.kafkaacl``)
     Adds DENY WRITE ACLs (principal ``flow_control.acl_principal``, host ``*``, TOPIC
-    LITERAL) for every topic with a partition on an overfull filesystem; removed on clear.
+    LITERAL) for every topic with a partition on an overfull filesystem (and, on a cluster
+    that lets everyone in where no ACL is found, an ALLOW ALL for ``User:*`` on a topic that
+    had no ACL, so readers and the guard's own DeleteRecords keep working); removed on clear.
+
+ACLs and quotas are the cluster's, not the broker's: the guards of a cluster share them
+through one compacted topic (``flow.holds``, ``flow.holdsregistry``, ``flow.sharedholds``): a
+hold is lifted only when no live guard needs it, and what was there before is restored.
 
 Why level-triggered: ``quota`` and ``acl`` are driven by a *desired* state (which mounts are
 overfull, which topics live there) that the reconciler (``flow.reconcile``) converges the
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from diskguard.flow.holds import AclBinding, ClusterHolds, QuotaEntity, deny_write, entity_key
 from diskguard.flow.state import Transition
 from diskguard.host.atomicfile import read_json, write_json_atomic
 from diskguard.logs import get_logger
@@ -62,14 +69,6 @@ class ActuatorError(Exception):
     """A broker refused or could not do what an actuator asked; message is one line."""
 
 
-#: Who a quota applies to: sorted ``(entity_type, name)`` pairs, ``None`` = the default entity.
-QuotaEntity = tuple[tuple[str, str | None], ...]
-
-
-def entity_key(entity: QuotaEntity) -> str:
-    return ",".join(f"{kind}={'<default>' if name is None else name}" for kind, name in entity)
-
-
 class Actuator(Protocol):
     """One way of holding producers back; the reconciler drives every configured one alike.
 
@@ -85,11 +84,12 @@ class Actuator(Protocol):
         """React to an ``overfull`` / ``overfull_cleared`` at once; True = this one acts on it."""
         ...
 
-    def converge(self, confirmed: bool) -> bool:
+    def converge(self, confirmed: bool, holds: ClusterHolds) -> bool:
         """One pass towards the desired state; True when nothing is left to do.
 
         ``confirmed`` = the last pass succeeded with the same desired state: what is
-        recorded is known to be on the broker, so it need not be re-sent.
+        recorded is known to be on the broker, so it need not be re-sent. ``holds``: what
+        every guard of the cluster needs and owns (this one's from the ledger).
         """
         ...
 
@@ -109,8 +109,11 @@ class Applied:
     #: Quota entities we changed -> their value before (None = had none). Non-empty = throttled.
     quota_previous: dict[str, tuple[QuotaEntity, float | None]] = field(default_factory=dict)
     quota_applied: bool = False
-    #: (topic, principal) pairs with our DENY WRITE ACL.
+    #: (topic, principal) pairs this guard holds with a DENY WRITE ACL (its need, applied).
     acl: set[tuple[str, str]] = field(default_factory=set)
+    #: ACLs this guard created (or took over from a guard whose lease expired): recorded
+    #: before they are created, removed once no guard needs them.
+    acl_owned: set[AclBinding] = field(default_factory=set)
 
     @property
     def throttled(self) -> bool:
@@ -129,6 +132,7 @@ class Applied:
                 ],
             },
             "acl": [{"topic": t, "principal": p} for t, p in sorted(self.acl)],
+            "acl_owned": [b.to_json() for b in sorted(self.acl_owned)],
         }
 
     @classmethod
@@ -143,13 +147,19 @@ class Applied:
             )
             value = item.get("value")
             previous[entity_key(entity)] = (entity, None if value is None else float(value))
+        acl = {(str(a["topic"]), str(a["principal"])) for a in data.get("acl") or ()}
+        if "acl_owned" in data:
+            owned = {AclBinding.from_json(b) for b in data["acl_owned"] or ()}
+        else:  # written before ownership was recorded: its DENYs were all its own
+            owned = {deny_write(t, p) for t, p in acl}
         return cls(
             overfull={
                 str(m): [str(t) for t in ts] for m, ts in (data.get("overfull") or {}).items()
             },
             quota_previous=previous,
             quota_applied=bool(quota.get("applied")),
-            acl={(str(a["topic"]), str(a["principal"])) for a in data.get("acl") or ()},
+            acl=acl,
+            acl_owned=owned,
         )
 
 
@@ -164,7 +174,7 @@ class Ledger:
         self.path = path
         self.lock = threading.Lock()
         self._on_failure = on_failure
-        self._failures: dict[str, int] = {"exec": 0, "quota": 0, "acl": 0}
+        self._failures: dict[str, int] = {"exec": 0, "quota": 0, "acl": 0, "holds": 0}
         self._failures_lock = threading.Lock()
         self._resets: list[Callable[[], None]] = []
         self.applied = self._load()

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from diskguard.flow.actuator import Ledger, actuator_log
+from diskguard.flow.holds import ClusterHolds
 from diskguard.flow.state import Transition
 
 __all__ = ["HookActuator", "HookRunner"]
@@ -191,7 +192,7 @@ class HookActuator:
         )
         return True
 
-    def converge(self, confirmed: bool) -> bool:
+    def converge(self, confirmed: bool, holds: ClusterHolds) -> bool:
         return True  # nothing to converge: a hook is fired once, never retried
 
     def wait_idle(self, timeout_s: float) -> bool:

@@ -17,13 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from diskguard.config import BrokerConfig, QuotaConfig
-from diskguard.flow.actuator import (
-    ActuatorError,
-    Ledger,
-    QuotaEntity,
-    actuator_log,
-    entity_key,
-)
+from diskguard.flow.actuator import ActuatorError, Ledger, actuator_log
+from diskguard.flow.holds import ClusterHolds, QuotaEntity
 from diskguard.flow.state import Transition
 
 __all__ = [
@@ -271,7 +266,9 @@ class QuotaActuator:
         *,
         configured: bool,
         connection: KafkaAdminConnection | None = None,
+        publish: Callable[[], bool] = lambda: True,
     ) -> None:
+        self._publish = publish
         self._cfg = cfg
         self._admin = admin
         self._ledger = ledger
@@ -294,43 +291,44 @@ class QuotaActuator:
         if self._connection is not None:
             self._connection.reset()
 
-    def converge(self, confirmed: bool) -> bool:
-        """Throttle while anything is overfull, restore when nothing is.
+    def converge(self, confirmed: bool, holds: ClusterHolds) -> bool:
+        """Throttle while any live guard needs it, restore what this guard owns when none does.
 
-        Unconfirmed (after a restart or a failure) the throttle is re-sent: AlterClientQuotas
-        is idempotent, and a write-ahead record may stand for a call that never reached
-        the broker.
+        The value restored is the one found before the *first* guard's throttle (a guard
+        that finds a throttle already in place takes the value that guard recorded, not
+        the throttle). Unconfirmed (after a restart or a failure) the throttle is re-sent:
+        AlterClientQuotas is idempotent, and a write-ahead record may stand for a call that
+        never reached the broker.
         """
         ledger, applied = self._ledger, self._ledger.applied
+        needs = holds.quota_needs()
+        mine = {k: v for k, v in needs.items() if k in holds.own.quota_needs}
+        claims = holds.quota_owned()
         with ledger.lock:
-            want = self._configured and bool(applied.overfull)
-            have = applied.throttled
-        if not want and not have:
+            had = applied.quota_applied
+            owned = dict(applied.quota_previous)
+        if not mine and not owned and not had:
             return True
-        if want and have and confirmed:
+        if confirmed:
             return True
-        if want and not have and self._unsupported:
+        if mine and not had and self._unsupported:
             return True  # already said this episode; retrying cannot help
         admin = self._admin
-        rate = float(self._cfg.producer_byte_rate)
         try:
-            if want:
-                for entity in quota_entities(self._cfg):
-                    key = entity_key(entity)
+            for key, (entity, rate) in sorted(mine.items()):
+                claim = owned.get(key) or claims.get(key)
+                previous = admin.describe_producer_byte_rate(entity) if claim is None else claim[1]
+                if key not in owned:
                     with ledger.lock:
-                        known = applied.quota_previous.get(key)
-                    if known is None:
-                        previous = admin.describe_producer_byte_rate(entity)
-                        with ledger.lock:
-                            applied.quota_previous[key] = (entity, previous)
-                            applied.quota_applied = True
-                        # Saved before the alter: the restore value must survive a crash.
-                        ledger.save()
-                    else:
-                        previous = known[1]
-                    # Never loosen a quota that was already stricter than ours.
-                    value = rate if previous is None else min(rate, previous)
-                    admin.alter_producer_byte_rate(entity, value)
+                        applied.quota_previous[key] = (entity, previous)
+                    # Saved and published before the alter: the restore value must survive
+                    # a crash, and another guard must not take our throttle for the value.
+                    ledger.save()
+                    self._publish()
+                # Never loosen a quota that was already stricter than ours.
+                value = rate if previous is None else min(rate, previous)
+                admin.alter_producer_byte_rate(entity, value)
+                if not had:
                     actuator_log().info(
                         "quota_applied",
                         actuator="quota",
@@ -338,33 +336,40 @@ class QuotaActuator:
                         producer_byte_rate=value,
                         previous=previous,
                     )
+            with ledger.lock:
+                applied.quota_applied = bool(mine)
+            ledger.save()
+            if had and not mine and needs:
+                actuator_log().info(
+                    "hold_kept",
+                    actuator="quota",
+                    entities=sorted(needs),
+                    held_by=holds.quota_needed_by(),
+                    message="this guard no longer needs the throttle; another guard still does",
+                )
+            if not holds.complete:
+                return not owned.keys() - needs.keys()
+            for key, (entity, previous) in sorted(owned.items()):
+                if key in needs:
+                    continue
+                admin.alter_producer_byte_rate(entity, previous)
+                actuator_log().info(
+                    "quota_restored", actuator="quota", entity=key, producer_byte_rate=previous
+                )
                 with ledger.lock:
-                    applied.quota_applied = True
+                    applied.quota_previous.pop(key, None)
                 ledger.save()
-            else:
-                with ledger.lock:
-                    items = list(applied.quota_previous.items())
-                for key, (entity, previous) in items:
-                    admin.alter_producer_byte_rate(entity, previous)
-                    actuator_log().info(
-                        "quota_restored", actuator="quota", entity=key, producer_byte_rate=previous
-                    )
-                    with ledger.lock:
-                        applied.quota_previous.pop(key, None)
-                    ledger.save()
-                with ledger.lock:
-                    applied.quota_applied = False
-                ledger.save()
+                self._publish()
             return True
         except Exception as exc:  # logged, counted, retried next cycle
             missing = _missing_quota_api(exc)
             with ledger.lock:
                 recorded = applied.throttled
-            if missing is not None and want and not recorded:
+            if missing is not None and mine and not recorded:
                 # Nothing was applied, nothing to restore, and no retry will make the broker
                 # grow the API: one line, one count, and the daemon goes on.
                 self._unsupported = True
                 ledger.failed("quota", "throttle", missing)
                 return True
-            ledger.broker_failed("quota", "throttle" if want else "restore", exc)
+            ledger.broker_failed("quota", "throttle" if mine else "restore", exc)
             return False

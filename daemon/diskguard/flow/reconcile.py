@@ -18,9 +18,16 @@ from typing import Any
 from diskguard.config import Config
 from diskguard.flow.actuator import STATE_FILE, Actuator, Ledger
 from diskguard.flow.hook import HookActuator
-from diskguard.flow.kafkaacl import AclActuator, AclAdmin, ProcessAclAdmin
-from diskguard.flow.kafkaquota import KafkaAdminConnection, QuotaActuator, QuotaAdmin
+from diskguard.flow.kafkaacl import AclActuator, AclAdmin, ProcessAclAdmin, default_allow
+from diskguard.flow.kafkaquota import (
+    KafkaAdminConnection,
+    QuotaActuator,
+    QuotaAdmin,
+    quota_entities,
+)
+from diskguard.flow.sharedholds import GuardIdentity, Needs, Registry, SharedHolds, quota_needs
 from diskguard.flow.state import Transition
+from diskguard.kafkalog.serverprops import local_broker_id
 
 __all__ = ["Actuators", "configured_actuators"]
 
@@ -32,6 +39,8 @@ def configured_actuators(
     quota_admin: QuotaAdmin | None = None,
     acl_admin: AclAdmin | None = None,
     broker_timeout_s: float = 10.0,
+    publish: Callable[[], bool] = lambda: True,
+    acl_permissive: bool | None = None,
 ) -> list[Actuator]:
     """The actuators ``flow_control.actuators`` names, plus any an earlier run left work for.
 
@@ -47,7 +56,11 @@ def configured_actuators(
     if "exec" in kinds and flow.on_change:
         out.append(HookActuator(flow.on_change, flow.on_change_timeout, ledger))
     if quota_admin is not None:
-        out.append(QuotaActuator(flow.quota, quota_admin, ledger, configured="quota" in kinds))
+        out.append(
+            QuotaActuator(
+                flow.quota, quota_admin, ledger, configured="quota" in kinds, publish=publish
+            )
+        )
     elif "quota" in kinds or applied.throttled:
         connection = KafkaAdminConnection(cfg.broker, broker_timeout_s)
         out.append(
@@ -57,13 +70,31 @@ def configured_actuators(
                 ledger,
                 configured="quota" in kinds,
                 connection=connection,
+                publish=publish,
             )
         )
-    if acl_admin is None and ("acl" in kinds or applied.acl):
+    if acl_admin is None and ("acl" in kinds or applied.acl or applied.acl_owned):
         acl_admin = ProcessAclAdmin(cfg.broker, broker_timeout_s)
     if acl_admin is not None:
-        out.append(AclActuator(flow.acl_principal, acl_admin, ledger, configured="acl" in kinds))
+        out.append(
+            AclActuator(
+                flow.acl_principal,
+                acl_admin,
+                ledger,
+                configured="acl" in kinds,
+                permissive=acl_permissive,
+                publish=publish,
+            )
+        )
     return out
+
+
+def never_held(topic: str, cfg: Config) -> bool:
+    """Topics no hold ever applies to: the broker's own (``__*``, written by the broker
+    itself, not by producers; diskguard's holds topic among them) and the snapshot topic
+    (diskguard's own writes: the spool keeps them anyway, but a guard should not block
+    its own report of the overfull disk)."""
+    return topic.startswith("__") or topic == cfg.snapshots.topic
 
 
 class Actuators:
@@ -89,16 +120,57 @@ class Actuators:
         background: bool = True,
         broker_timeout_s: float = 10.0,
         retry_interval_s: float = 10.0,
+        registry: Registry | None = None,
+        acl_permissive: bool | None = None,
+        on_lease_expired: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self._cfg = cfg
         self._ledger = Ledger((state_dir or cfg.daemon.state_dir) / STATE_FILE, on_failure)
+        self._applied = self._ledger.applied
+        kinds = set(cfg.flow_control.actuators)
+        injected = quota_admin is not None or acl_admin is not None
+        if (
+            registry is None
+            and not injected
+            and cfg.broker.bootstrap_servers
+            and (kinds & {"quota", "acl"} or self._applied.throttled or self._applied.acl_owned)
+        ):
+            from diskguard.flow.holdsregistry import HoldsRegistry
+
+            registry = HoldsRegistry(
+                cfg.broker.bootstrap_servers,
+                cfg.broker.client,
+                cfg.flow_control.holds_topic,
+                broker_timeout_s,
+            )
+        broker_id = local_broker_id(cfg.broker.log_dirs)
+        from diskguard.flow.holdsregistry import guard_key
+
+        self._shared = SharedHolds(
+            self._ledger,
+            GuardIdentity(
+                guard_key(broker_id, cfg.snapshots.host),
+                broker_id,
+                cfg.snapshots.host,
+                cfg.flow_control.hold_lease,
+            ),
+            self._needs,
+            registry,
+            on_expired=on_lease_expired,
+            clock=clock,
+        )
+        if acl_permissive is None and acl_admin is None:
+            acl_permissive = default_allow(cfg.broker)
         self._actuators = configured_actuators(
             cfg,
             self._ledger,
             quota_admin=quota_admin,
             acl_admin=acl_admin,
             broker_timeout_s=broker_timeout_s,
+            publish=self._shared.publish,
+            acl_permissive=acl_permissive,
         )
-        self._applied = self._ledger.applied
         self._lock = self._ledger.lock  # guards the record and the desired state
         self._sync_lock = threading.Lock()  # one converge pass at a time
         #: Bumped on every change of the desired state; a pass only counts as converged if
@@ -113,6 +185,10 @@ class Actuators:
         self._running = False
         self._closed = False
         self._worker: threading.Thread | None = None
+        #: A shared registry is read (and this guard's lease renewed) this often.
+        self._renew_s = max(0.5, cfg.flow_control.hold_lease / 3)
+        self._next_renewal = time.monotonic() + self._renew_s
+        self._retry_at = 0.0
         if background:
             self._worker = threading.Thread(
                 target=self._work, name="diskguard-actuators", daemon=True
@@ -185,20 +261,48 @@ class Actuators:
         except Exception as exc:  # never into the loop
             self._ledger.failed("actuators", "reconcile", repr(exc))
 
-    def sync(self) -> bool:
-        """One converge pass in the caller's thread; True when the broker matches the wish."""
+    def sync(self, renewal: bool = False) -> bool:
+        """One converge pass in the caller's thread; True when the broker matches the wish.
+
+        ``renewal``: the periodic pass that renews this guard's lease; while anything is
+        held in the cluster it also checks the broker again (another guard may have lifted
+        what this one still needs)."""
         with self._sync_lock:
             with self._lock:
                 generation = self._generation
                 confirmed = self._converged_generation == generation
+            holds = self._shared.refresh()
+            active = bool(holds.acl_needs() or holds.quota_needs() or not holds.own.empty)
+            if self._shared.changed or (renewal and active) or not self._shared.complete:
+                confirmed = False
             ok = True
             for actuator in self._actuators:
-                ok = actuator.converge(confirmed) and ok
+                ok = actuator.converge(confirmed, holds) and ok
+            ok = self._shared.publish() and ok and self._shared.complete
             with self._lock:
                 self._failed_passes = 0 if ok else self._failed_passes + 1
                 if ok:
                     self._converged_generation = generation
                 return ok and generation == self._generation
+
+    def _needs(self) -> Needs:
+        """What this guard needs held now, from its overfull mounts and the config."""
+        flow = self._cfg.flow_control
+        kinds = set(flow.actuators)
+        with self._lock:
+            topics = {t for ts in self._applied.overfull.values() for t in ts}
+            overfull = bool(self._applied.overfull)
+        acl = (
+            frozenset((t, flow.acl_principal) for t in topics if not never_held(t, self._cfg))
+            if "acl" in kinds
+            else frozenset()
+        )
+        quota = (
+            quota_needs(quota_entities(flow.quota), float(flow.quota.producer_byte_rate))
+            if "quota" in kinds and overfull
+            else {}
+        )
+        return acl, quota
 
     def recorded_overfull_mounts(self) -> set[str]:
         """Mounts the last run recorded as overfull (from ``actuators.json`` at start-up).
@@ -250,6 +354,8 @@ class Actuators:
             actuator.close()
             if stopping and isinstance(actuator, HookActuator):
                 actuator.terminate(max(0.0, deadline - time.monotonic()))
+        if self._shared.registry is not None:
+            self._shared.registry.close()
 
     # ----------------------------------------------------------------- internals
 
@@ -263,24 +369,36 @@ class Actuators:
 
     def _work(self) -> None:
         while True:
+            renewal = False
             with self._wake:
                 while not self._pending and not self._closed:
-                    if not self.converged and not self._wake.wait(self._retry_delay()):
-                        self._pending = True  # retry the failed pass
-                        break
-                    if self.converged:
+                    # Wake for a retry of a failed pass, and (with a registry) to renew.
+                    due = [] if self.converged else [self._retry_at]
+                    if self._shared.registry is not None:
+                        due.append(self._next_renewal)
+                    if not due:
                         self._wake.wait()
+                        continue
+                    now = time.monotonic()
+                    if min(due) > now:
+                        self._wake.wait(min(due) - now)
+                        continue
+                    renewal = self._shared.registry is not None and self._next_renewal <= now
+                    break
                 if self._closed:
                     return
                 self._pending = False
                 self._running = True
+            if renewal:
+                self._next_renewal = time.monotonic() + self._renew_s
             try:
-                self.sync()
+                self.sync(renewal=renewal)
             except Exception as exc:  # the worker must survive anything
                 self._ledger.failed("actuators", "sync", repr(exc))
             finally:
                 with self._wake:
                     self._running = False
+                    self._retry_at = time.monotonic() + self._retry_delay()
                     self._wake.notify_all()
 
     def _retry_delay(self) -> float:

@@ -1,0 +1,232 @@
+"""The cluster's record of holds: a compacted topic, one record per guard (edge).
+
+Every guard of a cluster reads every record (``flow.holds.GuardHold``) and writes only its
+own, keyed by its guard key (``broker-<id>``): a single writer per key, so no update is lost
+to another guard's. The topic is created on first use (one partition, compacted, the
+broker's ``LogAppendTime`` so that leases are dated by one clock, replicated on up to three
+brokers). Reads keep one consumer assigned to the partition and read up to the high
+watermark each time, so a pass sees every record acknowledged before it began. Writes wait
+for ``acks=all``: a record a guard acts on is durable first.
+
+The topic is internal to diskguard (``__`` prefix): retention never trims it, and the
+actuators never hold it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+from diskguard.broker.errors import describe_error, rdkafka_logger
+from diskguard.flow.actuator import ActuatorError
+from diskguard.flow.holds import GuardHold
+
+__all__ = ["DEFAULT_TOPIC", "HoldsRegistry", "guard_key"]
+
+DEFAULT_TOPIC: Final = "__diskguard_holds"
+
+
+def guard_key(broker_id: int | None, host: str) -> str:
+    """A guard's record key: its broker's id (one guard per broker), else its host name."""
+    return f"broker-{broker_id}" if broker_id is not None else f"host-{host}"
+
+
+class HoldsRegistry:
+    """Read all guards' records, write this guard's; every failure is an ``ActuatorError``.
+
+    Used from the actuators' worker thread only (not thread-safe).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        client_settings: Mapping[str, str | int | float | bool],
+        topic: str = DEFAULT_TOPIC,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.topic = topic
+        self._timeout = timeout_s
+        self._settings: dict[str, Any] = {
+            **dict(client_settings),
+            "bootstrap.servers": bootstrap,
+        }
+        self._consumer: Any = None
+        self._producer: Any = None
+        self._records: dict[str, GuardHold] = {}
+        self._created = False
+
+    # -- the topic --------------------------------------------------------------------------
+    def _ensure_topic(self) -> None:
+        if self._created:
+            return
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
+            AdminClient,
+            NewTopic,
+        )
+
+        admin = AdminClient(
+            {**self._settings, "client.id": "diskguard-holds"}, logger=rdkafka_logger()
+        )
+        try:
+            metadata = admin.list_topics(timeout=self._timeout)
+            if self.topic in metadata.topics and metadata.topics[self.topic].error is None:
+                self._created = True
+                return
+            replicas = max(1, min(3, len(metadata.brokers)))
+            topic = NewTopic(
+                self.topic,
+                num_partitions=1,
+                replication_factor=replicas,
+                config={
+                    "cleanup.policy": "compact",
+                    "message.timestamp.type": "LogAppendTime",
+                    "min.insync.replicas": "1",
+                },
+            )
+            for future in admin.create_topics([topic], request_timeout=self._timeout).values():
+                try:
+                    future.result(timeout=self._timeout + 2)
+                except KafkaException as exc:
+                    if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                        raise
+        except Exception as exc:
+            raise ActuatorError(
+                f"holds topic {self.topic}: cannot create it: {describe_error(exc)}"
+            ) from None
+        self._created = True
+
+    # -- reading ----------------------------------------------------------------------------
+    def read(self) -> dict[str, GuardHold]:
+        """Every guard's latest record (tombstoned and unreadable ones left out)."""
+        self._ensure_topic()
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        try:
+            if self._consumer is None:
+                self._consumer = Consumer(
+                    {
+                        **self._settings,
+                        "client.id": "diskguard-holds",
+                        "group.id": "diskguard-holds-reader",  # never joined nor committed
+                        "enable.auto.commit": False,
+                        "enable.partition.eof": False,
+                        "fetch.wait.max.ms": 100,
+                    },
+                    logger=rdkafka_logger(),
+                )
+                self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+            tp = TopicPartition(self.topic, 0)
+            _low, high = self._consumer.get_watermark_offsets(
+                tp, timeout=self._timeout, cached=False
+            )
+            deadline = time.monotonic() + self._timeout
+            position = self._position()
+            while position < high:
+                if time.monotonic() > deadline:
+                    raise ActuatorError(
+                        f"holds topic {self.topic}: read to offset {position} of {high} "
+                        f"within {self._timeout:g} s"
+                    )
+                message = self._consumer.poll(0.2)
+                if message is None:
+                    continue
+                if message.error() is not None:
+                    raise ActuatorError(f"holds topic {self.topic}: {message.error().str()}")
+                self._take(message)
+                position = message.offset() + 1
+        except ActuatorError:
+            self.reset()
+            raise
+        except Exception as exc:
+            self.reset()
+            raise ActuatorError(f"holds topic {self.topic}: {describe_error(exc)}") from None
+        return dict(self._records)
+
+    def _position(self) -> int:
+        from confluent_kafka import TopicPartition
+
+        (tp,) = self._consumer.position([TopicPartition(self.topic, 0)])
+        return int(tp.offset) if tp.offset >= 0 else 0
+
+    def _take(self, message: Any) -> None:
+        key = (message.key() or b"").decode("utf-8", "replace")
+        value = message.value()
+        if value is None:
+            self._records.pop(key, None)
+            return
+        _kind, timestamp = message.timestamp()
+        try:
+            hold = GuardHold.from_json(json.loads(value), renewed_ms=int(timestamp))
+        except (ValueError, KeyError, TypeError):
+            # Another version's record (or garbage): it needs nothing we can read; what it
+            # owns stays unknown, so nothing it may own is ever counted as the operator's.
+            self._records.pop(key, None)
+            return
+        if hold.guard == key:
+            self._records[key] = hold
+
+    # -- writing ----------------------------------------------------------------------------
+    def publish(self, hold: GuardHold) -> None:
+        """Write ``hold`` under its guard key and wait for ``acks=all``."""
+        self._send(hold.guard, json.dumps(hold.to_json(), sort_keys=True).encode())
+
+    def remove(self, guard: str) -> None:
+        """A tombstone for ``guard``: compaction drops the key."""
+        self._send(guard, None)
+
+    def _send(self, key: str, value: bytes | None) -> None:
+        self._ensure_topic()
+        from confluent_kafka import Producer
+
+        errors: list[str] = []
+        delivered: list[bool] = []
+
+        def report(err: Any, _msg: Any) -> None:
+            delivered.append(err is None)
+            if err is not None:
+                errors.append(err.str())
+
+        try:
+            if self._producer is None:
+                self._producer = Producer(
+                    {
+                        **self._settings,
+                        "client.id": "diskguard-holds",
+                        "acks": "all",
+                        "enable.idempotence": True,
+                        "linger.ms": 0,
+                        "message.timeout.ms": int(self._timeout * 1000),
+                    },
+                    logger=rdkafka_logger(),
+                )
+            self._producer.produce(self.topic, value, key=key.encode(), on_delivery=report)
+            self._producer.flush(self._timeout + 2)
+        except Exception as exc:
+            self.reset()
+            raise ActuatorError(f"holds topic {self.topic}: {describe_error(exc)}") from None
+        if not delivered or errors:
+            self.reset()
+            raise ActuatorError(
+                f"holds topic {self.topic}: record of {key} not acknowledged: "
+                f"{errors[0] if errors else 'no delivery report in time'}"
+            )
+
+    def reset(self) -> None:
+        """Drop the clients after a failure: the retry reconnects and reads from the start."""
+        consumer, producer = self._consumer, self._producer
+        self._consumer = self._producer = None
+        self._records.clear()
+        self._created = False
+        # Closing a broken client: nothing to report.
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close()
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                producer.flush(0)
+
+    close = reset

@@ -1,0 +1,194 @@
+"""This guard's part in the cluster's holds: its record, its lease, the others' leases (edge).
+
+Each converge pass starts with ``refresh()``: read every guard's record, take over what a
+guard whose lease expired owned (a ``hold_lease_expired`` event, counted), publish this
+guard's own record (which renews its lease), and hand the actuators one ``ClusterHolds``
+view. The actuators record what they are about to create in the ledger and call
+``publish()`` before creating it, so no guard ever mistakes another's ACL or throttle for
+the operator's. Without a registry (no broker configured, or tests) the view is this guard
+alone. When the registry cannot be read the view is marked incomplete: the actuators still
+hold what this guard needs, but lift nothing (another guard may need it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from diskguard.flow.actuator import Ledger, actuator_log
+from diskguard.flow.holds import ClusterHolds, GuardHold, QuotaEntity, entity_key
+
+__all__ = ["GuardIdentity", "Registry", "SharedHolds", "quota_needs"]
+
+
+class Registry(Protocol):
+    """Where the guards' records live (``flow.holdsregistry.HoldsRegistry``; tests: memory)."""
+
+    def read(self) -> dict[str, GuardHold]: ...
+
+    def publish(self, hold: GuardHold) -> None: ...
+
+    def remove(self, guard: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class GuardIdentity:
+    guard: str
+    broker_id: int | None
+    host: str
+    lease_s: float
+
+
+#: What this guard needs now: ((topic, principal) DENY WRITE pairs, quota entity -> rate).
+Needs = tuple[frozenset[tuple[str, str]], dict[str, tuple[QuotaEntity, float]]]
+
+
+class SharedHolds:
+    """The cluster view each converge pass works from; see the module docstring."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        identity: GuardIdentity,
+        needs: Callable[[], Needs],
+        registry: Registry | None = None,
+        *,
+        on_expired: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._ledger = ledger
+        self.identity = identity
+        self._needs = needs
+        self.registry = registry
+        self._on_expired = on_expired
+        self._clock = clock
+        self._others: dict[str, GuardHold] = {}
+        self._complete = registry is None
+        self._published: dict[str, object] | None = None
+        self._reported: set[tuple[str, int]] = set()
+        #: The others' records changed since the previous refresh (a pass must re-check).
+        self.changed = False
+
+    @property
+    def complete(self) -> bool:
+        """The last refresh read every guard's record (or there is no registry)."""
+        return self._complete
+
+    def own(self) -> GuardHold:
+        acl_needs, quota_needs = self._needs()
+        applied = self._ledger.applied
+        with self._ledger.lock:
+            return GuardHold(
+                guard=self.identity.guard,
+                broker_id=self.identity.broker_id,
+                host=self.identity.host,
+                lease_s=self.identity.lease_s,
+                renewed_ms=self.now_ms(),
+                acl_needs=acl_needs,
+                quota_needs=dict(quota_needs),
+                acl_owned=frozenset(applied.acl_owned),
+                quota_owned=dict(applied.quota_previous),
+            )
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def view(self) -> ClusterHolds:
+        return ClusterHolds(
+            own=self.own(),
+            others=dict(self._others),
+            now_ms=self.now_ms(),
+            complete=self._complete,
+        )
+
+    def refresh(self) -> ClusterHolds:
+        """Read the registry, take over expired leases, renew this guard's; the view.
+
+        A registry failure is reported (``actuator_failed``, actuator ``holds``) and gives
+        an incomplete view built from what was read before."""
+        if self.registry is None:
+            return self.view()
+        try:
+            records = self.registry.read()
+        except Exception as exc:
+            self._complete = False
+            self._ledger.broker_failed("holds", "read", exc)
+            return self.view()
+        others = {k: h for k, h in records.items() if k != self.identity.guard}
+        self.changed = others != self._others
+        self._others = others
+        self._complete = True
+        view = self.view()
+        expired = view.expired_others()
+        if expired:
+            self._take_over(expired, view.now_ms)
+        self.publish(force=True)
+        return self.view()
+
+    def _take_over(self, expired: list[GuardHold], now_ms: int) -> None:
+        """What a dead guard owned becomes this guard's (so it is undone when nobody needs
+        it), then its record goes: its needs no longer hold anything."""
+        for hold in expired:
+            marker = (hold.guard, hold.renewed_ms)
+            if marker not in self._reported:
+                self._reported.add(marker)
+                actuator_log().warning(
+                    "hold_lease_expired",
+                    guard=hold.guard,
+                    broker_id=hold.broker_id,
+                    host=hold.host,
+                    expired_for_s=round((now_ms - hold.renewed_ms) / 1000 - hold.lease_s, 1),
+                    acl_topics=sorted({t for t, _p in hold.acl_needs}),
+                    quota_entities=sorted(hold.quota_needs),
+                    message="a guard stopped renewing its hold: its holds no longer count, "
+                    "and what it added is undone once no live guard needs it",
+                )
+                if self._on_expired is not None:
+                    self._on_expired()
+            with self._ledger.lock:
+                self._ledger.applied.acl_owned.update(hold.acl_owned)
+                for key, claim in hold.quota_owned.items():
+                    self._ledger.applied.quota_previous.setdefault(key, claim)
+        self._ledger.save()
+        self.publish(force=True)
+        assert self.registry is not None
+        for hold in expired:
+            try:
+                self.registry.remove(hold.guard)
+            except Exception as exc:
+                self._ledger.broker_failed("holds", "remove", exc)
+                continue
+            self._others.pop(hold.guard, None)
+
+    def publish(self, force: bool = False) -> bool:
+        """Write this guard's record (a tombstone once it needs and owns nothing); False on
+        failure (reported). Unchanged records are written again only with ``force`` (the
+        renewal of a lease)."""
+        if self.registry is None:
+            return True
+        own = self.own()
+        body = own.to_json()
+        if body == self._published and not force:
+            return True
+        if own.empty and self._published == {}:
+            return True  # tombstoned already
+        try:
+            if own.empty:
+                self.registry.remove(own.guard)
+                self._published = {}
+            else:
+                self.registry.publish(own)
+                self._published = body
+        except Exception as exc:
+            self._published = None
+            self._ledger.broker_failed("holds", "publish", exc)
+            return False
+        return True
+
+
+def quota_needs(entities: list[QuotaEntity], rate: float) -> dict[str, tuple[QuotaEntity, float]]:
+    return {entity_key(e): (e, rate) for e in entities}

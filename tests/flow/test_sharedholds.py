@@ -1,0 +1,359 @@
+"""Many guards, one cluster: the holds protocol at the client boundary (fast, no broker).
+
+Two or three ``Actuators`` (one per broker, each with its own state dir and broker id) share
+one in-memory registry (what the compacted topic holds: the latest record per guard, dated
+by one clock) and one fake broker (confluent-kafka ACL shapes, kafka-python quota requests).
+The same scenarios run against a real three-broker cluster in
+``tests/broker/test_realcluster.py``; here every interleaving is cheap to set up.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from diskguard.config import parse_config
+from diskguard.flow.actuator import QuotaEntity
+from diskguard.flow.holds import AclBinding as Binding
+from diskguard.flow.holds import GuardHold, acl_plan, allow_all, deny_write
+from diskguard.flow.kafkaacl import ConfluentAclAdmin
+from diskguard.flow.kafkaquota import KafkaQuotaAdmin
+from diskguard.flow.reconcile import Actuators
+from diskguard.flow.state import FlowLimits, FlowState, Transition, step
+from diskguard.kafkalog.model import FilesystemUsage
+from diskguard.logs import configure_logging
+from support.fakes import FakeConfluentAdmin, FakeQuotaBroker
+
+GiB = 1024**3
+USER_DEFAULT: QuotaEntity = (("user", None),)
+CLIENT_DEFAULT: QuotaEntity = (("client-id", None),)
+LEASE = 6.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class MemoryRegistry:
+    """The compacted topic: the latest record per key, dated by the (shared) clock, as the
+    broker's LogAppendTime dates them; ``broken`` makes every call fail."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.records: dict[str, tuple[dict[str, Any], int]] = {}
+        self.broken = False
+
+    def _check(self) -> None:
+        if self.broken:
+            raise RuntimeError("holds topic unreachable")
+
+    def read(self) -> dict[str, GuardHold]:
+        self._check()
+        return {k: GuardHold.from_json(v, ts) for k, (v, ts) in self.records.items()}
+
+    def publish(self, hold: GuardHold) -> None:
+        self._check()
+        self.records[hold.guard] = (
+            json.loads(json.dumps(hold.to_json())),
+            int(self.clock() * 1000),
+        )
+
+    def remove(self, guard: str) -> None:
+        self._check()
+        self.records.pop(guard, None)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture()
+def logs() -> Iterator[io.StringIO]:
+    saved = structlog.get_config()
+    buf = io.StringIO()
+    configure_logging("json", "debug", stream=buf)
+    try:
+        yield buf
+    finally:
+        structlog.configure(**saved)
+
+
+def events(buf: io.StringIO, name: str) -> list[dict[str, Any]]:
+    return [
+        rec
+        for rec in (json.loads(line) for line in buf.getvalue().splitlines() if line.strip())
+        if rec.get("event") == name
+    ]
+
+
+class Cluster:
+    """One fake broker, one registry, one clock; ``guard(n)`` is broker n's diskguard."""
+
+    def __init__(self, tmp_path: Path, permissive: bool | None = True) -> None:
+        self.tmp_path = tmp_path
+        self.clock = Clock()
+        self.registry = MemoryRegistry(self.clock)
+        self.acls = FakeConfluentAdmin()
+        self.quotas = FakeQuotaBroker()
+        self.permissive = permissive
+        self.expired: list[int] = []
+
+    def guard(self, broker_id: int, actuators: tuple[str, ...] = ("acl", "quota")) -> Actuators:
+        log_dir = self.tmp_path / f"broker-{broker_id}"
+        log_dir.mkdir(exist_ok=True)
+        (log_dir / "meta.properties").write_text(f"version=1\nnode.id={broker_id}\n")
+        cfg = parse_config(
+            {
+                "broker": {"log_dirs": [str(log_dir)], "bootstrap_servers": "127.0.0.1:9"},
+                "flow_control": {
+                    "overfull_percent": 90,
+                    "underfull_percent": 80,
+                    "actuators": list(actuators),
+                    "hold_lease": f"{LEASE}s",
+                    "quota": {"producer_byte_rate": "1KiB"},
+                },
+                "snapshots": {"host": f"host-{broker_id}", "topic": "diskguard-snapshots"},
+                "daemon": {"state_dir": str(log_dir / "state")},
+            },
+            log_dir / "diskguard.toml",
+        )
+        return Actuators(
+            cfg,
+            acl_admin=ConfluentAclAdmin(self.acls),
+            quota_admin=KafkaQuotaAdmin(self.quotas.send),
+            background=False,
+            registry=self.registry,
+            acl_permissive=self.permissive,
+            on_lease_expired=lambda: self.expired.append(broker_id),
+            clock=self.clock,
+        )
+
+    def acl_set(self) -> set[Binding]:
+        return {ConfluentAclAdmin._ours(b) for b in self.acls.acls}
+
+
+def overfull(acts: Actuators, topics: list[str], mount: str = "/data") -> None:
+    acts.apply(transition("overfull", mount), topics=topics)
+
+
+def cleared(acts: Actuators, mount: str = "/data") -> None:
+    acts.apply(transition("overfull_cleared", mount, 50.0))
+
+
+def transition(event: str, mount: str = "/data", percent: float = 95.0) -> Transition:
+    total = 100 * GiB
+    used = int(total * percent / 100)
+    limits = FlowLimits(overfull_percent=90, underfull_percent=80, min_free_bytes=0)
+    usage = FilesystemUsage(mount, "/dev/x", total, used, total - used)
+    _, out = step(FlowState(overfull=event == "overfull_cleared"), usage, limits)
+    (found,) = [t for t in out if t.event == event]
+    return found
+
+
+def operator_acl(admin: FakeConfluentAdmin, binding: Binding) -> None:
+    admin.acls.add(
+        AclBinding(
+            ResourceType[binding.resource_type],
+            binding.name,
+            ResourcePatternType[binding.pattern_type],
+            binding.principal,
+            binding.host,
+            AclOperation[binding.operation],
+            AclPermissionType[binding.permission],
+        )
+    )
+
+
+# ----------------------------------------------------------------------------- pure plan
+
+
+def test_plan_keeps_access_on_a_permissive_cluster_and_never_widens_one_with_acls() -> None:
+    alice = Binding("TOPIC", "secure", "LITERAL", "User:alice", "*", "READ", "ALLOW")
+    prefix = Binding("TOPIC", "pay", "PREFIXED", "User:bob", "*", "READ", "ALLOW")
+    theirs = deny_write("dup", "User:*")  # the operator's, identical to what a hold adds
+    present = {alice, prefix, theirs}
+    needs = {(t, "User:*") for t in ("open", "secure", "payments", "dup")}
+    plan = acl_plan(needs, present, owned=set(), permissive=True)
+    assert plan.allowed == ("open",)
+    assert set(plan.create) == {
+        deny_write("open", "User:*"),
+        allow_all("open"),
+        deny_write("secure", "User:*"),
+        deny_write("payments", "User:*"),
+    }
+    assert plan.delete == () and plan.skipped == ()
+    # Nothing needed any more: only what a guard owns goes, the operator's stays.
+    after = present | set(plan.create)
+    released = acl_plan(set(), after, owned=set(plan.create), permissive=True)
+    assert set(released.delete) == set(plan.create)
+    assert after - set(released.delete) == present
+    # Not permissive: no ALLOW ever; unknown: topics without ACLs are not held at all.
+    assert acl_plan(needs, present, set(), permissive=False).allowed == ()
+    unknown = acl_plan(needs, present, set(), permissive=None)
+    assert unknown.skipped == ("open",) and allow_all("open") not in unknown.desired
+
+
+def test_a_wildcard_acl_counts_as_the_topics_own() -> None:
+    star = Binding("TOPIC", "*", "LITERAL", "User:ops", "*", "DESCRIBE", "ALLOW")
+    plan = acl_plan({("orders", "User:*")}, {star}, set(), permissive=True)
+    assert plan.allowed == () and plan.create == (deny_write("orders", "User:*"),)
+
+
+# ----------------------------------------------------------------------------- two guards
+
+
+def test_one_guard_clearing_keeps_the_hold_another_still_needs(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    cluster = Cluster(tmp_path)
+    other = Binding("TOPIC", "audit", "LITERAL", "User:alice", "*", "READ", "ALLOW")
+    operator_acl(cluster.acls, other)
+    cluster.quotas.quotas[USER_DEFAULT] = 4096.0
+    before_acls, before_quotas = cluster.acl_set(), dict(cluster.quotas.quotas)
+    a, b = cluster.guard(1), cluster.guard(2)
+    overfull(a, ["orders", "clicks"])
+    overfull(b, ["orders"])
+    held = {
+        deny_write("orders", "User:*"),
+        allow_all("orders"),
+        deny_write("clicks", "User:*"),
+        allow_all("clicks"),
+    }
+    assert cluster.acl_set() == before_acls | held
+    assert cluster.quotas.quotas == {USER_DEFAULT: 1024.0, CLIENT_DEFAULT: 1024.0}
+    # The second guard found the first one's throttle, and recorded the value from before it.
+    saved = json.loads((tmp_path / "broker-2" / "state" / "actuators.json").read_text())
+    assert {p["value"] for p in saved["quota"]["previous"]} == {4096.0, None}
+
+    cleared(a)  # broker 1 is fine again; broker 2 still is not
+    assert cluster.acl_set() == before_acls | {deny_write("orders", "User:*"), allow_all("orders")}
+    assert cluster.quotas.quotas == {USER_DEFAULT: 1024.0, CLIENT_DEFAULT: 1024.0}
+    kept = {e["actuator"]: e for e in events(logs, "hold_kept")}
+    assert kept["acl"]["topics"] == ["orders"] and kept["acl"]["held_by"] == ["broker-2"]
+    assert kept["quota"]["held_by"] == ["broker-2"]
+
+    cleared(b)
+    assert cluster.acl_set() == before_acls
+    assert cluster.quotas.quotas == before_quotas
+    # Broker 1's guard still recorded a claim on the quotas it no longer needs: its next
+    # pass (the lease renewal) restores the same values and drops it; nothing changes.
+    a.sync(renewal=True)
+    assert cluster.quotas.quotas == before_quotas and cluster.acl_set() == before_acls
+    assert cluster.registry.records == {}
+
+
+def test_operator_acls_stay_byte_identical(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    mine = [
+        Binding("TOPIC", "secure", "LITERAL", "User:alice", "*", "READ", "ALLOW"),
+        deny_write("dup", "User:*"),
+        Binding("TOPIC", "pay", "PREFIXED", "User:bob", "*", "WRITE", "ALLOW"),
+        Binding("GROUP", "g", "LITERAL", "User:alice", "*", "READ", "ALLOW"),
+    ]
+    for binding in mine:
+        operator_acl(cluster.acls, binding)
+    before = cluster.acl_set()
+    a = cluster.guard(1, ("acl",))
+    overfull(a, ["secure", "dup", "payments", "open"])
+    added = cluster.acl_set() - before
+    assert added == {
+        deny_write("secure", "User:*"),
+        deny_write("payments", "User:*"),
+        deny_write("open", "User:*"),
+        allow_all("open"),
+    }
+    cleared(a)
+    assert cluster.acl_set() == before
+
+
+def test_a_guard_killed_while_holding_is_let_go_when_its_lease_expires(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    cluster = Cluster(tmp_path)
+    before = cluster.acl_set()
+    a, b = cluster.guard(1), cluster.guard(2)
+    overfull(a, ["orders"])
+    overfull(b, ["clicks"])
+    del a  # kill -9: no release, no renewal
+    cluster.clock.now += LEASE / 2
+    b.sync(renewal=True)  # within the lease: nothing of A's is touched
+    assert deny_write("orders", "User:*") in cluster.acl_set()
+    assert cluster.expired == []
+    cluster.clock.now += LEASE
+    b.sync(renewal=True)
+    (expired,) = events(logs, "hold_lease_expired")
+    assert expired["guard"] == "broker-1" and expired["acl_topics"] == ["orders"]
+    assert cluster.expired == [2]  # counted by the guard that saw it (the metric)
+    assert cluster.acl_set() == before | {deny_write("clicks", "User:*"), allow_all("clicks")}
+    assert cluster.quotas.quotas == {USER_DEFAULT: 1024.0, CLIENT_DEFAULT: 1024.0}  # B's
+    assert set(cluster.registry.records) == {"broker-2"}
+    cleared(b)
+    assert cluster.acl_set() == before and cluster.quotas.quotas == {}
+    assert cluster.registry.records == {}
+
+
+def test_a_restarted_guard_takes_its_hold_back(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    a = cluster.guard(1)
+    overfull(a, ["orders"])
+    del a
+    restarted = cluster.guard(1)  # the same state dir: its ledger says overfull
+    restarted.reconcile({"/data": True}, {"/data": ["orders"]})
+    assert deny_write("orders", "User:*") in cluster.acl_set()
+    restarted.reconcile({"/data": False})
+    assert cluster.acl_set() == set() and cluster.quotas.quotas == {}
+
+
+def test_nothing_is_lifted_while_the_registry_cannot_be_read(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    cluster = Cluster(tmp_path)
+    a, b = cluster.guard(1), cluster.guard(2)
+    overfull(a, ["orders"])
+    overfull(b, ["orders"])
+    cluster.registry.broken = True
+    cleared(b)
+    cleared(a)  # both clear, but neither can see the other: the hold stays
+    assert deny_write("orders", "User:*") in cluster.acl_set()
+    assert cluster.quotas.quotas == {USER_DEFAULT: 1024.0, CLIENT_DEFAULT: 1024.0}
+    assert {e["actuator"] for e in events(logs, "actuator_failed")} == {"holds"}
+    cluster.registry.broken = False
+    a.sync()
+    b.sync()
+    assert cluster.acl_set() == set() and cluster.quotas.quotas == {}
+
+
+def test_unknown_default_holds_only_topics_with_acls(tmp_path: Path, logs: io.StringIO) -> None:
+    cluster = Cluster(tmp_path, permissive=None)
+    alice = Binding("TOPIC", "secure", "LITERAL", "User:alice", "*", "READ", "ALLOW")
+    operator_acl(cluster.acls, alice)
+    a = cluster.guard(1, ("acl",))
+    overfull(a, ["secure", "open"])
+    assert cluster.acl_set() == {alice, deny_write("secure", "User:*")}
+    (skipped,) = events(logs, "acl_hold_skipped")
+    assert skipped["topics"] == ["open"] and "broker.server_properties" in skipped["reason"]
+    cleared(a)
+    assert cluster.acl_set() == {alice}
+
+
+def test_internal_and_snapshot_topics_are_never_held(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    a = cluster.guard(1, ("acl",))
+    overfull(a, ["orders", "__consumer_offsets", "__diskguard_holds", "diskguard-snapshots"])
+    assert {b.name for b in cluster.acl_set()} == {"orders"}

@@ -129,7 +129,7 @@ class Cluster:
                     "quota": {"producer_byte_rate": "1KiB"},
                 },
                 "snapshots": {"host": f"host-{broker_id}", "topic": "diskguard-snapshots"},
-                "daemon": {"state_dir": str(log_dir / "state")},
+                "daemon": {"state_dir": str(self.tmp_path / f"state-{broker_id}")},
             },
             log_dir / "diskguard.toml",
         )
@@ -238,7 +238,7 @@ def test_one_guard_clearing_keeps_the_hold_another_still_needs(
     assert cluster.acl_set() == before_acls | held
     assert cluster.quotas.quotas == {USER_DEFAULT: 1024.0, CLIENT_DEFAULT: 1024.0}
     # The second guard found the first one's throttle, and recorded the value from before it.
-    saved = json.loads((tmp_path / "broker-2" / "state" / "actuators.json").read_text())
+    saved = json.loads((tmp_path / "state-2" / "actuators.json").read_text())
     assert {p["value"] for p in saved["quota"]["previous"]} == {4096.0, None}
 
     cleared(a)  # broker 1 is fine again; broker 2 still is not

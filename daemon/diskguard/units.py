@@ -156,6 +156,13 @@ def format_timestamp_ms(ms: int) -> str:
     return text
 
 
+def format_timestamp_ms_utc(ms: int) -> str:
+    """``format_timestamp_ms`` with its zone said (``... 22:13:20 UTC``): a bare time reads
+    as local to whoever looks."""
+    head, sep, tail = format_timestamp_ms(ms).partition(" (")
+    return f"{head} UTC{sep}{tail}"
+
+
 def _utc_text(ms: int) -> str:
     days, rest = divmod(ms, 86_400_000)
     year, month, day = _civil_from_days(days)

@@ -85,13 +85,14 @@ def test_microsecond_timestamps_are_shown_flagged_and_youngest(
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     out = proc.stdout
-    rows = [line for line in out.splitlines() if "metrics-0" in line]
+    # Rows by their topic-partition column (the why column names the next candidate too).
+    rows = [line for line in out.splitlines() if "│ metrics-0 " in line]
     assert len(rows) == 2, out
     for row in rows:
         assert "+55" in row and "looks like µs" in row, row
     # The µs reading of the first metrics segment's newest record: 2023-11-14 21:1x.
     assert "2023-11-14 21:" in rows[0], rows[0]
-    orders = [line for line in out.splitlines() if "orders-0" in line]
+    orders = [line for line in out.splitlines() if "│ orders-0 " in line]
     assert len(orders) == 2 and all("2023-11-14 22:1" in r and "µs" not in r for r in orders)
     # ... and plan says how it ordered them.
     assert "past year 9999" in out and "youngest" in out, out

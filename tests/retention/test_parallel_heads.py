@@ -203,6 +203,10 @@ def test_the_plan_command_forks_for_a_large_log_dir_and_says_the_same(tmp_path: 
     assert two.returncode == one.returncode == 0, two.stderr + one.stderr
     assert two.stderr.endswith("forks=2\n") and one.stderr.endswith("forks=0\n")
     got, want = json.loads(two.stdout), json.loads(one.stdout)
+    for deletion in got["deletions"] + want["deletions"]:
+        # The usage the plan saw moves with the disk (the suite may share it with others).
+        for key in ("usage_percent", "excess_bytes", "predicted_usage_percent"):
+            deletion["why"].pop(key)
     assert got["deletions"] == want["deletions"] and len(want["deletions"]) == 600
     # The rest but what the disk's usage moves (the suite may share the disk with others).
     moving = {"used_bytes", "available_bytes", "usage_percent", "excess_bytes"}

@@ -20,6 +20,7 @@ PURE = frozenset(
         "diskguard.retention",
         "diskguard.retention.planner",
         "diskguard.retention.limits",
+        "diskguard.retention.order",
         "diskguard.retention.reclaim",
         "diskguard.retention.mode",
         "diskguard.retention.setaside",
@@ -56,6 +57,7 @@ def loaded_by(module: str) -> list[str]:
     [
         "diskguard.retention.planner",
         "diskguard.retention.limits",
+        "diskguard.retention.order",
         "diskguard.retention.reclaim",
         "diskguard.retention.mode",
         "diskguard.retention.setaside",

@@ -14,15 +14,10 @@ from diskguard.progress import progress
 from diskguard.retention.cycle import RetentionCycle
 from diskguard.retention.daemonstate import daemon_memory
 from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED
+from diskguard.retention.order import order_text
 from diskguard.retention.planner import Deletion, Plan
 from diskguard.retention.report import dumps, plan_json
-from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms, plural
-
-
-def _ts(ms: int) -> str:
-    """With its time zone: a bare time reads as local to whoever looks."""
-    head, sep, tail = format_timestamp_ms(ms).partition(" (")
-    return f"{head} UTC{sep}{tail}"
+from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms_utc, plural
 
 
 def far_future_note(deletions: Sequence[Deletion]) -> str | None:
@@ -185,6 +180,8 @@ def render_plan(
             table.add_column(col)
         for i, d in enumerate(chosen.deletions, 1):
             why = d.reason
+            if d.why is not None:
+                why += f"; {order_text(d.why.rank, d.why.before, d.why.tie_breaker)}"
             if d.unconsumed_records:
                 why += f"; UNCONSUMED by {unconsumed_text(d)}"
             if d.timestamp_source != "timeindex":
@@ -194,7 +191,7 @@ def render_plan(
                 f"{d.topic}-{d.partition}",
                 str(d.base_offset),
                 str(d.next_offset),
-                _ts(d.max_timestamp_ms),
+                format_timestamp_ms_utc(d.max_timestamp_ms),
                 format_bytes(d.bytes),
                 why,
             )

@@ -92,6 +92,13 @@ def deletion_fields(d: Deletion) -> dict[str, Any]:
     }
 
 
+def why_fields(d: Deletion) -> dict[str, Any]:
+    """``{"why": {...}}`` for a deletion a plan chose (``order.Why``: the limit in force, the
+    trigger, the excess, its rank and tie-breaker); nothing for one recovered from the
+    journal. The audit lines only gain this field."""
+    return {"why": d.why.fields()} if d.why is not None else {}
+
+
 def sweep_fields(
     what: str,
     log_dir: str,
@@ -293,6 +300,7 @@ class AuditLog:
                 "reason": why,
                 "usage_before_percent": round(usage, 3),
                 "unconsumed_records": dict(deletion.unconsumed_records),
+                **why_fields(deletion),
             }
             records.append({"ts": _now(), "action_id": action_id, "phase": INTENT, **fields})
             pending[action_id] = fields
@@ -350,6 +358,7 @@ class AuditLog:
             "reason": why,
             "usage_before_percent": round(usage_before_percent, 3),
             "unconsumed_records": dict(deletion.unconsumed_records),
+            **why_fields(deletion),
         }
         self.append({"ts": _now(), "action_id": action_id, "phase": INTENT, **fields})
         self._pending[action_id] = fields
@@ -429,6 +438,7 @@ class AuditLog:
                 "reason": why,
                 "usage_before_percent": round(usage_before_percent, 3),
                 "unconsumed_records": dict(deletion.unconsumed_records),
+                **why_fields(deletion),
                 "freed_bytes": 0,
                 "error": error,
             }

@@ -55,6 +55,7 @@ from diskguard.retention.audit import (
     AuditWriteFailed,
     deletion_fields,
     reason_text,
+    why_fields,
 )
 from diskguard.retention.executor import audit_intents, audit_outcomes
 from diskguard.retention.guards import Checked, Refused, SegmentDirListing, check_deletion
@@ -269,6 +270,7 @@ class FileExecutor:
                 "reason": reason_text(d),
                 "usage_before_percent": round(usage, 3),
                 "unconsumed_records": dict(d.unconsumed_records),
+                **why_fields(d),
             }
             subs.append(
                 {

@@ -12,6 +12,7 @@ from diskguard.host import fsusage
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult
 from diskguard.logs import get_logger
+from diskguard.retention.audit import why_fields
 from diskguard.retention.limits import Standing
 from diskguard.retention.mode import DRY_RUN, REFUSED, ModeDecision
 from diskguard.retention.planner import FilesystemPlan, Plan
@@ -154,6 +155,7 @@ def log_cycle(outcome: CycleOutcome, quiet: frozenset[str] = frozenset()) -> Non
                 mode=res.mode,
                 log_dir=d.log_dir,
                 mount=d.mount,
+                **why_fields(d),
             )
         elif d.mount not in quiet:  # else stuck on failed deletions, said already
             log.error(
@@ -163,6 +165,7 @@ def log_cycle(outcome: CycleOutcome, quiet: frozenset[str] = frozenset()) -> Non
                 base_offset=d.base_offset,
                 mode=res.mode,
                 error=res.error,
+                **why_fields(d),
             )
     for fs in outcome.plan.filesystems:
         if (not fs.over_limit and not fs.chosen_count) or fs.mount in quiet:

@@ -27,6 +27,7 @@ from typing import Any
 from diskguard.host.forked import ForkedStream, can_fork
 from diskguard.kafkalog.dating import SegmentFileReader
 from diskguard.kafkalog.model import Partition, SegmentInfo
+from diskguard.retention.order import HeadKey
 from diskguard.retention.planner import (
     CommittedOffsets,
     Head,
@@ -167,7 +168,7 @@ class _Streamed:
         # Always replaced: what an earlier head of this partition brought is not this one's.
         self._pending[part.path] = warned
         groups = self._committed.get((part.topic, part.partition)) if self._committed else None
-        key = (ts, unconsumed, led, part.topic, part.partition, base, part.log_dir)
+        key = HeadKey(ts, unconsumed, led, part.topic, part.partition, base, part.log_dir)
         return key, index, part, SegmentInfo(size, ts, source, files, shared), nxt, groups
 
     def advance(self, head: Head) -> None:

@@ -32,6 +32,15 @@ from typing import Protocol
 
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, Partition, SegmentInfo
 from diskguard.retention.limits import Limits, Standing, dir_excess, stand
+from diskguard.retention.order import (
+    DISK_USAGE,
+    MAX_BYTES,
+    MEASURED,
+    PREDICTED,
+    HeadKey,
+    Why,
+    tie_breaker,
+)
 
 
 class SegmentReader(Protocol):
@@ -61,6 +70,9 @@ class Deletion:
     #: Groups among ``unconsumed_records`` that consume the topic but have committed nothing on
     #: this partition: counted as having read none of it.
     groups_without_offset: tuple[str, ...] = ()
+    #: What the planner knew when it chose it (None: not chosen by a plan, e.g. recovered
+    #: from the offline journal).
+    why: Why | None = None
 
 
 @dataclass(frozen=True)
@@ -216,14 +228,8 @@ def groups_without_offset(groups: Mapping[str, int]) -> tuple[str, ...]:
 
 #: A partition's oldest remaining candidate on the heap: ``(key, index, partition, info,
 #: next_offset, groups)`` (``groups``: the partition's committed offsets per consumer group,
-#: looked up once for the key and kept for the deletion). The key orders it: age first
-#: (largest timestamp), then segments every consumer group has read before those some group
-#: still needs, then partitions this broker leads (``led_elsewhere`` False first:
-#: DeleteRecords trims every replica, and among equal candidates the leader's disk is the one
-#: that is full), then (topic, partition, base offset, log dir) for determinism. Keys are
-#: unique (one head per partition dir), so the heap compares keys only, in C: a Python
-#: ``__lt__`` was ~120k calls per 10k pops.
-HeadKey = tuple[int, bool, bool, str, int, int, str]
+#: looked up once for the key and kept for the deletion). ``HeadKey`` orders it
+#: (``order``): age first, then consumed, then led here, then names.
 Head = tuple[HeadKey, int, Partition, SegmentInfo, int, Mapping[str, int] | None]
 
 
@@ -348,7 +354,9 @@ def _plan_filesystem(
         parts = [part for log_dir in fs.log_dirs for part in log_dir.partitions]
         queue = heads(parts, read, committed, led_here)
         try:
-            excess = _walk(queue, excess, log_dir_excess, fs.usage.mount, chosen)
+            excess = _walk(
+                queue, excess, log_dir_excess, _Context(standing, initial_dir_excess), chosen
+            )
         finally:
             queue.close()
 
@@ -380,51 +388,111 @@ def _plan_filesystem(
     return plan, chosen
 
 
+@dataclass(frozen=True)
+class _Context:
+    """What every ``Why`` of one filesystem's plan shares."""
+
+    standing: Standing
+    dir_excess: Mapping[str, int]
+
+    def why(self, rule: str, rank: int, key: HeadKey, following: HeadKey | None) -> Why:
+        """``key``'s Why: chosen by ``rule`` at ``rank``, before ``following``."""
+        s = self.standing
+        limits = s.limits
+        if rule == MAX_BYTES:
+            trigger, excess = MAX_BYTES, self.dir_excess.get(key.log_dir, 0)
+        else:
+            trigger, excess = (PREDICTED if s.predicted_only else MEASURED), s.excess_bytes
+        usage = s.usage
+        predicted = None
+        if trigger == PREDICTED:
+            capacity = usage.used_bytes + usage.available_bytes
+            predicted = round(100.0 * s.predicted_used_bytes / capacity, 3) if capacity else 0.0
+        return Why(
+            rule=rule,
+            trigger=trigger,
+            limit_percent=limits.limit_percent,
+            target_percent=limits.target_percent,
+            usage_percent=round(usage.usage_percent, 3),
+            excess_bytes=excess,
+            rank=rank,
+            max_bytes=limits.max_bytes if rule == MAX_BYTES else None,
+            predicted_usage_percent=predicted,
+            tie_breaker=None if following is None else tie_breaker(key, following),
+            before=None if following is None else following.name,
+        )
+
+
 def _walk(
     queue: HeadQueue,
     excess: int,
     log_dir_excess: dict[str, int],
-    mount: str,
+    context: _Context,
     chosen: list[Deletion],
 ) -> int:
     """Pop heads oldest first into ``chosen`` until the filesystem's excess and every log
-    dir's are covered; returns the filesystem's excess left (``log_dir_excess`` is updated)."""
+    dir's are covered; returns the filesystem's excess left (``log_dir_excess`` is updated).
+
+    A chosen head becomes its ``Deletion`` once the next head is popped (the one after the
+    last is popped too, without reading anything): its ``Why`` says what placed it first."""
+    mount = context.standing.usage.mount
+    rank = 0
+    held: tuple[Head, str, int] | None = None  # chosen, waiting for the next key
+    # Partitions dropped (their log dir needs nothing): a queue that dates ahead may still
+    # offer their next heads, which one heap never would.
+    dropped: set[str] = set()
     while excess > 0 or any(v > 0 for v in log_dir_excess.values()):
         popped = queue.pop()
         if popped is None:
             break
-        key, _index, _part, info, next_offset, groups = popped
-        max_timestamp_ms, _unc, _led, topic, partition, base_offset, log_dir_path = key
+        if popped[2].path in dropped:
+            continue
+        rank += 1
+        if held is not None:
+            chosen.append(_deletion(held, popped[0], mount, context))
+            held = None
+        key, _index, _part, info, _next_offset, _groups = popped
+        log_dir_path = key[6]
         dir_need = log_dir_excess.get(log_dir_path, 0)
         if excess <= 0 and dir_need <= 0:
             # Neither this filesystem nor this log dir needs bytes: drop the partition.
+            dropped.add(popped[2].path)
             continue
-        reason = "disk_usage_percent" if excess > 0 else "max_bytes"
+        held = (popped, DISK_USAGE if excess > 0 else MAX_BYTES, rank)
         size = info.bytes
-        chosen.append(
-            Deletion(
-                log_dir=log_dir_path,
-                topic=topic,
-                partition=partition,
-                base_offset=base_offset,
-                next_offset=next_offset,
-                max_timestamp_ms=max_timestamp_ms,
-                bytes=size,
-                files=info.files,
-                mount=mount,
-                timestamp_source=info.timestamp_source,
-                reason=reason,
-                unconsumed_records=(
-                    unconsumed_records(groups, base_offset, next_offset) if groups else {}
-                ),
-                groups_without_offset=groups_without_offset(groups) if groups else (),
-            )
-        )
         excess -= size
         if log_dir_path in log_dir_excess:
             log_dir_excess[log_dir_path] -= size
         queue.advance(popped)
+    if held is not None:
+        following = queue.pop()
+        while following is not None and following[2].path in dropped:
+            following = queue.pop()
+        chosen.append(_deletion(held, following[0] if following else None, mount, context))
     return excess
+
+
+def _deletion(
+    held: tuple[Head, str, int], following: HeadKey | None, mount: str, context: _Context
+) -> Deletion:
+    (key, _index, _part, info, next_offset, groups), reason, rank = held
+    max_timestamp_ms, _unc, _led, topic, partition, base_offset, log_dir_path = key
+    return Deletion(
+        log_dir=log_dir_path,
+        topic=topic,
+        partition=partition,
+        base_offset=base_offset,
+        next_offset=next_offset,
+        max_timestamp_ms=max_timestamp_ms,
+        bytes=info.bytes,
+        files=info.files,
+        mount=mount,
+        timestamp_source=info.timestamp_source,
+        reason=reason,
+        unconsumed_records=(unconsumed_records(groups, base_offset, next_offset) if groups else {}),
+        groups_without_offset=groups_without_offset(groups) if groups else (),
+        why=context.why(reason, rank, key, following),
+    )
 
 
 def _consumers_offsets(
@@ -453,7 +521,7 @@ def _head(
     if info.shared_files:
         return None  # frees nothing: kept, and nothing after it may go (prefix)
     groups = committed.get((part.topic, part.partition)) if committed else None
-    key = (
+    key = HeadKey(
         info.max_timestamp_ms,
         any(offset < nxt for offset in groups.values()) if groups else False,
         led_here is not None and (part.topic, part.partition) not in led_here,

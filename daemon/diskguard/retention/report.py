@@ -51,6 +51,7 @@ def plan_json(outcome_plan: Plan) -> dict[str, Any]:
                 "timestamp_source": d.timestamp_source,
                 "unconsumed_records": dict(d.unconsumed_records),
                 "groups_without_offset": list(d.groups_without_offset),
+                "why": d.why.fields() if d.why is not None else None,
             }
             for d in outcome_plan.deletions
         ],

@@ -1,0 +1,109 @@
+"""The global order of deletion candidates, and the why of each deletion. Pure.
+
+``HeadKey`` orders a partition's oldest remaining candidate on the planner's heap: age first
+(largest timestamp), then segments every consumer group has read before those some group
+still needs, then partitions this broker leads (``led_elsewhere`` False first: DeleteRecords
+trims every replica, and among equal candidates the leader's disk is the one that is full),
+then (topic, partition, base offset, log dir) for determinism. Keys are unique (one head per
+partition dir), so the heap compares keys only; a NamedTuple is a tuple, compared in C (a
+Python ``__lt__`` was ~120k calls per 10k pops).
+
+``Why`` is what the planner knew when it chose a segment: the limit in force, what triggered
+the cycle, the excess, the segment's rank in the order and the key field that placed it
+before the next candidate. It travels with the deletion into ``plan``, the audit log and the
+events, so one line answers "why did this segment go, and why before that one".
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+#: ``trigger``: today's usage measured over the ceiling.
+MEASURED = "usage"
+#: ``trigger``: the broker-mode forecast over the ceiling (today's usage is under it).
+PREDICTED = "predicted"
+#: ``trigger`` and ``rule``: the log dir's Kafka bytes over ``retention.max_bytes``.
+MAX_BYTES = "max_bytes"
+#: ``rule``: the filesystem over ``retention.disk_usage_percent``.
+DISK_USAGE = "disk_usage_percent"
+
+
+class HeadKey(NamedTuple):
+    """The heap key of a partition's oldest remaining candidate (see the module)."""
+
+    max_timestamp_ms: int
+    unconsumed: bool
+    led_elsewhere: bool
+    topic: str
+    partition: int
+    base_offset: int
+    log_dir: str
+
+    @property
+    def name(self) -> str:
+        """``topic-partition@base_offset``, as ``audit --explain`` takes it."""
+        return f"{self.topic}-{self.partition}@{self.base_offset}"
+
+
+#: What placed a segment before the next candidate, by the first key field they differ in.
+TIE_BREAKERS = ("older", "consumed", "led_here", "name", "name", "name", "name")
+
+
+def tie_breaker(key: HeadKey, following: HeadKey) -> str:
+    """Why ``key`` comes before ``following`` in the order: ``older`` (a smaller largest
+    timestamp), ``consumed`` (as old, but every consumer group has read it and some group
+    still needs the other), ``led_here`` (as old and as consumed, but this broker leads its
+    partition), ``name`` (all else equal: topic, partition, base offset, log dir)."""
+    for i, (mine, theirs) in enumerate(zip(key, following, strict=True)):
+        if mine != theirs:
+            return TIE_BREAKERS[i]
+    return "name"  # keys are unique: never reached
+
+
+#: What placed a segment before the next candidate (``order.tie_breaker``), in a few words.
+TIE_BREAKER_TEXT = {
+    "older": "older",
+    "consumed": "as old, read by every group",
+    "led_here": "as old, led by this broker",
+    "name": "as old, by name",
+}
+
+
+def order_text(rank: int, before: str | None, tie_breaker: str | None) -> str:
+    """A deletion's place in the global order: ``#3, before orders-1@200 (older)``."""
+    if before is None:
+        return f"#{rank}, the last candidate"
+    return f"#{rank}, before {before} ({TIE_BREAKER_TEXT.get(tie_breaker or '', tie_breaker)})"
+
+
+@dataclass(frozen=True)
+class Why:
+    """Why one segment was chosen, and why before the next candidate.
+
+    ``rule``: ``disk_usage_percent`` or ``max_bytes``. ``trigger``: what put the filesystem
+    (or log dir) over: ``usage`` (measured), ``predicted`` (the broker-mode forecast) or
+    ``max_bytes``. ``limit_percent``/``target_percent``: the ceiling and target in force;
+    ``max_bytes``: the log dir's budget (``max_bytes`` rule only). ``usage_percent``: the
+    filesystem's measured usage at the plan, ``predicted_usage_percent`` the forecast's (when
+    it triggered). ``excess_bytes``: what the rule had to free, net of pending reclaim.
+    ``rank``: the segment's place in the filesystem's global order (1 = oldest candidate).
+    ``tie_breaker``: the key field that placed it before ``before``, the next candidate in the
+    order (None for both when no candidate was left after it).
+    """
+
+    rule: str
+    trigger: str
+    limit_percent: float
+    target_percent: float
+    usage_percent: float
+    excess_bytes: int
+    rank: int
+    max_bytes: int | None = None
+    predicted_usage_percent: float | None = None
+    tie_breaker: str | None = None
+    before: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON shape (``plan --json``, the audit line, the events)."""
+        return asdict(self)

@@ -1,10 +1,10 @@
 """Dating partition heads on two cores for a one-shot plan (edge).
 
-Why: after listing, a one-shot ``plan`` over 1,000 partitions spends most of its time dating
-the heads it walks, ~11 µs each in syscalls and Python, one after another on one core
-(issue 15: plan at disk speed). Here three partitions in five (spread out, so both shares
-hold some of every topic) are walked in a forked child (``host.forked``) while this process
-walks the rest; the planner merges the two queues (``MergedHeads``). The plan is the one a
+Why: after listing, a one-shot ``plan`` over 1,000 partitions spends most of its time dating the
+heads it walks, ~11 µs each in syscalls and Python, one after another on one core (a cold plan
+should take no longer than ``du`` of the same tree). Here three partitions in five (spread out, so
+both shares hold some of every topic) are walked in a forked child (``host.forked``) while this
+process walks the rest; the planner merges the two queues (``MergedHeads``). The plan is the one a
 single heap gives: keys are unique, so the merge of two key-ordered queues is the order of
 one.
 
@@ -27,7 +27,7 @@ from typing import Any
 from diskguard.host.forked import ForkedStream, can_fork
 from diskguard.kafkalog.dating import SegmentFileReader
 from diskguard.kafkalog.model import Partition, SegmentInfo
-from diskguard.retention.order import HeadKey
+from diskguard.retention.order import HeadKey, new_named
 from diskguard.retention.planner import (
     CommittedOffsets,
     Head,
@@ -168,7 +168,9 @@ class _Streamed:
         # Always replaced: what an earlier head of this partition brought is not this one's.
         self._pending[part.path] = warned
         groups = self._committed.get((part.topic, part.partition)) if self._committed else None
-        key = HeadKey(ts, unconsumed, led, part.topic, part.partition, base, part.log_dir)
+        key: HeadKey = new_named(
+            HeadKey, (ts, unconsumed, led, part.topic, part.partition, base, part.log_dir)
+        )
         return key, index, part, SegmentInfo(size, ts, source, files, shared), nxt, groups
 
     def advance(self, head: Head) -> None:

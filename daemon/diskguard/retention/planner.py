@@ -39,6 +39,7 @@ from diskguard.retention.order import (
     PREDICTED,
     HeadKey,
     Why,
+    new_named,
     tie_breaker,
 )
 
@@ -388,39 +389,47 @@ def _plan_filesystem(
     return plan, chosen
 
 
-@dataclass(frozen=True)
 class _Context:
-    """What every ``Why`` of one filesystem's plan shares."""
+    """What every ``Why`` of one filesystem's plan shares, worked out once per plan: a plan
+    of 10,000 deletions makes 10,000 of them."""
 
-    standing: Standing
-    dir_excess: Mapping[str, int]
+    def __init__(self, standing: Standing, dir_excess: Mapping[str, int]) -> None:
+        limits = standing.limits
+        usage = standing.usage
+        capacity = usage.used_bytes + usage.available_bytes
+        predicted = None
+        trigger = MEASURED
+        if standing.predicted_only:
+            trigger = PREDICTED
+            predicted = (
+                round(100.0 * standing.predicted_used_bytes / capacity, 3) if capacity else 0.0
+            )
+        #: ``Why``'s leading fields for the usage-percent rule, and for a log dir's budget.
+        self._disk = (
+            DISK_USAGE,
+            trigger,
+            limits.limit_percent,
+            limits.target_percent,
+            round(usage.usage_percent, 3),
+            standing.excess_bytes,
+        )
+        self._bytes = (MAX_BYTES, MAX_BYTES, *self._disk[2:5])
+        self._predicted = predicted
+        self._max_bytes = limits.max_bytes
+        self._dir_excess = dir_excess
+        self.mount = usage.mount
 
     def why(self, rule: str, rank: int, key: HeadKey, following: HeadKey | None) -> Why:
         """``key``'s Why: chosen by ``rule`` at ``rank``, before ``following``."""
-        s = self.standing
-        limits = s.limits
+        tie = None if following is None else tie_breaker(key, following)
+        before = None if following is None else following.name
         if rule == MAX_BYTES:
-            trigger, excess = MAX_BYTES, self.dir_excess.get(key.log_dir, 0)
+            excess = self._dir_excess.get(key.log_dir, 0)
+            more = (excess, rank, self._max_bytes, None, tie, before)
+            why: Why = new_named(Why, self._bytes + more)
         else:
-            trigger, excess = (PREDICTED if s.predicted_only else MEASURED), s.excess_bytes
-        usage = s.usage
-        predicted = None
-        if trigger == PREDICTED:
-            capacity = usage.used_bytes + usage.available_bytes
-            predicted = round(100.0 * s.predicted_used_bytes / capacity, 3) if capacity else 0.0
-        return Why(
-            rule=rule,
-            trigger=trigger,
-            limit_percent=limits.limit_percent,
-            target_percent=limits.target_percent,
-            usage_percent=round(usage.usage_percent, 3),
-            excess_bytes=excess,
-            rank=rank,
-            max_bytes=limits.max_bytes if rule == MAX_BYTES else None,
-            predicted_usage_percent=predicted,
-            tie_breaker=None if following is None else tie_breaker(key, following),
-            before=None if following is None else following.name,
-        )
+            why = new_named(Why, (*self._disk, rank, None, self._predicted, tie, before))
+        return why
 
 
 def _walk(
@@ -435,7 +444,7 @@ def _walk(
 
     A chosen head becomes its ``Deletion`` once the next head is popped (the one after the
     last is popped too, without reading anything): its ``Why`` says what placed it first."""
-    mount = context.standing.usage.mount
+    mount = context.mount
     rank = 0
     held: tuple[Head, str, int] | None = None  # chosen, waiting for the next key
     # Partitions dropped (their log dir needs nothing): a queue that dates ahead may still
@@ -521,14 +530,17 @@ def _head(
     if info.shared_files:
         return None  # frees nothing: kept, and nothing after it may go (prefix)
     groups = committed.get((part.topic, part.partition)) if committed else None
-    key = HeadKey(
-        info.max_timestamp_ms,
-        any(offset < nxt for offset in groups.values()) if groups else False,
-        led_here is not None and (part.topic, part.partition) not in led_here,
-        part.topic,
-        part.partition,
-        base,
-        part.log_dir,
+    key: HeadKey = new_named(
+        HeadKey,
+        (
+            info.max_timestamp_ms,
+            any(offset < nxt for offset in groups.values()) if groups else False,
+            led_here is not None and (part.topic, part.partition) not in led_here,
+            part.topic,
+            part.partition,
+            base,
+            part.log_dir,
+        ),
     )
     return key, index, part, info, nxt, groups
 

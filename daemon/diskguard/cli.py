@@ -7,7 +7,7 @@ becomes its one line and its exit code, anything unexpected one line and exit 1.
 The commands are listed once, in :data:`COMMANDS`, and imported only when run: ``diskguard
 plan`` does not pay for the Spark job, the daemon loop or the Kafka clients. Nor does this
 module import the config: the command's modules do, with the cyclic garbage
-collector paused (issue 15: start-up, see :func:`_collector_paused`).
+collector paused (start-up time, see :func:`_collector_paused`).
 """
 
 from __future__ import annotations
@@ -41,11 +41,10 @@ _COMMAND_PROCESS = False
 def _collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off while a command's modules load.
 
-    Importing click, the config and a command's modules creates tens of thousands of
-    objects that live as long as the process; the collector's passes over them free nothing
-    and cost milliseconds of every one-shot command (issue 15: ~10 ms when the config was
-    pydantic's). In a command's own process they are
-    then frozen (``gc.freeze``), so that later collections skip them instead of traversing
+    Importing click, the config and a command's modules creates tens of thousands of objects that
+    live as long as the process; the collector's passes over them free nothing and cost milliseconds
+    of every one-shot command (~10 ms when the config was pydantic's). In a command's own process
+    they are then frozen (``gc.freeze``), so that later collections skip them instead of traversing
     them all again; elsewhere (tests, library use) the collector is only resumed.
     """
     if not gc.isenabled():
@@ -165,7 +164,7 @@ def leave_process() -> None:
 
     Returning would free every object the command made, one by one: a plan of 10,000
     deletions over 1,000 partitions holds ~300,000, ~10 ms of a 0.3 s ``plan --json`` for
-    memory the kernel takes back whole (issue 15). Output is flushed first (a flush that
+    memory the kernel takes back whole. Output is flushed first (a flush that
     fails raises as usual) and the exit handlers run (logging's flush among them): only the
     freeing is skipped. Only in the command's own process (``main``): under a test or a
     library caller this returns, and the command ends as usual.

@@ -16,7 +16,7 @@ def _shown(text: str) -> str:
     """A path or name as it may appear in a one-line message (quoted if it has control chars)."""
     if text.isprintable():
         return text
-    import json  # rare: not worth its import at every start-up (issue 15)
+    import json  # rare: not worth its import at every start-up
 
     return json.dumps(text)
 

@@ -1,6 +1,6 @@
 """A parsed TOML table checked against frozen dataclasses: every problem at once, typed out.
 
-Why not pydantic, which did this until issue 15: importing it and building the models took
+Why not pydantic, which did this before: importing it and building the models took
 ~60 ms of every command's ~150 ms start-up (``plan``, ``status``, ``check-config``), for a
 config of ~45 keys of a dozen kinds. This module checks exactly those kinds, strictly (TOML
 is typed, so a string where a number belongs is a mistake, not something to coerce), and

@@ -5,7 +5,7 @@ systemd's journal keeps stdout lines as they are, so JSON lines are both machine
 
 structlog is imported at the first event, not at import: importing it loads its dev module,
 asyncio and rich (~50 ms), which ``plan``/``status``/``check-config`` would pay on every run
-although they log nothing unless something goes wrong (issue 15). Until then
+although they log nothing unless something goes wrong. Until then
 :func:`configure_logging` only records what it was asked for.
 """
 

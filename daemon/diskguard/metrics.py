@@ -268,7 +268,7 @@ class Metrics:
     def _series(self, gauge: Gauge, labels: tuple[str, ...]) -> Gauge:
         """``gauge.labels(*labels)``, kept: the loop sets ~14 filesystem gauges at every usage
         poll (4 a second), and ``labels()`` checks its arguments and takes the gauge's lock
-        each time — a third of an idle poll's work (issue 15). ``forget_filesystem`` drops
+        each time — a third of an idle poll's work. ``forget_filesystem`` drops
         what it removes, so a series removed is never set again through a stale child."""
         key = (gauge, labels)
         child = self._children.get(key)

@@ -121,3 +121,17 @@ def test_a_subpackage_imports_only_its_allowed_layers(sub: str) -> None:
 
 def test_every_subpackage_has_its_layer_rule() -> None:
     assert set(ALLOWED) | {"commands"} == set(SUBPACKAGES)
+
+
+def test_no_module_cites_an_issue_number() -> None:
+    """The code's readers do not have the tracker: a comment says the reason itself, never
+    "issue 15" (the numbers live in commit messages and docs/)."""
+    cited = re.compile(r"\bissues?\s*(?:#\s*)?\d+", re.I)
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*"))
+        if path.is_file() and path.suffix in (".py", ".toml", ".service")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if cited.search(line)
+    ]
+    assert found == []

@@ -5,7 +5,7 @@ a jbd2 journal, XFS — ``fsync`` of a directory commits the journal up to that 
 last change, and with it every change made before it anywhere on the filesystem. A batch of
 offline deletions touches many partition dirs; fsyncing each of them after the first only
 asks the device for another cache flush, and behind a writer each flush waits for its data
-(issue 15: 0.1-0.4 s apiece, in a row, while the disk filled again). So there one fsync of
+(0.1-0.4 s apiece, in a row, while the disk filled again). So there one fsync of
 the dir changed last is enough. Anything else — ext2, ext4 without a journal, btrfs (its
 fsync logs one inode), tmpfs, NFS, an unreadable ``/proc`` — gets every dir fsync'd, as POSIX
 asks. Looked up by device number, from ``/proc/self/mountinfo`` (the filesystem type),

@@ -123,7 +123,7 @@ class SegmentFileReader:
     def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo:
         self.reads += 1
         # os.path.join's result: a partition dir's path never ends in "/". Formatted here,
-        # not joined: this runs for every head a plan pops (issue 15).
+        # not joined: this runs for every head a plan pops.
         stem = f"{partition.path}/{base_offset:020d}"
         ages = self.ages
         ti = None

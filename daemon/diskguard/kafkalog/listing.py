@@ -149,7 +149,7 @@ def list_partition(path: str, full: bool) -> PartitionListing:
     # Names only, filtered in C: one comprehension keeps the regular files (``d_type`` from
     # ``getdents``, as ``ls`` sees them: a symlink, dir or FIFO named like a segment is never
     # ours), one regex over them finds the segments. A Python loop over every entry was the
-    # listing's cost at 300k entries (issue 15); this is the same rule in a third of the time.
+    # listing's cost at 300k entries; this is the same rule in a third of the time.
     # Through a descriptor of the dir: entries then carry no joined path (one string less
     # per name), and the few lstats below are relative to it.
     dir_fd = os.open(path, _DIR_FLAGS)
@@ -334,7 +334,7 @@ class ListingCache:
         same listing (this cache's own object), in the same spelling of its log dir (a
         reloaded config may spell it anew), with the same log start offset and protection
         reason, which is all a scan makes it of. The idle rescan built ~1,000 equal frozen
-        dataclasses each cycle, a fifth of its time (issue 15)."""
+        dataclasses each cycle, a fifth of its time."""
         kept = self._partitions.get(path)
         if kept is None:
             return None
@@ -355,7 +355,7 @@ class ListingCache:
     def log_dir_entries(self, path: str) -> list[os.DirEntry[str]]:
         """A log dir's entries sorted by name, kept while the dir is unchanged, by the same
         rule as ``listing``: the idle rescan listed and sorted its ~1,000 partition dirs'
-        names every cycle (issue 15). A partition created, deleted or renamed changes the
+        names every cycle. A partition created, deleted or renamed changes the
         log dir's mtime. The entries' types come from the listing (``d_type``); callers
         ``lstat`` a file afresh rather than use a cached entry's ``stat()``."""
         st = os.stat(path)

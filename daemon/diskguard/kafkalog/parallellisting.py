@@ -1,9 +1,9 @@
 """Listing many partition dirs on two cores: every other one in a forked child (edge).
 
-Why: listing 1,000 partition dirs of 300 files each is ~0.16 s of a one-shot ``plan``, half
-of it Python per name, on one core of a machine that has more (issue 15: plan at disk
-speed). The child lists every other dir (interleaved, so neither half is all of one big
-topic) while this process lists the rest; each listing is the same ``list_partition`` with
+Why: listing 1,000 partition dirs of 300 files each is ~0.16 s of a one-shot ``plan``, half of it
+Python per name, on one core of a machine that has more (a cold plan should take no longer than
+``du`` of the same tree). The child lists every other dir (interleaved, so neither half is all of
+one big topic) while this process lists the rest; each listing is the same ``list_partition`` with
 the same ``stat`` key ``ListingCache`` keeps it under. What fails for one dir (vanished,
 unreadable) is kept as that dir's ``OSError`` and raised where the scan asks for it, as if
 it had been listed there and then.

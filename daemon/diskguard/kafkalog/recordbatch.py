@@ -44,7 +44,7 @@ def checksum(data: bytes) -> int:
 
     The crc32c package is imported here, on first use: its import reads its own version
     from the installed metadata (importlib.metadata, ~15 ms), which ``plan`` and ``status``
-    would otherwise pay on every run without ever checking a CRC (issue 15: start-up).
+    would otherwise pay on every run without ever checking a CRC.
     """
     import crc32c
 

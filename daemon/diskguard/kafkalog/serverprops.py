@@ -52,7 +52,7 @@ def local_broker_id(log_dirs: Iterable[Path]) -> int | None:
 
     Here rather than in ``capacity.topicconfigs`` (which still exports it): every retention
     cycle needs it, and that module's import (the reserve report's) cost ``plan`` ~3 ms of
-    start-up (issue 15)."""
+    start-up."""
     for log_dir in log_dirs:
         try:
             props = read_properties(Path(log_dir) / "meta.properties")

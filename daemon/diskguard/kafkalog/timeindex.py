@@ -122,7 +122,7 @@ def clean_last(fd: int, size: int) -> tuple[int, int] | None:
     checks; None for anything else, which ``tail_of`` then reads and explains.
 
     Why: that is nearly every closed segment, and dating 10,000 heads for a plan spent more
-    time building ``tail_of``'s records than reading the files (issue 15).
+    time building ``tail_of``'s records than reading the files.
     """
     if not 0 < size <= _READ_WHOLE or size % ENTRY_SIZE:
         return None

@@ -20,7 +20,7 @@ order, and each partition dir is fsync'd once, after the unlinks — on ext4 wit
 and XFS only the dir changed last, whose commit covers the others (``removal``).
 A segment costs a few renames and unlinks instead of six fsyncs. Where the filesystem commits
 its journal in order, a batch's dir fsync, outcomes and ``done`` come after the *next* batch's
-unlinks (issue 15: behind a writer that fsync waits for a journal commit of its data, and the
+unlinks (behind a writer that fsync waits for a journal commit of its data, and the
 next batch's space waited with it); every batch's intent is still durable before its first
 rename. Recovery resolves a batch
 segment by segment: started ones (a prefix of the plan) are finished, untouched ones are

@@ -89,7 +89,7 @@ class SegmentDirListing:
     def of(cls, part_dir: str) -> SegmentDirListing:
         """The file type of each entry comes from the directory itself (``d_type``), not a
         ``stat`` per entry: a writer's partition holds hundreds of segments and the guard
-        rails list it on every cycle (issue 15). Where the filesystem does not give types
+        rails list it on every cycle. Where the filesystem does not give types
         (``DT_UNKNOWN``), ``DirEntry`` falls back to ``lstat`` by itself. Only the type bits
         are kept: all the rails ask is "a regular file?"."""
         modes: dict[str, int] = {}

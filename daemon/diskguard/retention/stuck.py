@@ -7,7 +7,7 @@ refused for safety (``refused``, e.g. ``.lock`` held with mode offline), the mod
 (``pending_reclaim``), or every deletion the cycle tried failed (``delete_failed``: a log
 dir remounted read-only after a disk error, a broker refusing DeleteRecords). Repeating the
 same cycle cannot change that; before this tracker the daemon did, several times a second,
-logging each time (issue 11, item 7; ``delete_failed``: 4,035 lines/s and 52 % CPU on a
+logging each time (``delete_failed``: 4,035 lines/s and 52 % CPU on a
 read-only log dir of 2,000 segments, ``bench/bench_stuck.py``).
 
 The tracker decides two things from each cycle's mode and plan:

@@ -23,11 +23,13 @@ typecheck: venv
 
 # Debian packages the tests drive for real: Prometheus and promtool (alert rules, dashboard),
 # strace (kill -9 at every file-system call of offline deletion), Chromium (renders the HTML
-# report in tests/test_report.py), systemd-nspawn (the unit under systemd as PID 1). The tests
+# report in tests/test_report.py), systemd-nspawn (the unit under systemd as PID 1), btrfs-progs
+# and xfsprogs (copy-on-write and delayed-free filesystems under offline deletion). The tests
 # fail, never skip, without them; this installs what is missing once and is a no-op after.
 # A JDK 17 and Maven run the real Kafka broker the tests start (support.kafka).
 TOOLS := promtool:prometheus prometheus:prometheus strace:strace chromium:chromium \
-	systemd-nspawn:systemd-container java:openjdk-17-jdk-headless mvn:maven
+	systemd-nspawn:systemd-container java:openjdk-17-jdk-headless mvn:maven \
+	mkfs.btrfs:btrfs-progs mkfs.xfs:xfsprogs
 
 tools:
 	@missing=""; for t in $(TOOLS); do \

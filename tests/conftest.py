@@ -182,3 +182,42 @@ def real_cluster(kafka_target: kafka.Target) -> Iterator[GuardedCluster]:
 
 
 # ======================= a real three-broker cluster (support.kafka.guarded) — end ==========
+
+
+# ======================= copy-on-write filesystems (fsfixtures) — begin =======================
+# btrfs and XFS, where an unlink may free nothing (a snapshot, a reflinked copy) or free it
+# only later (btrfs at its next commit, XFS by background inode inactivation). Their mkfs
+# tools come from ``make tools`` (btrfs-progs, xfsprogs); missing, the test fails saying so.
+
+
+@pytest.fixture()
+def loop_btrfs() -> Iterator[Callable[..., Path]]:
+    """Factory: ``loop_btrfs(size_bytes=256 MiB) -> mount point``; unmounted at the end."""
+    with contextlib.ExitStack() as stack:
+
+        def make(size_bytes: int = 256 * fsfixtures.MiB) -> Path:
+            try:
+                return stack.enter_context(fsfixtures.loop_btrfs(size_bytes))
+            except fsfixtures.FilesystemSetupError as exc:
+                _fail_on_setup_error(exc)
+                raise
+
+        yield make
+
+
+@pytest.fixture()
+def loop_xfs() -> Iterator[Callable[..., Path]]:
+    """Factory: ``loop_xfs(size_bytes=320 MiB, reflink=True) -> mount point``."""
+    with contextlib.ExitStack() as stack:
+
+        def make(size_bytes: int = 320 * fsfixtures.MiB, reflink: bool = True) -> Path:
+            try:
+                return stack.enter_context(fsfixtures.loop_xfs(size_bytes, reflink))
+            except fsfixtures.FilesystemSetupError as exc:
+                _fail_on_setup_error(exc)
+                raise
+
+        yield make
+
+
+# ======================= copy-on-write filesystems (fsfixtures) — end =========================

@@ -90,6 +90,29 @@ def loop_fs(size_bytes: int, mkfs: list[str], fstype: str, name: str = "mnt") ->
 
 
 @contextlib.contextmanager
+def loop_btrfs(size_bytes: int = 256 * MiB, name: str = "mnt") -> Iterator[Path]:
+    """A fresh btrfs on a loop device (at least ~114 MiB: mkfs.btrfs refuses smaller)."""
+    with loop_fs(size_bytes, ["mkfs.btrfs", "-q", "-f"], "btrfs", name) as mount_point:
+        yield mount_point
+
+
+@contextlib.contextmanager
+def loop_xfs(
+    size_bytes: int = 320 * MiB, reflink: bool = True, name: str = "mnt"
+) -> Iterator[Path]:
+    """A fresh XFS on a loop device (at least 300 MiB: mkfs.xfs refuses smaller);
+    ``reflink`` is ``-m reflink=1|0``."""
+    mkfs = ["mkfs.xfs", "-q", "-f", "-m", f"reflink={int(reflink)}"]
+    with loop_fs(size_bytes, mkfs, "xfs", name) as mount_point:
+        yield mount_point
+
+
+def btrfs(*args: str) -> str:
+    """Run ``btrfs ARGS`` (subvolume create/snapshot...); FilesystemSetupError if it fails."""
+    return _run(["btrfs", *args], "btrfs")
+
+
+@contextlib.contextmanager
 def tmpfs(size_bytes: int, name: str = "mnt") -> Iterator[Path]:
     """A tmpfs limited to ``size_bytes`` (rounded up to pages by the kernel), mounted."""
     workdir = Path(tempfile.mkdtemp(prefix="diskguard-tmpfs-"))

@@ -198,8 +198,9 @@ class Metrics:
         )
         self.retention_unreachable_bytes = fs_gauge(
             "diskguard_filesystem_retention_unreachable_bytes",
-            "Excess the last retention cycle could not cover: only active, protected or "
-            "hard-linked segments were left (0 = the target is reachable).",
+            "Excess the last retention cycle could not cover: only active, protected, "
+            "hard-linked or extent-sharing segments were left, or deletions there did not free "
+            "their space (0 = the target is reachable).",
         )
         self.overfull_limit_ratio = fs_gauge(
             "diskguard_filesystem_overfull_limit_ratio",

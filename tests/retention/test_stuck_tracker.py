@@ -14,6 +14,7 @@ from diskguard.retention.planner import FilesystemPlan, Plan
 from diskguard.retention.stuck import (
     HEARTBEAT_S,
     MIN_MOVE_BYTES,
+    UNREACHABLE_DETAIL,
     StuckTracker,
     stuck_reason,
 )
@@ -65,10 +66,9 @@ def mode(name: str) -> ModeDecision:
 
 
 def test_the_four_reasons_and_the_cases_that_are_not_stuck() -> None:
-    assert stuck_reason(mode(OFFLINE), fs_plan()) == (
-        "target_unreachable",
-        "only active or protected segments are left",
-    )
+    assert stuck_reason(mode(OFFLINE), fs_plan()) == ("target_unreachable", UNREACHABLE_DETAIL)
+    halted = fs_plan(halted="earlier deletions did not free their space")
+    assert stuck_reason(mode(OFFLINE), halted) == ("target_unreachable", halted.halted)
     chosen = fs_plan(chosen_count=3, chosen_bytes=GiB)
     assert stuck_reason(mode(REFUSED), chosen)[0] == "refused"  # type: ignore[index]
     assert stuck_reason(mode(DRY_RUN), chosen)[0] == "dry_run"  # type: ignore[index]

@@ -68,6 +68,8 @@ def enforce_command(config_path: Path, once: bool, as_json: bool) -> None:
             now = f"{usage.usage_percent:.1f}%" if usage is not None else "unknown (statvfs failed)"
             pending = outcome.pending_after(fs)
             more = f", {pending} bytes still to be removed by the broker" if pending else ""
+            if fs.halted:
+                more += f"; {fs.halted}"
             failed = [r for o in rounds for r in o.failed if r.deletion.mount == fs.mount]
             if failed:
                 # The cause, not only the result: "over its limit" alone reads like a plan

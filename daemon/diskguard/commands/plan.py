@@ -17,6 +17,7 @@ from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED
 from diskguard.retention.order import order_text
 from diskguard.retention.planner import Deletion, Plan
 from diskguard.retention.report import dumps, plan_json
+from diskguard.retention.stuck import UNREACHABLE_DETAIL
 from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms_utc, plural
 
 
@@ -44,7 +45,13 @@ def unconsumed_text(d: Deletion) -> str:
     )
 
 
-def blockers(chosen: Plan, mode: str, reason: str, scanned: Sequence[Filesystem] = ()) -> list[str]:
+def blockers(
+    chosen: Plan,
+    mode: str,
+    reason: str,
+    scanned: Sequence[Filesystem] = (),
+    warnings: Sequence[str] = (),
+) -> list[str]:
     """One short sentence per filesystem the plan leaves over its limit, saying what blocks it.
 
     Derived from the plan and the mode only (plus, from the scan, which topics are protected):
@@ -55,6 +62,9 @@ def blockers(chosen: Plan, mode: str, reason: str, scanned: Sequence[Filesystem]
     lines: list[str] = []
     for fs in chosen.filesystems:
         if not fs.over_usage_limit and fs.excess_bytes <= 0:
+            continue
+        if fs.halted:
+            lines.append(f"{fs.mount}: over its limit but nothing will be deleted: {fs.halted}.")
             continue
         if fs.excess_bytes <= 0:
             pending = format_bytes(fs.pending_reclaim_bytes)
@@ -69,7 +79,7 @@ def blockers(chosen: Plan, mode: str, reason: str, scanned: Sequence[Filesystem]
             )
             continue
         if not fs.reachable:
-            left = _what_is_left(by_mount.get(fs.mount))
+            left = _what_is_left(by_mount.get(fs.mount), warnings)
             if fs.chosen_count == 0:
                 lines.append(f"{fs.mount}: over its limit but nothing can be deleted: {left}.")
             else:
@@ -84,11 +94,24 @@ def blockers(chosen: Plan, mode: str, reason: str, scanned: Sequence[Filesystem]
     return lines
 
 
-def _what_is_left(fs: Filesystem | None) -> str:
-    """Once every candidate is chosen only active segments and protected topics remain; say
-    which, naming a few protected topics that still hold closed segments."""
+def _what_is_left(fs: Filesystem | None, warnings: Sequence[str] = ()) -> str:
+    """Once every candidate is chosen only active segments, protected topics and segments
+    whose deletion would free nothing remain; say which, naming a few protected topics that
+    still hold closed segments."""
     if fs is None:
-        return "only active, protected or hard-linked segments are left"
+        return UNREACHABLE_DETAIL
+    dirs = tuple(f"{d.path}/" for d in fs.log_dirs)
+    kept = [w for w in warnings if w.startswith(dirs)]
+    if any("extents shared" in w for w in kept):
+        return (
+            "the oldest segments left share their extents with a snapshot or reflinked copies "
+            "(deleting them frees nothing; see the warnings), the rest are active or protected"
+        )
+    if any("hard-linked elsewhere" in w for w in kept):
+        return (
+            "the oldest segments left are hard-linked elsewhere too (deleting them frees "
+            "nothing; see the warnings), the rest are active or protected"
+        )
     protected = sorted(
         {
             p.topic
@@ -157,7 +180,7 @@ def render_plan(
                 f"{fs.mount}: pending is what the offline sweep removes first (-delete dirs, "
                 "*.deleted files); the segments below are for what remains."
             )
-    blocked = blockers(chosen, mode, reason, scanned)
+    blocked = blockers(chosen, mode, reason, scanned, warnings)
     if not chosen.deletions:
         console.print(
             "Nothing to delete."

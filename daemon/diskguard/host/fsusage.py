@@ -174,6 +174,19 @@ def usage_of(path: str | os.PathLike[str], mount: str, device: str) -> Filesyste
     )
 
 
+def usage_of_any(
+    paths: Iterable[str | os.PathLike[str]], mount: str, device: str
+) -> FilesystemUsage | None:
+    """``usage_of`` the first of ``paths`` that can be measured (a log dir may be gone), or
+    None when none can."""
+    for path in paths:
+        try:
+            return usage_of(path, mount, device)
+        except OSError:
+            continue
+    return None
+
+
 def filesystem_usage(path: str | os.PathLike[str]) -> FilesystemUsage:
     """df's view of the filesystem holding ``path`` (OSError if it cannot be stat'ed)."""
     mount = mount_of(path)

@@ -13,7 +13,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 
-from diskguard.host import safeopen
+from diskguard.host import freespace, safeopen
 from diskguard.kafkalog import offsetindex, recordbatch, timeindex
 from diskguard.kafkalog.listing import InodeTally
 from diskguard.kafkalog.model import (
@@ -107,6 +107,38 @@ def warm_heads(
     return dated
 
 
+#: st_dev -> can files on that filesystem share extents (``freespace.can_share_extents``)?
+_SHARES_EXTENTS: dict[int, bool] = {}
+
+
+def _can_share(path: str, dev: int) -> bool:
+    found = _SHARES_EXTENTS.get(dev)
+    if found is None:
+        found = _SHARES_EXTENTS[dev] = freespace.can_share_extents(path)
+    return found
+
+
+def _shared_extent_bytes(path: str, ti: tuple[int, os.stat_result] | None) -> int:
+    """Bytes of the segment file ``path`` in extents another file shares (0 if it cannot be
+    read: then nothing is known, as on a filesystem without FIEMAP). ``ti``: the
+    ``.timeindex`` already open, whose descriptor serves when ``path`` is that file."""
+    if ti is not None and path.endswith(_TIMEINDEX):
+        try:
+            return freespace.shared_bytes(ti[0])
+        except OSError:
+            return 0
+    try:
+        fd = safeopen.open_regular(path)
+    except OSError:
+        return 0
+    try:
+        return freespace.shared_bytes(fd)
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
 class SegmentFileReader:
     """The planner's ``SegmentReader`` over real files; collects warnings as it goes.
 
@@ -175,6 +207,17 @@ class SegmentFileReader:
                 log_mtime_ms = st.st_mtime_ns // 1_000_000
         shared: tuple[str, ...] = ()
         freeable = blocks * 512  # allocated_bytes of each file: no other links
+        extent_shared: list[str] = []
+        extent_held = 0
+        if stats and _can_share(partition.path, stats[0].st_dev):
+            # A snapshot or a reflinked copy holds these extents: unlinking frees none of
+            # them, and st_blocks does not say so (FIEMAP does). Asked on every read, not
+            # cached with the age: a snapshot can be taken without touching the files. A
+            # hard-linked file frees nothing anyway (below).
+            for path, st in zip(files, stats, strict=True):
+                if st.st_blocks and st.st_nlink == 1 and (held := _shared_extent_bytes(path, ti)):
+                    extent_shared.append(path)
+                    extent_held += min(held, st.st_blocks * 512)
         if linked:
             tally = InodeTally()
             for st in stats:
@@ -194,6 +237,17 @@ class SegmentFileReader:
                 f"free none of those bytes, so it is kept and {partition.topic}-"
                 f"{partition.partition} is not trimmed past it this cycle"
             )
+        if extent_shared:
+            self.warnings.append(
+                f"{partition.path}/{base_offset:020d}: "
+                f"{', '.join(os.path.basename(p) for p in extent_shared)}: extents shared "
+                "with another file (a snapshot of the subvolume or a reflinked copy; FIEMAP): "
+                "deleting the segment would lose its records and free none of those bytes, so "
+                f"it is kept and {partition.topic}-{partition.partition} is not trimmed past "
+                "it this cycle"
+            )
+            freeable = max(0, freeable - extent_held)
+            shared = (*shared, *extent_shared)
         ages = self.ages
         key: _Key = ()
         cached = None
@@ -220,6 +274,7 @@ class SegmentFileReader:
             timestamp_source=source,
             files=tuple(files),
             shared_files=shared,
+            shared_extent_files=tuple(extent_shared),
         )
 
     def _max_timestamp(

@@ -172,7 +172,9 @@ class SegmentInfo:
     """What the planner needs to know about one segment, read lazily from disk.
 
     ``bytes`` is what deleting the segment frees, per inode: a file with a hard link outside
-    the segment frees nothing and is listed in ``shared_files`` instead.
+    the segment frees nothing and is listed in ``shared_files`` instead; so is one whose
+    extents another file shares (a snapshot, a reflinked copy: ``host.freespace``), and
+    ``bytes`` then counts only its extents no other file holds.
     """
 
     bytes: int
@@ -180,9 +182,12 @@ class SegmentInfo:
     #: "timeindex", "log" (last batch of the .log) or "mtime" (fallback, with a warning).
     timestamp_source: str
     files: tuple[str, ...]
-    #: Files with another hard link (``st_nlink`` above the segment's own names): deleting
-    #: the segment would lose their records and free none of their bytes.
+    #: Files with another hard link (``st_nlink`` above the segment's own names) or with
+    #: extents another file shares: deleting the segment would lose their records and free
+    #: none (or not all) of their bytes.
     shared_files: tuple[str, ...] = ()
+    #: Of ``shared_files``, those whose extents are shared (the rest are hard-linked).
+    shared_extent_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -215,14 +215,21 @@ class AuditLog:
         finally:
             os.close(fd)
 
-    def prepare(self) -> str | None:
+    def prepare(self) -> bool:
         """Make the reserve now, whenever the state dir exists, not at the first deletion:
         a routine run that deleted nothing used to leave a state dir without one, and the
         rescue of that disk at 100 % then could not write its journal or audit line, so
-        nothing went. Returns why there is none (for a warning), or None."""
+        nothing went. False (and ``audit_reserve_unavailable`` says why) when it cannot."""
         if self.ensure_reserve():
-            return None
-        return f"{self.reserve_path} could not be made ({self._free_text()}): {self.consequence}"
+            return True
+        from diskguard.logs import get_logger  # the rare path; readers never log
+
+        get_logger("diskguard.retention").warning(
+            "audit_reserve_unavailable",
+            path=str(self.reserve_path),
+            reason=f"could not be made ({self._free_text()}): {self.consequence}",
+        )
+        return False
 
     #: What a missing or used-up reserve means, said wherever it shows.
     consequence = (

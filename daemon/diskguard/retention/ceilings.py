@@ -16,9 +16,14 @@ What is pending, per filesystem, is the sum of ``PendingReclaim``'s parts, in on
   scan has seen yet; it shrinks as usage drops between scans (``freed``).
 
 Bytes diskguard unlinked itself but the filesystem does not show freed yet (btrfs frees at
-its next commit, XFS inactivates unlinked inodes in the background) are on their way out too:
-they join here, as another part of ``PendingReclaim`` counted by ``pending``, ``pending_of``
-and ``pending_after``, so that every answer above sees them at once.
+its next commit, XFS inactivates unlinked inodes in the background) are on their way out too,
+for as long as the offline cycle that unlinked them waits for them (``retention.unfreed``:
+``syncfs``, a bounded wait); its ``usage_after`` and exit code are measured after that wait.
+What has still not come back then is not counted as pending: nothing says it ever will (a
+snapshot, a reflinked copy, a process holding the files open). It is ``unfreed`` here, and the
+filesystem's standing is ``halted``: the planner chooses nothing more on it and says why,
+until the space comes back. Subtracting it from the excess instead would let the disk's
+growth walk the retention through the history one "pending" chunk at a time.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
     # model (start-up).
     from diskguard.retention.planner import DeletionResult, Plan
     from diskguard.retention.reclaim import Forecast
+    from diskguard.retention.unfreed import Unfreed
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,8 @@ class Ceilings:
         self._forecast_for = forecast_for
         self._lock = threading.Lock()
         self._pending: dict[str, PendingReclaim] = {}
+        #: mount -> space earlier deletions did not give back (``retention.unfreed``).
+        self._unfreed: dict[str, Unfreed] = {}
 
     # -- the limits -------------------------------------------------------------------
     @property
@@ -131,8 +139,14 @@ class Ceilings:
 
     def standing_of(self, mode: str) -> Callable[[Filesystem], Standing]:
         """For the planner: each scanned filesystem net of what is pending on it
-        (``pending_of``)."""
-        return lambda fs: stand(fs.usage, self.limits(mode, fs.usage.mount), self.pending_of(fs))
+        (``pending_of``), ``halted`` where earlier deletions did not free their space."""
+
+        def standing(fs: Filesystem) -> Standing:
+            found = stand(fs.usage, self.limits(mode, fs.usage.mount), self.pending_of(fs))
+            unfreed = self.unfreed(fs.usage.mount)
+            return replace(found, halted=unfreed.reason) if unfreed is not None else found
+
+        return standing
 
     def over_usage(self, usage: FilesystemUsage) -> bool:
         """Today's usage above the ceiling (exact bytes; no forecast, nothing pending)."""
@@ -229,3 +243,19 @@ class Ceilings:
     def forget(self, mount: str) -> None:
         with self._lock:
             self._pending.pop(mount, None)
+            self._unfreed.pop(mount, None)
+
+    # -- what did not come back ------------------------------------------------------
+    def unfreed(self, mount: str) -> Unfreed | None:
+        """What earlier deletions on ``mount`` did not give back (None: nothing)."""
+        with self._lock:
+            return self._unfreed.get(mount)
+
+    def all_unfreed(self) -> dict[str, Unfreed]:
+        with self._lock:
+            return dict(self._unfreed)
+
+    def set_unfreed(self, records: Mapping[str, Unfreed]) -> None:
+        """Replace what is known not to have come back (``retention.unfreed``)."""
+        with self._lock:
+            self._unfreed = dict(records)

@@ -1,11 +1,16 @@
 """One KIP-61 retention cycle: decide the mode, scan, plan, act, account.
 
+Size: just over 400 lines: the cycle's steps in the order they happen, each a few lines that
+call the module doing the work (``modechoice``, ``ceilings``, ``forecaster``, ``unfreed``,
+``outcome``); splitting the sequence itself would hide the order that makes it safe.
+
 ``plan`` runs ``RetentionCycle.plan`` (never acts); ``enforce --once`` and the daemon run
 ``RetentionCycle.enforce``; both share the mode decision, the scan and the planner, so they
 share one set of safety rules. An enforcing cycle: decide the mode (asking the broker only
 when a cheap usage check says this cycle may delete), let the mode's executor finish what an
 earlier run left half done, scan, plan with the pure planner, act through the mode's
-``Executor`` (broker: DeleteRecords; offline: files), measure again, log.
+``Executor`` (broker: DeleteRecords; offline: files, then wait until the filesystem shows
+them freed), measure again, log.
 
 What differs between the daemon and a one-shot command is given at construction, not set
 afterwards: the daemon's ``StuckTracker`` (quiets repeating events while stuck), the time a
@@ -44,6 +49,7 @@ from diskguard.retention.policystore import CACHE_FILE, PolicyStore
 from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.stuck import DELETE_FAILED, StuckTracker
 from diskguard.retention.sweeptargets import preview_sweep
+from diskguard.retention.unfreed import UnfreedSpace
 
 if TYPE_CHECKING:
     from diskguard.broker.client import BrokerClient
@@ -86,8 +92,10 @@ class RetentionCycle:
         self.warm_heads_s = warm_heads_s
         self.stuck = stuck
         state_dir = Path(config.daemon.state_dir)
+        self.audit = AuditLog(state_dir / "audit.jsonl")
         if not read_only:
             state_dir.mkdir(parents=True, exist_ok=True)
+            self.audit.prepare()  # the audit reserve, whenever the state dir exists
         self.requested = RequestedLogStart(state_dir / "requested-log-start.json")
         if broker is None and config.broker.bootstrap_servers:
             from diskguard.broker.client import BrokerClient  # only where a broker is set
@@ -96,13 +104,6 @@ class RetentionCycle:
                 config.broker.bootstrap_servers, dict(config.broker.client), timeout=5.0
             )
         self.broker = broker
-        self.audit = AuditLog(state_dir / "audit.jsonl")
-        if not read_only:
-            problem = self.audit.prepare()
-            if problem is not None:
-                log.warning(
-                    "audit_reserve_unavailable", path=str(self.audit.reserve_path), reason=problem
-                )
         self.inputs = PlanInputs(
             config,
             self.requested,
@@ -124,6 +125,8 @@ class RetentionCycle:
         )
         self.local_broker_id = local_broker_id(config.broker.log_dirs)
         self._quiet: frozenset[str] = frozenset()
+        #: What offline deletions did not give back (and the wait for what they did).
+        self.unfreed = UnfreedSpace(config, self.ceilings, self.audit.make_room)
 
     @property
     def files(self) -> FileExecutor:
@@ -208,6 +211,8 @@ class RetentionCycle:
         executor = self._executor(mode.mode)
         if executor is not None:
             self._finish_interrupted(executor)
+        if mode.mode == OFFLINE:
+            self.unfreed.recheck(lambda: self.modes.may_delete(OFFLINE))
         result = self._scan(mode, full)
         chosen, warnings = self._plan_mode(result, mode)
         if self.warm_heads_s > 0 and not chosen.deletions:
@@ -216,7 +221,9 @@ class RetentionCycle:
         if self.stuck is not None:
             self._set_quiet(self.stuck.observe(mode, chosen, time.monotonic()), chosen)
         results: tuple[Any, ...] = ()
+        measured: dict[str, FilesystemUsage | None] = {}
         if chosen.deletions:
+            before = self.unfreed.before(chosen) if mode.mode == OFFLINE else None
             results = self._act(mode, chosen, executor)
             self.inputs.set_aside_failed(results, result.filesystems)
             if self.stuck is not None and results:
@@ -224,9 +231,12 @@ class RetentionCycle:
                 self._set_quiet(
                     self._quiet | self.stuck.observe_results(mode, chosen, results, now), chosen
                 )
-        outcome = self._outcome(
-            mode, result, chosen, warnings, results, measure_after(result), started
-        )
+            if before is not None:  # offline: wait for the space, stop where it did not come
+                measured, chosen = self.unfreed.settle(chosen, results, before, self.forecaster)
+                if self.stuck is not None:
+                    self._quiet |= self.stuck.observe_halted(mode, chosen, time.monotonic())
+        measured = measured or measure_after(result)  # else: after the wait (offline)
+        outcome = self._outcome(mode, result, chosen, warnings, results, measured, started)
         if mode.mode == BROKER:  # how early a forecast's requests must start (send lead)
             self.forecaster.reclaim.model.observe_cycle(outcome.duration_s)
         log_cycle(outcome, self._quiet)

@@ -86,6 +86,9 @@ class Standing:
     over: bool
     predicted_only: bool
     excess_bytes: int
+    #: Set when the retention on this filesystem is stopped (``retention.unfreed``: earlier
+    #: deletions did not free their space): why, in one sentence; then nothing is chosen.
+    halted: str = ""
 
     @property
     def over_usage(self) -> bool:

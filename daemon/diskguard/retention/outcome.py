@@ -16,6 +16,7 @@ from diskguard.retention.audit import why_fields
 from diskguard.retention.limits import Standing
 from diskguard.retention.mode import DRY_RUN, REFUSED, ModeDecision
 from diskguard.retention.planner import FilesystemPlan, Plan
+from diskguard.retention.stuck import UNREACHABLE_DETAIL
 
 log = get_logger("diskguard.retention")
 
@@ -94,18 +95,12 @@ def measure_after(scan: ScanResult) -> dict[str, FilesystemUsage | None]:
     """statvfs of every filesystem of ``scan`` again, after acting (None: it failed):
     exit codes and events report what the disk says now, not what the plan hoped deleting
     would free."""
-    out: dict[str, FilesystemUsage | None] = {}
-    for fs in scan.filesystems:
-        out[fs.usage.mount] = None
-        for log_dir in fs.log_dirs:
-            try:
-                out[fs.usage.mount] = fsusage.usage_of(
-                    log_dir.path, fs.usage.mount, fs.usage.device
-                )
-                break
-            except OSError:
-                continue
-    return out
+    return {
+        fs.usage.mount: fsusage.usage_of_any(
+            [d.path for d in fs.log_dirs], fs.usage.mount, fs.usage.device
+        )
+        for fs in scan.filesystems
+    }
 
 
 def another_round(rounds: Sequence[CycleOutcome]) -> bool:
@@ -191,5 +186,5 @@ def log_cycle(outcome: CycleOutcome, quiet: frozenset[str] = frozenset()) -> Non
                 "retention_target_unreachable",
                 mount=fs.mount,
                 unreachable_bytes=fs.unreachable_bytes,
-                reason="only active, protected or hard-linked segments are left",
+                reason=fs.halted or UNREACHABLE_DETAIL,
             )

@@ -14,6 +14,9 @@ make it safe (mirroring Kafka's ``UnifiedLog.deleteOldSegments``):
   (``SegmentInfo.shared_files``) would lose records and free nothing, so it is not a
   candidate and, the rule being a prefix, its partition goes no further this cycle — deleting
   data for no gain is the worst outcome, worse than missing the target;
+- likewise a segment whose extents a snapshot or a reflinked copy shares (FIEMAP,
+  ``SegmentInfo.shared_extent_files``); and a filesystem where earlier deletions did not free
+  their space (``Standing.halted``) gets nothing chosen at all;
 - bytes already on their way out (pending reclaim) are subtracted first (``limits.stand``),
   or every cycle under a running broker would delete again what the broker has not yet
   removed;
@@ -125,6 +128,9 @@ class FilesystemPlan:
     reclaim_latency_s: float = 0.0
     reclaim_period_s: float = 0.0
     latency_source: str = "none"
+    #: Why nothing is chosen on this filesystem although it is over: earlier deletions did not
+    #: free their space (``Standing.halted``); "" otherwise.
+    halted: str = ""
 
     @property
     def usage(self) -> FilesystemUsage:
@@ -351,7 +357,7 @@ def _plan_filesystem(
     log_dir_excess = dict(initial_dir_excess)
     committed = _consumers_offsets(fs, committed)
     chosen: list[Deletion] = []
-    if excess + sum(log_dir_excess.values()) > 0:
+    if excess + sum(log_dir_excess.values()) > 0 and not standing.halted:
         parts = [part for log_dir in fs.log_dirs for part in log_dir.partitions]
         queue = heads(parts, read, committed, led_here)
         try:
@@ -385,6 +391,7 @@ def _plan_filesystem(
         reclaim_latency_s=limits.reclaim_latency_s,
         reclaim_period_s=limits.reclaim_period_s,
         latency_source=limits.latency_source,
+        halted=standing.halted,
     )
     return plan, chosen
 

@@ -47,6 +47,12 @@ REFUSED_REASON = "refused"
 DRY_RUN_REASON = "dry_run"
 PENDING_RECLAIM = "pending_reclaim"
 DELETE_FAILED = "delete_failed"
+#: What is left when a plan cannot cover the excess (and no deletion was stopped).
+UNREACHABLE_DETAIL = (
+    "only active, protected, hard-linked or extent-sharing segments are left (deleting a "
+    "segment whose files are hard-linked, or whose extents a snapshot or reflinked copies "
+    "share, frees nothing)"
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class StuckState:
 
 def stuck_reason(mode: ModeDecision, fs: FilesystemPlan) -> tuple[str, str] | None:
     """Pure: ``(reason, detail)`` when ``fs`` is over its limit and the cycle cannot help."""
+    if fs.halted and (fs.excess_bytes > 0 or fs.over_usage_limit):
+        return TARGET_UNREACHABLE, fs.halted
     if fs.excess_bytes <= 0:
         if fs.over_usage_limit:
             return PENDING_RECLAIM, (
@@ -80,7 +88,7 @@ def stuck_reason(mode: ModeDecision, fs: FilesystemPlan) -> tuple[str, str] | No
         if mode.mode == DRY_RUN:
             return DRY_RUN_REASON, mode.reason
         return None
-    return TARGET_UNREACHABLE, "only active or protected segments are left"
+    return TARGET_UNREACHABLE, UNREACHABLE_DETAIL
 
 
 def _retrying(previous: StuckState, mode: ModeDecision, fs: FilesystemPlan) -> bool:
@@ -202,6 +210,19 @@ class StuckTracker:
             return False
         self.states[fs.mount] = replace(fresh, since=previous.since, logged=previous.logged)
         return True
+
+    def observe_halted(self, mode: ModeDecision, plan: Plan, now: float) -> frozenset[str]:
+        """After the cycle acted: where its deletions did not free their space the retention
+        stopped (``fs.halted`` on a filesystem that chose deletions): stuck from now on, said
+        once (with this cycle's own events), quiet in the cycles after. Returns the mounts
+        to keep quiet (said already)."""
+        quiet: set[str] = set()
+        for fs in plan.filesystems:
+            if fs.halted and fs.chosen_count:
+                found = (TARGET_UNREACHABLE, fs.halted)
+                if self._update(fs, found, mode, self.states.get(fs.mount), now):
+                    quiet.add(fs.mount)
+        return frozenset(quiet)
 
     def all_stuck(self, mounts: Iterable[str]) -> bool:
         """True when every one of ``mounts`` (those over their limit) is known stuck."""

@@ -9,7 +9,10 @@ their own state dirs) and leaves the cluster as it found it: no filler, no hold,
 
 from __future__ import annotations
 
+import re
 import signal
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from confluent_kafka.admin import (
 from support.daemonproc import DaemonProc
 from support.disks import df_percent
 from support.kafka.guarded import GuardedCluster, wait_until
+from support.net import free_port
 
 pytestmark = pytest.mark.realkafka
 
@@ -187,3 +191,154 @@ def test_a_hold_stops_producers_only(real_cluster: GuardedCluster, tmp_path: Pat
             wait_until(lambda t=topic: cluster.write_attempt(t) is None, 30, f"{topic}: writes")
         assert guard.named("actuator_failed") == [], guard.named("actuator_failed")
         assert guard.stop() == 0
+
+
+# ------------------------------------------------------------------ a hold of many guards
+
+
+def held(cluster: GuardedCluster, topic: str) -> bool:
+    return cluster.write_attempt(topic) == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def released(cluster: GuardedCluster, topic: str) -> bool:
+    return cluster.write_attempt(topic) is None
+
+
+DEFAULT_USER = (("user", None),)
+
+
+def start_guards(
+    cluster: GuardedCluster, tmp_path: Path, ids: list[int], **flow_extra: Any
+) -> dict[int, Path]:
+    return {
+        i: cluster.guard_config(
+            tmp_path,
+            i,
+            flow_control=flow(cluster, i, ["acl", "quota"], hold_lease="6s", **flow_extra),
+            metrics={"listen": f"127.0.0.1:{free_port()}"},
+        )
+        for i in ids
+    }
+
+
+def test_a_hold_lasts_while_any_guard_needs_it(
+    real_cluster: GuardedCluster, tmp_path: Path
+) -> None:
+    """Brokers 1 and 2 overfull: one DENY, one throttle, shared. Guard 2 restarted and broker
+    3 killed -9 and restarted in between change nothing. Broker 1 clears: producers are still
+    held (``hold_kept``). Broker 2 clears: released, and the ACLs and quotas are exactly what
+    they were, the operator's own quota on the default user included (the second guard found
+    the first one's throttle and restored the operator's value, not the throttle)."""
+    cluster = real_cluster
+    topic = "shared-orders"
+    cluster.cluster.create_topic(topic, 3, 3)
+    wait_until(lambda: released(cluster, topic), 30, "first write")
+    cluster.set_quota({"user": None}, 50_000_000.0)
+    cluster.set_quota({"user": "producer"}, 2_000_000.0)
+    try:
+        before_acls, before_quotas = cluster.acls(), cluster.quotas()
+        configs = start_guards(cluster, tmp_path, [1, 2])
+        guards = {i: DaemonProc(c) for i, c in configs.items()}
+        try:
+            for i in (1, 2):
+                guards[i].wait_for("daemon_started", timeout=60)
+            cluster.fill(1, 0.2)
+            guards[1].wait_for("acl_applied", timeout=60)
+            first = guards[1].wait_for("quota_applied", timeout=60, entity="user=<default>")
+            assert first["previous"] == 50_000_000.0
+            wait_until(lambda: held(cluster, topic), 30, "producer refused")
+            cluster.fill(2, 0.2)
+            guards[2].wait_for("acl_applied", timeout=60)
+            second = guards[2].wait_for("quota_applied", timeout=60, entity="user=<default>")
+            assert second["previous"] == 50_000_000.0, second  # not guard 1's 1 KiB/s
+
+            # A guard restarted and a broker killed -9 while held change nothing.
+            assert guards[2].stop() == 0
+            guards[2] = DaemonProc(configs[2])
+            guards[2].wait_for("daemon_started", timeout=60)
+            cluster.node(3).kill()
+            cluster.node(3).start()
+            cluster.cluster.wait_brokers()
+            time.sleep(3)  # a lease renewal: nothing may have been released
+            assert held(cluster, topic)
+            assert cluster.quotas()[DEFAULT_USER]["producer_byte_rate"] == 1024.0
+
+            cluster.clear(1)
+            guards[1].wait_for("overfull_cleared", timeout=30)
+            kept = guards[1].wait_for("hold_kept", timeout=60, actuator="acl")
+            assert kept["held_by"] == ["broker-2"], kept
+            guards[1].wait_for("hold_kept", timeout=60, actuator="quota")
+            time.sleep(3)
+            assert held(cluster, topic)
+            assert cluster.quotas()[DEFAULT_USER]["producer_byte_rate"] == 1024.0
+            assert guards[1].named("acl_removed") == [] and guards[1].named("quota_restored") == []
+
+            cluster.clear(2)
+            guards[2].wait_for("overfull_cleared", timeout=30)
+            guards[2].wait_for("acl_removed", timeout=60)
+            guards[2].wait_for("quota_restored", timeout=60, entity="user=<default>")
+            wait_until(lambda: cluster.quotas() == before_quotas, 30, "quotas as before")
+            assert cluster.acls() == before_acls
+            wait_until(lambda: released(cluster, topic), 30, "producer released")
+            for guard in guards.values():
+                assert [e for e in guard.named("actuator_failed")] == []
+                assert guard.stop() == 0
+        finally:
+            for guard in guards.values():
+                guard.kill()
+    finally:
+        cluster.clear()
+        cluster.set_quota({"user": None}, None)
+        cluster.set_quota({"user": "producer"}, None)
+
+
+def test_a_guard_killed_while_holding_stops_counting_at_its_lease(
+    real_cluster: GuardedCluster, tmp_path: Path
+) -> None:
+    """Guards 1 and 2 hold; guard 1 is killed -9 with its disk still overfull. It lifts
+    nothing (guard 2 still needs the hold); after its lease guard 2 says so
+    (``hold_lease_expired``, counted) and takes over what it owned, and when broker 2 clears
+    everything goes, guard 1's part included. Guard 1 restarted on its still overfull disk
+    holds again; cleared, released: ACLs and quotas exactly as before."""
+    cluster = real_cluster
+    topic = "lease-orders"
+    cluster.cluster.create_topic(topic, 3, 3)
+    wait_until(lambda: released(cluster, topic), 30, "first write")
+    before_acls, before_quotas = cluster.acls(), cluster.quotas()
+    configs = start_guards(cluster, tmp_path, [1, 2])
+    guards = {i: DaemonProc(c) for i, c in configs.items()}
+    try:
+        for i in (1, 2):
+            guards[i].wait_for("daemon_started", timeout=60)
+        cluster.fill(1, 0.2)
+        cluster.fill(2, 0.2)
+        for i in (1, 2):
+            guards[i].wait_for("acl_applied", timeout=60)
+        guards[1].proc.kill()
+        guards[1].proc.wait(10)
+        expired = guards[2].wait_for("hold_lease_expired", timeout=60, guard="broker-1")
+        assert topic in expired["acl_topics"], expired
+        assert held(cluster, topic)  # guard 2 still needs it
+        port = configs[2].read_text().split('listen = "127.0.0.1:')[1].split('"')[0]
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert re.search(rb"diskguard_hold_leases_expired_total 1\.0", scraped), scraped
+
+        cluster.clear(2)  # disk 1 is still full, but its guard is dead: its hold is gone
+        guards[2].wait_for("acl_removed", timeout=60)
+        wait_until(lambda: cluster.acls() == before_acls, 30, "ACLs as before")
+        wait_until(lambda: cluster.quotas() == before_quotas, 30, "quotas as before")
+        wait_until(lambda: released(cluster, topic), 30, "producer released")
+
+        guards[1] = DaemonProc(configs[1])  # restarted on its overfull disk: holds again
+        guards[1].wait_for("acl_applied", timeout=60)
+        wait_until(lambda: held(cluster, topic), 30, "held again")
+        cluster.clear(1)
+        guards[1].wait_for("acl_removed", timeout=60)
+        wait_until(lambda: cluster.acls() == before_acls, 30, "ACLs as before")
+        wait_until(lambda: cluster.quotas() == before_quotas, 30, "quotas as before")
+        for guard in guards.values():
+            assert guard.stop() == 0
+    finally:
+        for guard in guards.values():
+            guard.kill()
+        cluster.clear()

@@ -140,7 +140,12 @@ class AclActuator:
             applied.acl = held
         ledger.save()
         self._publish()
-        newly = sorted({t for t, _p in held - had})
+        # Newly held, or held again (this pass created its ACLs: e.g. after a restart, once
+        # another guard had let them go when this one's lease expired).
+        own_topics = {t for t, _p in held}
+        newly = sorted(
+            {t for t, _p in held - had} | {b.name for b in plan.create if b.name in own_topics}
+        )
         if newly:
             actuator_log().info(
                 "acl_applied",

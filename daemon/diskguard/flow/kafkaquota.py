@@ -11,6 +11,7 @@ one ``actuator_failed`` per overfull episode naming the missing API and does not
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -194,6 +195,10 @@ class KafkaAdminConnection:
                 if not self._broker.bootstrap_servers:
                     raise ActuatorError("broker.bootstrap_servers is not set")
                 from kafka.admin import KafkaAdminClient
+
+                # SASL/PLAIN without TLS is the operator's choice, made in the config: not a
+                # warning (a JSON library_log line) at every connection.
+                logging.getLogger("kafka.net.sasl.plain").setLevel(logging.ERROR)
 
                 options = kafka_python_options(self._broker, self._timeout_ms)
                 try:

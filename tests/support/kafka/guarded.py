@@ -250,7 +250,9 @@ def guarded_cluster(
         root,
         [[mount / "kafka-logs"] for mount in mounts],
         mode=mode,
-        settings=settings,
+        # The log cleaner's dedupe buffer is 128 MiB by default: half of a small heap, and
+        # a node that starts its cleaner beside a busy start-up dies of OutOfMemoryError.
+        settings={"log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024), **settings},
         heap_mb=HEAP_MB,
         sasl_users=USERS,
     )

@@ -8,11 +8,15 @@ feature cannot work. It never changes anything on the broker.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from diskguard.broker.authz import client_principal
 from diskguard.broker.client import BrokerClient, describe_error
 from diskguard.config import Config
+from diskguard.flow.kafkaacl import default_allow
 from diskguard.host import fsusage
+from diskguard.kafkalog.model import PartitionDirKind, parse_partition_dir
 from diskguard.kafkalog.serverprops import local_broker_id
 from diskguard.retention.ceilings import Ceilings
 from diskguard.retention.daemonstate import daemon_memory
@@ -116,13 +120,17 @@ def _checks(config: Config, client: BrokerClient, servers: str) -> list[Check]:
                 f"headroom, {format_bytes(room)} between the ceiling and a full disk: {verdict}",
             )
         )
-    if "acl" in config.flow_control.actuators:
+    kinds = set(config.flow_control.actuators)
+    if kinds & {"acl", "quota"} or config.retention.mode in ("auto", "broker"):
+        out.extend(_permission_checks(config, client))
+    if "acl" in kinds:
         out.append(_acl_check(client, values))
-    if "quota" in config.flow_control.actuators:
+        out.append(_acl_plan_check(config))
+    if "quota" in kinds:
         out.append(
             Check(
                 True,
-                "quota actuator: AlterClientQuotas needs Kafka 2.6+; not checked (it would change "
+                "quota actuator: AlterClientQuotas needs Kafka 2.6+; not tried (it would change "
                 "a quota): an older broker's refusal is logged as actuator_failed",
             )
         )
@@ -144,4 +152,121 @@ def _acl_check(client: BrokerClient, broker_values: dict[str, str | None] | None
         return Check(False, f"acl actuator: DescribeAcls failed: {error}")
     return Check(
         True, f"acl actuator: authorizer {authorizer or '(unknown)'}, DescribeAcls answers"
+    )
+
+
+def _guarded_topics(config: Config) -> list[str]:
+    """The topics with a partition dir on the guarded log dirs (the broker's own ``__*`` left
+    out: diskguard neither trims nor holds them)."""
+    topics: set[str] = set()
+    for log_dir in config.broker.log_dirs:
+        try:
+            names = os.listdir(log_dir)
+        except OSError:
+            continue
+        for name in names:
+            parsed = parse_partition_dir(name)
+            if (
+                parsed is not None
+                and parsed.kind is PartitionDirKind.LIVE
+                and not parsed.topic.startswith("__")
+            ):
+                topics.add(parsed.topic)
+    return sorted(topics)
+
+
+def _permission_checks(config: Config, client: BrokerClient) -> list[Check]:
+    """Who diskguard is to the broker and whether it may do what it will do: DeleteRecords
+    and DescribeConfigs on its disks' topics (retention), CreateAcls/DeleteAcls (ALTER on
+    the cluster), AlterClientQuotas (ALTER_CONFIGS on the cluster), the holds topic."""
+    out = [Check(True, f"diskguard's principal: {client_principal(config.broker.client)}")]
+    topics = _guarded_topics(config)
+    holds = config.flow_control.holds_topic
+    found = client.authorized([*topics, holds])
+    if found.error is not None and found.cluster is None and not found.topics:
+        return [*out, Check(True, f"permissions not checked: {found.error}")]
+    kinds = set(config.flow_control.actuators)
+    wants: list[tuple[str, str, str]] = []  # (operation, on, why)
+    if "acl" in kinds:
+        wants += [
+            ("ALTER", "cluster", "CreateAcls/DeleteAcls"),
+            ("DESCRIBE", "cluster", "DescribeAcls"),
+        ]
+    if "quota" in kinds:
+        wants += [
+            ("ALTER_CONFIGS", "cluster", "AlterClientQuotas"),
+            ("DESCRIBE_CONFIGS", "cluster", "DescribeClientQuotas"),
+        ]
+    for operation, _on, why in wants:
+        may = found.cluster_may(operation)
+        if may is None:
+            out.append(Check(True, f"may {operation} the cluster ({why}): not answered"))
+        else:
+            out.append(Check(may, f"may {operation} the cluster ({why}): {'yes' if may else 'NO'}"))
+    shown = {t: ops for t, ops in found.topics.items() if t != holds}
+    if config.retention.mode in ("auto", "broker") and shown:
+        for operation, why in (("DELETE", "DeleteRecords"), ("DESCRIBE_CONFIGS", "cleanup.policy")):
+            missing = [t for t in found.topics_without(operation) if t != holds]
+            verdict = (
+                f"yes, on all {plural(len(shown), 'topic')} of the guarded disks"
+                if not missing
+                else f"NO on {plural(len(missing), 'topic')}: {', '.join(missing[:5])}"
+                + (" ..." if len(missing) > 5 else "")
+            )
+            out.append(Check(not missing, f"may {operation} ({why}): {verdict}"))
+    if kinds & {"acl", "quota"}:
+        if holds in found.topics:
+            lacking = [op for op in ("READ", "WRITE") if holds in found.topics_without(op)]
+            out.append(
+                Check(
+                    not lacking,
+                    f"holds topic {holds}: "
+                    + (
+                        "may read and write it"
+                        if not lacking
+                        else f"may NOT {', '.join(lacking)} it"
+                    ),
+                )
+            )
+        else:
+            may = found.cluster_may("CREATE")
+            out.append(
+                Check(
+                    may is not False,
+                    f"holds topic {holds}: does not exist yet; created at the first hold "
+                    + (
+                        "(may CREATE: yes)"
+                        if may
+                        else "(may CREATE on the cluster: NO)"
+                        if may is False
+                        else "(CREATE not answered)"
+                    ),
+                )
+            )
+    return out
+
+
+def _acl_plan_check(config: Config) -> Check:
+    """What the acl actuator will do on this cluster's topics while overfull."""
+    principal = config.flow_control.acl_principal
+    allow = default_allow(config.broker)
+    deny = f"acl actuator: while overfull, DENY WRITE for {principal} on each topic of the disk"
+    if allow is None:
+        return Check(
+            False,
+            f"{deny}; allow.everyone.if.no.acl.found unknown (set broker.server_properties): a "
+            "topic with no ACL will NOT be held (a DENY alone would stop its readers and "
+            "diskguard's own DeleteRecords, an ALLOW could open it)",
+        )
+    if allow:
+        return Check(
+            True,
+            f"{deny}; allow.everyone.if.no.acl.found=true: a topic with no ACL also gets "
+            "ALLOW ALL for User:* (readers, DescribeConfigs and DeleteRecords keep working), "
+            "a topic with ACLs only the DENY; all removed when no guard needs them",
+        )
+    return Check(
+        True,
+        f"{deny}; allow.everyone.if.no.acl.found=false: the DENY only (a topic without ACLs "
+        "is closed to all but super users already); removed when no guard needs it",
     )

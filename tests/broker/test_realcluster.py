@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     ConfigResource,
@@ -26,6 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from support.cli import run_cli
 from support.daemonproc import DaemonProc
 from support.disks import df_percent
 from support.kafka.guarded import GuardedCluster, wait_until
@@ -342,3 +344,80 @@ def test_a_guard_killed_while_holding_stops_counting_at_its_lease(
         for guard in guards.values():
             guard.kill()
         cluster.clear()
+
+
+# ------------------------------------------------------------------ check-config --connect
+
+
+def test_check_config_says_what_the_hold_will_do_and_what_diskguard_may(
+    real_cluster: GuardedCluster, tmp_path: Path
+) -> None:
+    """``check-config --connect`` as ``User:diskguard``: who it is, the authorizer, that the
+    cluster is permissive (server.properties) and what the acl hold adds there, and whether
+    it may DELETE/DESCRIBE_CONFIGS the topics of its disk and ALTER the cluster. A topic whose
+    ACLs grant diskguard nothing is named, and the check fails."""
+    cluster = real_cluster
+    cluster.cluster.create_topic("check-open", 1, 3)
+    config = cluster.guard_config(
+        tmp_path, 1, flow_control=flow(cluster, 1, ["acl", "quota"]), mode="broker"
+    )
+    proc = run_cli("check-config", "--connect", "-c", str(config))
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    expected = [
+        "ok: diskguard's principal: User:diskguard (SASL_PLAINTEXT PLAIN)",
+        "ok: may ALTER the cluster (CreateAcls/DeleteAcls): yes",
+        "ok: may ALTER_CONFIGS the cluster (AlterClientQuotas): yes",
+    ]
+    for line in expected:
+        assert line in lines, lines
+    assert any(x.startswith("ok: may DELETE (DeleteRecords): yes, on all") for x in lines), lines
+    assert any(
+        x.startswith("ok: may DESCRIBE_CONFIGS (cleanup.policy): yes, on all") for x in lines
+    ), lines
+    assert any(
+        "allow.everyone.if.no.acl.found=true: a topic with no ACL also gets" in x for x in lines
+    )
+    assert any(
+        x.startswith("ok: acl actuator: authorizer org.apache")
+        or x.startswith("ok: acl actuator: authorizer kafka.")
+        for x in lines
+    ), lines
+
+    # A topic only its consumer may touch: diskguard may neither trim nor describe it.
+    cluster.cluster.create_topic("check-locked", 1, 3)
+    admin = cluster.cluster.admin()
+    grant = AclBinding(
+        ResourceType.TOPIC,
+        "check-locked",
+        ResourcePatternType.LITERAL,
+        "User:consumer",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    for future in admin.create_acls([grant], request_timeout=15).values():
+        future.result(15)
+    try:
+        wait_until(
+            lambda: (cluster.log_dir(1) / "check-locked-0").is_dir(), 30, "check-locked on disk 1"
+        )
+        proc = run_cli("check-config", "--connect", "-c", str(config))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "FAIL: may DELETE (DeleteRecords): NO on 1 topic: check-locked" in proc.stdout
+    finally:
+        for future in admin.delete_acls(
+            [
+                AclBindingFilter(
+                    ResourceType.TOPIC,
+                    "check-locked",
+                    ResourcePatternType.LITERAL,
+                    None,
+                    None,
+                    AclOperation.ANY,
+                    AclPermissionType.ANY,
+                )
+            ],
+            request_timeout=15,
+        ).values():
+            future.result(15)

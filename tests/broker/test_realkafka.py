@@ -577,7 +577,10 @@ def test_check_config_connect_learns_the_reclaim_latency_and_the_authorizer(
     config = write_config(
         tmp_path,
         real_kafka.log_dir,
-        broker={"bootstrap_servers": real_kafka.bootstrap},
+        broker={
+            "bootstrap_servers": real_kafka.bootstrap,
+            "server_properties": real_kafka.workdir / "server.properties",
+        },
         flow_control={"overfull_percent": 97, "underfull_percent": 96, "actuators": ["acl"]},
         assume_delete_policy=None,
         disk_usage_percent=95,

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
+from diskguard.broker.authz import Authorized, authorized_operations, describe_acls_error
 from diskguard.broker.errors import describe_error, is_lasting, rdkafka_logger
 from diskguard.broker.patience import OneTimeout
 from diskguard.logs import get_logger
@@ -201,34 +202,20 @@ class BrokerClient:
         finally:
             self._serve_logs()
 
+    def authorized(self, topics: Sequence[str]) -> Authorized:
+        """What this client's principal may do on the cluster and on ``topics`` (KIP-430)."""
+        try:
+            return authorized_operations(self._admin, topics, self.timeout)
+        finally:
+            self._serve_logs()
+
     def acl_error(self) -> str | None:
         """None when the broker answers DescribeAcls (an authorizer is on and we may ask),
         else the error in one line. Changes nothing on the broker."""
-        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
-            AclBindingFilter,
-            AclOperation,
-            AclPermissionType,
-            ResourcePatternType,
-            ResourceType,
-        )
-
-        flt = AclBindingFilter(  # None = any name, principal, host
-            ResourceType.ANY,
-            None,  # type: ignore[arg-type]
-            ResourcePatternType.ANY,
-            None,  # type: ignore[arg-type]
-            None,  # type: ignore[arg-type]
-            AclOperation.ANY,
-            AclPermissionType.ANY,
-        )
         try:
-            describe = getattr(self._admin, "describe_acls")  # noqa: B009  # not in AdminApi
-            describe(flt, request_timeout=self.timeout).result(timeout=self.timeout + 2.0)
-        except Exception as exc:
-            return describe_error(exc)
+            return describe_acls_error(self._admin, self.timeout)
         finally:
             self._serve_logs()
-        return None
 
     # -- broker settings and leadership --------------------------------------------------
     def broker_configs(self, broker_id: int | None) -> dict[str, str | None] | None:

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -190,14 +191,17 @@ def real_cluster(kafka_target: kafka.Target) -> Iterator[GuardedCluster]:
 # tools come from ``make tools`` (btrfs-progs, xfsprogs); missing, the test fails saying so.
 
 
-@pytest.fixture()
-def loop_btrfs() -> Iterator[Callable[..., Path]]:
-    """Factory: ``loop_btrfs(size_bytes=256 MiB) -> mount point``; unmounted at the end."""
+@contextlib.contextmanager
+def _mounts(
+    open_fs: Callable[..., contextlib.AbstractContextManager[Path]],
+) -> Iterator[Callable[..., Path]]:
+    """A factory of ``open_fs(...)`` mounts, each unmounted when the test ends; a setup error
+    fails the test in one line (never a skip)."""
     with contextlib.ExitStack() as stack:
 
-        def make(size_bytes: int = 256 * fsfixtures.MiB) -> Path:
+        def make(*args: Any, **kwargs: Any) -> Path:
             try:
-                return stack.enter_context(fsfixtures.loop_btrfs(size_bytes))
+                return stack.enter_context(open_fs(*args, **kwargs))
             except fsfixtures.FilesystemSetupError as exc:
                 _fail_on_setup_error(exc)
                 raise
@@ -206,17 +210,16 @@ def loop_btrfs() -> Iterator[Callable[..., Path]]:
 
 
 @pytest.fixture()
+def loop_btrfs() -> Iterator[Callable[..., Path]]:
+    """Factory: ``loop_btrfs(size_bytes=256 MiB) -> mount point``; unmounted at the end."""
+    with _mounts(fsfixtures.loop_btrfs) as make:
+        yield make
+
+
+@pytest.fixture()
 def loop_xfs() -> Iterator[Callable[..., Path]]:
     """Factory: ``loop_xfs(size_bytes=320 MiB, reflink=True) -> mount point``."""
-    with contextlib.ExitStack() as stack:
-
-        def make(size_bytes: int = 320 * fsfixtures.MiB, reflink: bool = True) -> Path:
-            try:
-                return stack.enter_context(fsfixtures.loop_xfs(size_bytes, reflink))
-            except fsfixtures.FilesystemSetupError as exc:
-                _fail_on_setup_error(exc)
-                raise
-
+    with _mounts(fsfixtures.loop_xfs) as make:
         yield make
 
 

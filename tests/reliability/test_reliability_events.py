@@ -172,13 +172,13 @@ sys.stdin.read()
 _NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
 
 
-def test_no_inotify_instance_left_the_daemon_still_guards_the_disk(
-    disk: Path, tmp_path: Path
-) -> None:
-    os.chmod(disk.parent, 0o755)  # mkdtemp's 0700 would keep nobody out
-    log_dir = disk / "kafka-logs"
-    write_log_dir(log_dir, {("orders", p): segs(6, p) for p in range(2)}, segment_index_bytes=MiB)
-    work = disk.parent / "nobody"
+def _config_owned_by(
+    disk: Path, log_dir: Path, work_name: str, uid: int
+) -> tuple[Path, Path, float]:
+    """A work dir and an offline config 3 points above today's usage, the config, the work dir
+    and the log dir owned by ``uid`` (the daemon runs as that user); returns (work, config,
+    ceiling)."""
+    work = disk.parent / work_name
     work.mkdir()
     os.sync()
     ceiling = round(df_percent(disk) + 3, 2)
@@ -192,7 +192,28 @@ def test_no_inotify_instance_left_the_daemon_still_guards_the_disk(
         offline_headroom=0,
     )
     for path in [work, cfg, log_dir, *log_dir.rglob("*")]:
-        os.chown(path, 65534, 65534, follow_symlinks=False)
+        os.chown(path, uid, uid, follow_symlinks=False)
+    return work, cfg, ceiling
+
+
+def _pushed_over_and_brought_under(disk: Path, ceiling: float, daemon: DaemonProc) -> None:
+    """Fill the disk 3 points over ``ceiling``; the daemon brings it under within 6 s."""
+    cap = disk_capacity(disk)
+    fill(disk / "filler", int((ceiling + 3 - df_percent(disk)) / 100 * cap))
+    crossed = time.monotonic()
+    while df_percent(disk) > ceiling:
+        assert time.monotonic() - crossed < 6, "not brought under"
+        assert daemon.proc.poll() is None, daemon.stderr_tail()
+        time.sleep(0.05)
+
+
+def test_no_inotify_instance_left_the_daemon_still_guards_the_disk(
+    disk: Path, tmp_path: Path
+) -> None:
+    os.chmod(disk.parent, 0o755)  # mkdtemp's 0700 would keep nobody out
+    log_dir = disk / "kafka-logs"
+    write_log_dir(log_dir, {("orders", p): segs(6, p) for p in range(2)}, segment_index_bytes=MiB)
+    work, cfg, ceiling = _config_owned_by(disk, log_dir, "nobody", 65534)
     hog = subprocess.Popen(
         [*_NOBODY, sys.executable, "-c", _HOG],
         stdin=subprocess.PIPE,
@@ -210,13 +231,7 @@ def test_no_inotify_instance_left_the_daemon_still_guards_the_disk(
         assert daemon.proc.poll() is None, (
             f"daemon exited {daemon.proc.returncode}: {daemon.stderr_tail()}"
         )
-        cap = disk_capacity(disk)
-        fill(disk / "filler", int((ceiling + 3 - df_percent(disk)) / 100 * cap))
-        crossed = time.monotonic()
-        while df_percent(disk) > ceiling:
-            assert time.monotonic() - crossed < 6, "not brought under without inotify"
-            assert daemon.proc.poll() is None, daemon.stderr_tail()
-            time.sleep(0.05)
+        _pushed_over_and_brought_under(disk, ceiling, daemon)
     finally:
         if daemon is not None:
             daemon.stop()
@@ -276,21 +291,7 @@ def test_past_the_inotify_watch_limit_the_daemon_says_so_and_still_guards(
     files.mkdir()
     for i in range(per_instance):
         (files / f"{i:07d}").touch()
-    work = disk.parent / "watcher"
-    work.mkdir()
-    os.sync()
-    ceiling = round(df_percent(disk) + 3, 2)
-    cfg = write_config(
-        work,
-        log_dir,
-        disk_usage_percent=ceiling,
-        check_interval="1s",
-        usage_poll_interval="0.1s",
-        mode="offline",
-        offline_headroom=0,
-    )
-    for path in [work, cfg, log_dir, *log_dir.rglob("*")]:
-        os.chown(path, _WATCH_UID, _WATCH_UID, follow_symlinks=False)
+    work, cfg, ceiling = _config_owned_by(disk, log_dir, "watcher", _WATCH_UID)
     as_uid = ["setpriv", f"--reuid={_WATCH_UID}", f"--regid={_WATCH_UID}", "--clear-groups", "--"]
     hog = subprocess.Popen(
         [*as_uid, sys.executable, "-c", _WATCH_HOG, str(files), "64"],
@@ -319,13 +320,7 @@ def test_past_the_inotify_watch_limit_the_daemon_says_so_and_still_guards(
         assert failed["unwatched_dirs"] == 301 - watches, (failed, watches)
         assert "max_user_watches" in failed["error"], failed
         assert "rescan" in failed["fallback"], failed
-        cap = disk_capacity(disk)
-        fill(disk / "filler", int((ceiling + 3 - df_percent(disk)) / 100 * cap))
-        crossed = time.monotonic()
-        while df_percent(disk) > ceiling:
-            assert time.monotonic() - crossed < 6, "not brought under"
-            assert daemon.proc.poll() is None, daemon.stderr_tail()
-            time.sleep(0.05)
+        _pushed_over_and_brought_under(disk, ceiling, daemon)
     finally:
         if daemon is not None:
             daemon.stop()

@@ -33,10 +33,35 @@ from support.logdirs import build
 
 BASE_TS = 1_700_000_000_000
 MiB = 1024**2
+#: A daemon that rescans and polls fast enough for a few seconds of test to hold many cycles.
+_DAEMON_PACE = {"check_interval": "200ms", "usage_poll_interval": "20ms"}
 
 
 def _segment_bytes(truth: dict[Any, tuple[int, list[Path]]]) -> int:
     return max(sum(os.lstat(f).st_blocks * 512 for f in files) for _, files in truth.values())
+
+
+def _over_by_2_5_segments(
+    tmp_path: Path, log_dir: Path, mount: Path, segment_bytes: int, **retention: object
+) -> tuple[Path, float]:
+    """An offline config whose limit the disk is over by 2.5 segments, and that limit."""
+    limit = round(ceiling_under(mount, int(2.5 * segment_bytes)), 3)
+    cfg = write_config(
+        tmp_path,
+        log_dir,
+        disk_usage_percent=limit,
+        mode="offline",
+        offline_headroom=0,
+        **retention,
+    )
+    return cfg, limit
+
+
+def _reflinked_copy(log_dir: Path, mount: Path) -> None:
+    subprocess.run(
+        ["cp", "-a", "--reflink=always", str(log_dir), str(mount / "backup")], check=True
+    )
+    os.sync()
 
 
 def _enforce(cfg: Path) -> tuple[int, list[dict[str, Any]], str]:
@@ -90,10 +115,7 @@ def test_a_btrfs_snapshot_of_the_log_dir_frees_nothing_and_nothing_goes(
     os.sync()
     fsfixtures.btrfs("subvolume", "snapshot", "-r", str(log_dir), str(mount / "nightly"))
     os.sync()
-    limit = ceiling_under(mount, int(2.5 * _segment_bytes(truth)))
-    cfg = write_config(
-        tmp_path, log_dir, disk_usage_percent=round(limit, 3), mode="offline", offline_headroom=0
-    )
+    cfg, _limit = _over_by_2_5_segments(tmp_path, log_dir, mount, _segment_bytes(truth))
     _assert_nothing_goes_and_it_says_why(log_dir, cfg, "snapshot")
 
 
@@ -102,14 +124,8 @@ def test_reflinked_copies_on_btrfs_free_nothing_and_nothing_goes(
 ) -> None:
     mount = loop_btrfs()
     log_dir, truth = build(mount)
-    subprocess.run(
-        ["cp", "-a", "--reflink=always", str(log_dir), str(mount / "backup")], check=True
-    )
-    os.sync()
-    limit = ceiling_under(mount, int(2.5 * _segment_bytes(truth)))
-    cfg = write_config(
-        tmp_path, log_dir, disk_usage_percent=round(limit, 3), mode="offline", offline_headroom=0
-    )
+    _reflinked_copy(log_dir, mount)
+    cfg, _limit = _over_by_2_5_segments(tmp_path, log_dir, mount, _segment_bytes(truth))
     _assert_nothing_goes_and_it_says_why(log_dir, cfg, "reflink")
 
 
@@ -118,14 +134,8 @@ def test_reflinked_copies_on_xfs_free_nothing_and_nothing_goes(
 ) -> None:
     mount = loop_xfs(reflink=True)
     log_dir, truth = build(mount)
-    subprocess.run(
-        ["cp", "-a", "--reflink=always", str(log_dir), str(mount / "backup")], check=True
-    )
-    os.sync()
-    limit = ceiling_under(mount, int(2.5 * _segment_bytes(truth)))
-    cfg = write_config(
-        tmp_path, log_dir, disk_usage_percent=round(limit, 3), mode="offline", offline_headroom=0
-    )
+    _reflinked_copy(log_dir, mount)
+    cfg, _limit = _over_by_2_5_segments(tmp_path, log_dir, mount, _segment_bytes(truth))
     _assert_nothing_goes_and_it_says_why(log_dir, cfg, "reflink")
 
 
@@ -172,10 +182,7 @@ def test_plain_btrfs_shows_freed_extents_at_its_commit_exactly_the_plan_goes(
     mount = loop_btrfs()
     log_dir, truth = build(mount)
     os.sync()
-    limit = ceiling_under(mount, int(2.5 * _segment_bytes(truth)))
-    cfg = write_config(
-        tmp_path, log_dir, disk_usage_percent=round(limit, 3), mode="offline", offline_headroom=0
-    )
+    cfg, _limit = _over_by_2_5_segments(tmp_path, log_dir, mount, _segment_bytes(truth))
     _assert_exactly_the_plan_goes_and_exit_0(log_dir, mount, cfg)
 
 
@@ -184,10 +191,7 @@ def test_xfs_frees_unlinked_inodes_in_the_background_exactly_the_plan_goes(
 ) -> None:
     mount = loop_xfs(reflink=False)
     log_dir, seg = _big_log_dir(mount)
-    limit = ceiling_under(mount, int(2.5 * seg))
-    cfg = write_config(
-        tmp_path, log_dir, disk_usage_percent=round(limit, 3), mode="offline", offline_headroom=0
-    )
+    cfg, _limit = _over_by_2_5_segments(tmp_path, log_dir, mount, seg)
     _assert_exactly_the_plan_goes_and_exit_0(log_dir, mount, cfg)
 
 
@@ -210,15 +214,12 @@ def test_the_daemon_on_plain_btrfs_deletes_only_the_plan(
     mount = loop_btrfs()
     log_dir, truth = build(mount)
     os.sync()
-    limit = ceiling_under(mount, int(2.5 * _segment_bytes(truth)))
-    cfg = write_config(
+    cfg, limit = _over_by_2_5_segments(
         tmp_path,
         log_dir,
-        disk_usage_percent=round(limit, 3),
-        mode="offline",
-        offline_headroom=0,
-        check_interval="200ms",
-        usage_poll_interval="20ms",
+        mount,
+        _segment_bytes(truth),
+        **_DAEMON_PACE,
     )
     planned = json.loads(run_cli("plan", "--json", "-c", str(cfg)).stdout)["deletions"]
     assert len(planned) == 3, planned
@@ -233,15 +234,8 @@ def test_the_daemon_on_xfs_reports_usage_after_as_the_disk_will_be(
 ) -> None:
     mount = loop_xfs(reflink=False)
     log_dir, seg = _big_log_dir(mount)
-    limit = ceiling_under(mount, int(2.5 * seg))
-    cfg = write_config(
-        tmp_path,
-        log_dir,
-        disk_usage_percent=round(limit, 3),
-        mode="offline",
-        offline_headroom=0,
-        check_interval="200ms",
-        usage_poll_interval="20ms",
+    cfg, limit = _over_by_2_5_segments(
+        tmp_path, log_dir, mount, seg, check_interval="200ms", usage_poll_interval="20ms"
     )
     deleted, daemon = _daemon_deletes(cfg, settle_s=3.0)
     assert len(deleted) == 3, deleted
@@ -286,10 +280,7 @@ def test_deletions_that_did_not_free_stop_the_retention_across_runs(
     loop) delete nothing more while the space has not come back."""
     log_dir, truth = build(disk)
     os.sync()
-    limit = ceiling_under(disk, int(2.5 * _segment_bytes(truth)))
-    cfg = write_config(
-        tmp_path, log_dir, disk_usage_percent=round(limit, 3), mode="offline", offline_headroom=0
-    )
+    cfg, _limit = _over_by_2_5_segments(tmp_path, log_dir, disk, _segment_bytes(truth))
     every_file = [f for _, files in truth.values() for f in files]
     with _held_open(every_file) as holder:
         code, events, stderr = _enforce(cfg)
@@ -309,15 +300,12 @@ def test_deletions_that_did_not_free_stop_the_retention_across_runs(
 def test_the_daemon_stops_deleting_where_deletions_did_not_free(disk: Path, tmp_path: Path) -> None:
     log_dir, truth = build(disk)
     os.sync()
-    limit = ceiling_under(disk, int(2.5 * _segment_bytes(truth)))
-    cfg = write_config(
+    cfg, _limit = _over_by_2_5_segments(
         tmp_path,
         log_dir,
-        disk_usage_percent=round(limit, 3),
-        mode="offline",
-        offline_headroom=0,
-        check_interval="200ms",
-        usage_poll_interval="20ms",
+        disk,
+        _segment_bytes(truth),
+        **_DAEMON_PACE,
     )
     every_file = [f for _, files in truth.values() for f in files]
     with _held_open(every_file):

@@ -20,6 +20,17 @@ from support.logdirs import build
 MiB = 1024**2
 
 
+def _offline_config(tmp_path: Path, log_dir: Path, state: Path, limit: float) -> Path:
+    return write_config(
+        tmp_path,
+        log_dir,
+        state_dir=state,
+        disk_usage_percent=limit,
+        mode="offline",
+        offline_headroom=0,
+    )
+
+
 def _fill_to_the_brim(path: Path) -> None:
     """Write until ENOSPC (as a broker filling its disk would): not one block left."""
     chunk = b"\x5a" * MiB
@@ -46,14 +57,7 @@ def _fill_to_the_brim(path: Path) -> None:
 def test_rescue_at_100_percent_with_the_state_dir_on_that_disk(disk: Path, tmp_path: Path) -> None:
     log_dir, _truth = build(disk)
     state = disk / "diskguard-state"  # on the guarded disk, beside (not inside) the log dir
-    cfg = write_config(
-        tmp_path,
-        log_dir,
-        state_dir=state,
-        disk_usage_percent=95,
-        mode="offline",
-        offline_headroom=0,
-    )
+    cfg = _offline_config(tmp_path, log_dir, state, 95)
     # A routine run, well under the limit: it makes the state dir, deletes nothing.
     proc = run_cli("enforce", "--once", "-c", str(cfg))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -67,14 +71,7 @@ def test_rescue_at_100_percent_with_the_state_dir_on_that_disk(disk: Path, tmp_p
     # Give the filler's bytes back to the log (the broker's data would be segments; the
     # filler only makes the disk full). Here: the limit is set so that only segments can
     # bring it under.
-    cfg = write_config(
-        tmp_path,
-        log_dir,
-        state_dir=state,
-        disk_usage_percent=99.0,
-        mode="offline",
-        offline_headroom=0,
-    )
+    cfg = _offline_config(tmp_path, log_dir, state, 99.0)
     proc = run_cli("enforce", "--once", "-c", str(cfg))
     events = json_events(proc.stdout)
     deleted = [e for e in events if e["event"] == "segment_deleted"]
@@ -93,14 +90,7 @@ def test_without_a_reserve_at_100_percent_the_failure_says_so(disk: Path, tmp_pa
     state.mkdir()
     _fill_to_the_brim(log_dir.parent / "broker-filler")
     os.sync()
-    cfg = write_config(
-        tmp_path,
-        log_dir,
-        state_dir=state,
-        disk_usage_percent=99.0,
-        mode="offline",
-        offline_headroom=0,
-    )
+    cfg = _offline_config(tmp_path, log_dir, state, 99.0)
     proc = run_cli("enforce", "--once", "-c", str(cfg))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     events = json_events(proc.stdout)

@@ -313,3 +313,45 @@ def test_the_daemon_stops_deleting_where_deletions_did_not_free(disk: Path, tmp_
     assert len(deleted) == 3, deleted
     (why,) = daemon.named("retention_target_unreachable")
     assert "did not free" in why["reason"], why
+
+
+def test_on_xfs_deletions_held_open_stop_the_retention_after_the_wait(
+    loop_xfs: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Where the filesystem frees late, the cycle first commits it (syncfs) and waits: space
+    held open does not come back then either, the holder is named, nothing more goes."""
+    mount = loop_xfs(reflink=False)
+    log_dir, truth = build(mount)
+    os.sync()
+    cfg, _limit = _over_by_2_5_segments(tmp_path, log_dir, mount, _segment_bytes(truth))
+    every_file = [f for _, files in truth.values() for f in files]
+    with _held_open(every_file) as holder:
+        started = time.monotonic()
+        code, events, stderr = _enforce(cfg)
+        assert time.monotonic() - started >= 2.0  # it waited for the space before saying so
+        assert len(_deleted(events)) == 3 and code == 1, (events, stderr)
+        (why,) = [e for e in events if e["event"] == "retention_target_unreachable"]
+        assert "did not free" in why["reason"] and f"pid {holder}" in why["reason"], why
+        code, events, stderr = _enforce(cfg)
+        assert code == 1 and _deleted(events) == [], (events, stderr)
+
+
+def test_on_btrfs_what_the_offline_sweep_frees_is_seen_before_planning(
+    loop_btrfs: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A ``-delete`` dir alone covers the excess: its removal shows only at btrfs's commit,
+    so a scan right after the sweep planned live segments as well. Now the filesystem is
+    committed before the scan: the sweep alone, no live segment goes."""
+    mount = loop_btrfs()
+    log_dir, truth = build(mount)
+    doomed = log_dir / "gone-0.3f2a9c5b7e8d4f10a1b2c3d4e5f60718-delete"
+    doomed.mkdir()
+    with open(doomed / "00000000000000000000.log", "wb") as fh:
+        fh.write(os.urandom(8 * MiB))
+    os.sync()
+    cfg, _limit = _over_by_2_5_segments(tmp_path, log_dir, mount, _segment_bytes(truth))
+    before = {p for p in _live_segments(log_dir) if "-delete/" not in p}
+    code, events, stderr = _enforce(cfg)
+    assert code == 0, (events, stderr)
+    assert [e["what"] for e in events if e["event"] == "offline_swept"] == ["delete_dir"]
+    assert _deleted(events) == [] and _live_segments(log_dir) == before, events

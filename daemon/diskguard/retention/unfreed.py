@@ -89,26 +89,33 @@ class _UnfreedFile:
     version: int = UNFREED_VERSION
 
 
+#: The last ``unfreed_state_unreadable`` said (path, error): read every offline cycle, a bad
+#: file is said once, not once a cycle.
+_said_unreadable: tuple[str, str] | None = None
+
+
 def load(state_dir: Path) -> dict[str, Unfreed]:
     """mount -> what a cycle recorded (empty when there is no file, or it cannot be read: a
-    warning says so; then the next cycle can only find it again)."""
+    warning says so once; then the next cycle can only find it again)."""
+    global _said_unreadable
     path = Path(state_dir) / UNFREED_FILE
+    error = ""
+    found: _UnfreedFile | None = None
     try:
         raw = read_json(path, None)
-    except (OSError, ValueError) as exc:
-        log.warning("unfreed_state_unreadable", path=str(path), error=str(exc))
-        return {}
-    if raw is None:
-        return {}
-    problems: list[Problem] = []
-    try:
+        if raw is None:
+            return {}
+        problems: list[Problem] = []
         found = build(_UnfreedFile, raw, (), problems) if isinstance(raw, dict) else None
-    except TypeError:
-        found = None
-    if found is None or found.version != UNFREED_VERSION:
-        log.warning("unfreed_state_unreadable", path=str(path), error="not a file of this shape")
-        return {}
-    return dict(found.filesystems)
+    except (OSError, ValueError, TypeError) as exc:
+        error = str(exc)
+    if found is not None and found.version == UNFREED_VERSION:
+        return dict(found.filesystems)
+    said = (str(path), error or "not a file of this shape")
+    if said != _said_unreadable:
+        _said_unreadable = said
+        log.warning("unfreed_state_unreadable", path=said[0], error=said[1])
+    return {}
 
 
 def save(state_dir: Path, records: Mapping[str, Unfreed], make_room: Callable[[], bool]) -> None:

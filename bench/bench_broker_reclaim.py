@@ -114,7 +114,7 @@ class Result:
     peak_percent: float
     seconds_over_ceiling: float
     trough_percent: float | None
-    #: Lowest usage after the writer stopped / after the first one-off write.
+    #: Lowest usage after the writer stopped / after the one-off write landed (its peak).
     trough_after_percent: float | None
     deletions: int
     deleted_bytes: int
@@ -319,7 +319,9 @@ def summarize(
     first_s = None if first is None else round(_stamp(first) - start_wall, 1)
     settle = (first_s or 0.0) + 2 * sc.period_s + 5.0
     settled = [p for t, p in samples if t >= settle]
-    after_at = sc.stop_s if sc.stop_s is not None else (sc.oneoff[0][0] if sc.oneoff else None)
+    after_at = sc.stop_s
+    if sc.oneoff:  # once the step has landed: from the highest usage on
+        after_at = max(samples, key=lambda s: s[1])[0]
     after = [p for t, p in samples if after_at is not None and t >= after_at]
     notes = []
     if samples and samples[-1][0] < sc.seconds - 1:

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from diskguard.config import Config
 from diskguard.logs import get_logger
 from diskguard.retention.reclaim import (
-    MIN_RATE_WINDOW_S,
     SEND_LEAD_S,
+    WARNING_RATE_WINDOW_S,
     Forecast,
     GrowthEstimator,
     ReclaimModel,
@@ -85,9 +85,11 @@ class Forecaster:
         return rate if rate is not None else self._rates.get(mount)
 
     def recent_rate(self, mount: str) -> float | None:
-        """The write rate sustained through the shortest window (``MIN_RATE_WINDOW_S``): for
-        warnings, which need not wait as long as a forecast that deletes."""
-        rate = self._rate(mount, MIN_RATE_WINDOW_S)
+        """The write rate sustained through a minute (``WARNING_RATE_WINDOW_S``, or the
+        forecast's window if shorter): for warnings, which need not wait as long as a forecast
+        that deletes (11 minutes with Kafka's defaults)."""
+        window = min(WARNING_RATE_WINDOW_S, self._model.rate_window_s)
+        rate = self._rate(mount, window)
         return rate if rate is not None else self.growth_rate(mount)
 
     def forecast(self, mount: str) -> Forecast:

@@ -31,6 +31,7 @@ __all__ = [
     "KAFKA_INITIAL_DELAY_S",
     "MIN_RATE_WINDOW_S",
     "SEND_LEAD_S",
+    "WARNING_RATE_WINDOW_S",
     "Forecast",
     "GrowthEstimator",
     "ReclaimModel",
@@ -58,6 +59,9 @@ SEND_LEAD_S = 2.0
 SEND_LEAD_CYCLES = 3
 #: The shortest window a rate is measured over, whatever the broker's settings.
 MIN_RATE_WINDOW_S = 10.0
+#: The window of the rate warnings judge by (``broker_reclaim_slow``), where a forecast's is
+#: longer: growth sustained over a minute, which a one-off burst of a few seconds is not.
+WARNING_RATE_WINDOW_S = 60.0
 
 
 @dataclass(frozen=True)

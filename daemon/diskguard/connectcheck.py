@@ -9,6 +9,7 @@ feature cannot work. It never changes anything on the broker.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from diskguard.broker.authz import client_principal
@@ -20,7 +21,9 @@ from diskguard.kafkalog.model import PartitionDirKind, parse_partition_dir
 from diskguard.kafkalog.serverprops import local_broker_id
 from diskguard.retention.ceilings import Ceilings
 from diskguard.retention.daemonstate import daemon_memory
-from diskguard.retention.reclaimwatch import reclaim_settings
+from diskguard.retention.policystore import CACHE_FILE
+from diskguard.retention.reclaim import KAFKA_INITIAL_DELAY_S
+from diskguard.retention.reclaimwatch import INITIAL_DELAY_KEY, reclaim_settings
 from diskguard.units import format_bytes, plural
 
 __all__ = ["Check", "connect_checks"]
@@ -85,6 +88,9 @@ def _checks(config: Config, client: BrokerClient, servers: str) -> list[Check]:
             f"({settings.source})",
         )
     )
+    if values is not None:
+        out.append(Check(True, _first_check_line(values, settings.delete_delay_s)))
+        out.append(Check(True, _metadata_line(values, config)))
     taken_over = daemon_memory(config)
     if taken_over.problem:
         out.append(Check(True, f"daemon state not used: {taken_over.problem}"))
@@ -137,6 +143,67 @@ def _checks(config: Config, client: BrokerClient, servers: str) -> list[Check]:
     return out
 
 
+def _first_check_line(values: Mapping[str, str | None], delete_delay_s: float) -> str:
+    """When the first retention check runs after a broker (re)start: until then nothing asked
+    of the broker is freed, whatever the check interval. Configurable from Kafka 3.8
+    (``log.initial.task.delay.ms``); a fixed 30 s before."""
+    raw = values.get(INITIAL_DELAY_KEY)
+    if INITIAL_DELAY_KEY in values and raw is not None and raw.strip().lstrip("-").isdigit():
+        delay_s, where = int(raw) / 1000, INITIAL_DELAY_KEY
+    else:
+        delay_s, where = KAFKA_INITIAL_DELAY_S, "fixed before Kafka 3.8"
+    return (
+        f"first retention check {delay_s:g} s after the broker starts ({where}): right after a "
+        f"broker start, space asked is freed after up to {delay_s + delete_delay_s:g} s"
+    )
+
+
+def _metadata_line(values: Mapping[str, str | None], config: Config) -> str:
+    """KRaft or ZooKeeper, and where the cluster metadata is: what an offline rescue (broker
+    down, nobody to ask) can learn each topic's cleanup.policy from."""
+    roles = (values.get("process.roles") or "").strip()
+    if not roles:
+        if (values.get("zookeeper.connect") or "").strip():
+            return (
+                "ZooKeeper-mode broker: offline, topic policies come only from the state dir's "
+                f"cache ({CACHE_FILE}, filled while the broker runs): run diskguard beside the "
+                "broker before a rescue is needed"
+            )
+        return "broker mode (KRaft or ZooKeeper) not reported by the broker"
+    voters = (values.get("controller.quorum.voters") or "").strip()
+    bootstrap = (values.get("controller.quorum.bootstrap.servers") or "").strip()
+    quorum = (
+        f"controller quorum {voters} ({plural(len(voters.split(',')), 'voter')})"
+        if voters
+        else f"controller quorum via {bootstrap or '(not reported)'}"
+    )
+    combined = "controller" in roles and "broker" in roles
+    role_text = (
+        f"process.roles {roles}: combined, a full metadata log dir stops this quorum voter too"
+        if combined
+        else f"process.roles {roles}"
+    )
+    dirs = [d.strip() for d in (values.get("log.dirs") or values.get("log.dir") or "").split(",")]
+    meta_dir = (values.get("metadata.log.dir") or "").strip() or (dirs[0] if dirs else "")
+    guarded = {os.path.realpath(d) for d in config.broker.log_dirs}
+    if meta_dir and os.path.realpath(meta_dir) in guarded:
+        where = (
+            f"metadata log in {meta_dir}, a guarded log dir: offline, topic policies are read "
+            "from it"
+        )
+        if config.broker.server_properties is None:
+            where += (
+                " (a topic without a cleanup.policy override needs broker.server_properties "
+                "for the broker's default, or the cache)"
+            )
+    else:
+        where = (
+            f"metadata log in {meta_dir or '(not reported)'}, not a guarded log dir: offline, "
+            f"topic policies come only from the state dir's cache ({CACHE_FILE})"
+        )
+    return f"KRaft broker ({role_text}), {quorum}, {where}"
+
+
 def _acl_check(client: BrokerClient, broker_values: dict[str, str | None] | None) -> Check:
     """DENY ACLs act only where the broker has an authorizer: its ``authorizer.class.name``
     says so (a broker without one answers DescribeAcls with an empty list, not an error)."""
@@ -150,8 +217,15 @@ def _acl_check(client: BrokerClient, broker_values: dict[str, str | None] | None
     error = client.acl_error()
     if error is not None:
         return Check(False, f"acl actuator: DescribeAcls failed: {error}")
+    supers = ""
+    if broker_values is not None and "super.users" in broker_values:
+        supers = (
+            "; super.users is set (the broker hides its value): no DENY ACL applies to a "
+            "super user, so the producers to hold back must not be among them"
+        )
     return Check(
-        True, f"acl actuator: authorizer {authorizer or '(unknown)'}, DescribeAcls answers"
+        True,
+        f"acl actuator: authorizer {authorizer or '(unknown)'}, DescribeAcls answers{supers}",
     )
 
 

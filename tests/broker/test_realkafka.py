@@ -247,36 +247,75 @@ def test_describe_configs_of_the_broker(real_kafka: RealBroker) -> None:
 # ------------------------------------------------------------------- ListGroups + OffsetFetch
 
 
+def consume_and_commit(broker: RealBroker, topic: str, group: str, want: int, **conf: Any) -> Any:
+    """A subscribing consumer that reads ``want`` records and commits them; left open (the
+    caller closes it: a live member and an empty group are both worth asking about)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "log_level": 0,
+            **conf,
+        }
+    )
+    consumer.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen += 1
+    assert seen == want, f"{group}: read {seen} of {want} records"
+    consumer.commit(asynchronous=False)
+    return consumer
+
+
 def test_committed_offsets_of_a_subscribing_group(real_kafka: RealBroker) -> None:
     topic = "cg-orders"
     real_kafka.create_topic(topic, 2)
     assert real_kafka.produce(topic, 40, 100, partition=0) == []
     assert real_kafka.produce(topic, 10, 100, partition=1) == []
-    consumer = Consumer(
-        {
-            "bootstrap.servers": real_kafka.bootstrap,
-            "group.id": "cg-readers",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
-    try:
-        consumer.subscribe([topic])
-        seen = 0
-        deadline = time.monotonic() + 60
-        while seen < 50 and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                seen += 1
-        assert seen == 50
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
+    consume_and_commit(real_kafka, topic, "cg-readers", 50).close()
 
     offsets = BrokerClient(real_kafka.bootstrap, timeout=10).committed_offsets([topic, "nope"])
 
     assert offsets == {(topic, 0): {"cg-readers": 40}, (topic, 1): {"cg-readers": 10}}
+
+
+def test_committed_offsets_of_a_kip848_consumer_group(real_kafka: RealBroker) -> None:
+    """KIP-848's consumer groups (``group.protocol=consumer``: ConsumerGroupHeartbeat, the
+    broker assigns) are served by default from Kafka 4.0. ListGroups lists them (type
+    CONSUMER) and OffsetFetch answers for them as for a classic group, with a live member and
+    once it has left: diskguard's consumption-aware order sees them with no change."""
+    from confluent_kafka import ConsumerGroupType
+
+    release = real_kafka.release
+    if real_kafka.mode != "kraft" or release.version < (4, 0, 0):
+        pytest.skip(
+            f"Kafka {release.text} ({real_kafka.mode}) does not serve ConsumerGroupHeartbeat "
+            "(KIP-848 consumer groups) by default: 4.0+ KRaft only (3.7-3.9: early access "
+            "behind group.coordinator.rebalance.protocols)"
+        )
+    topic, group = "cg848-orders", "cg848-readers"
+    real_kafka.create_topic(topic, 2)
+    assert real_kafka.produce(topic, 30, 100, partition=0) == []
+    assert real_kafka.produce(topic, 12, 100, partition=1) == []
+    consumer = consume_and_commit(real_kafka, topic, group, 42, **{"group.protocol": "consumer"})
+    client = BrokerClient(real_kafka.bootstrap, timeout=10)
+    try:
+        admin = real_kafka.admin()
+        listed = admin.list_consumer_groups(request_timeout=10).result(10)
+        (entry,) = [g for g in listed.valid if g.group_id == group]
+        assert entry.type == ConsumerGroupType.CONSUMER, entry.type
+        live = client.committed_offsets([topic])
+    finally:
+        consumer.close()
+    left = client.committed_offsets([topic])
+
+    expected = {(topic, 0): {group: 30}, (topic, 1): {group: 12}}
+    assert live == expected and left == expected, (live, left)
 
 
 # ----------------------------------------------------------------------------- Produce + Fetch
@@ -566,6 +605,81 @@ def test_flow_control_acl_blocks_real_producers_and_survives_kill_9(
         filler.unlink(missing_ok=True)
 
 
+def produce_throttle_ms(broker: RealBroker, topic: str, client_id: str) -> float:
+    """The longest throttle time the broker put on a fresh producer's answers (0 when none),
+    as librdkafka reports it (``throttle_cb``): one 20 kB record, one Produce request.
+
+    Independent of diskguard's own quota code: a broker answers a produce over its quota at
+    once, with the time the client must wait (KIP-219)."""
+    seen: list[float] = [0.0]
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "client.id": client_id,
+            "message.timeout.ms": 20_000,
+            "throttle_cb": lambda event: seen.append(event.throttle_time * 1000),
+            "log_level": 0,
+        }
+    )
+    errors: list[Any] = []
+    producer.produce(topic, b"t" * 20_000, on_delivery=lambda err, _msg: errors.append(err))
+    producer.flush(30)
+    producer.poll(0.5)  # a throttle report that came with the delivery
+    assert errors == [None], errors
+    return max(seen)
+
+
+def test_quota_actuator_throttles_a_real_producer(real_kafka: RealBroker, tmp_path: Path) -> None:
+    """AlterClientQuotas for real, checked by the broker's own behaviour rather than read back
+    through diskguard's code: while overfull, a producer with the configured client id is
+    throttled (1 kB/s against a 20 kB write: ~10 s, the broker's answer says so), one with
+    another client id is not; after the disk clears the quota is removed and nobody is."""
+    release = real_kafka.release
+    if release.version < (2, 6, 0):
+        pytest.skip(
+            f"Kafka {release.text} has no DescribeClientQuotas/AlterClientQuotas "
+            "(KIP-546, 2.6+): the quota actuator's failure there is "
+            "test_flow_control_acl_blocks_real_producers_and_survives_kill_9's"
+        )
+    topic, held, free = "qa-orders", "qa-held-producer", "qa-free-producer"
+    real_kafka.create_topic(topic)
+    assert produce_throttle_ms(real_kafka, topic, held) == 0
+    mount = real_kafka.log_dir.parent
+    filler = mount / "quota-filler.bin"
+    now = df_percent(mount)
+    config = write_config(
+        tmp_path,
+        real_kafka.log_dir,
+        broker={"bootstrap_servers": real_kafka.bootstrap},
+        flow_control={
+            "overfull_percent": round(now + 20, 2),
+            "underfull_percent": round(now + 10, 2),
+            "min_free_bytes": "1MiB",
+            "actuators": ["quota"],
+            "quota": {"producer_byte_rate": 1024, "entities": [{"client-id": held}]},
+        },
+        assume_delete_policy=None,
+        mode="dry-run",
+        check_interval="1s",
+    )
+    try:
+        with DaemonProc(config) as daemon:
+            daemon.wait_for("daemon_started")
+            fill(filler, int(os.statvfs(mount).f_blocks * os.statvfs(mount).f_frsize * 0.25))
+            applied = daemon.wait_for("quota_applied", timeout=30)
+            assert applied["producer_byte_rate"] == 1024 and applied["previous"] is None
+            throttled = produce_throttle_ms(real_kafka, topic, held)
+            assert throttled > 0, "the broker does not enforce the quota diskguard set"
+            assert produce_throttle_ms(real_kafka, topic, free) == 0
+            filler.unlink()
+            daemon.wait_for("quota_restored", timeout=30)
+            assert produce_throttle_ms(real_kafka, topic, held) == 0
+            assert daemon.stop() == 0
+    finally:
+        filler.unlink(missing_ok=True)
+    print(f"quota: {held} throttled {throttled:.0f} ms while overfull, 0 before and after")
+
+
 # ----------------------------------------------------- the broker's reclaim latency (issue 12)
 
 
@@ -599,6 +713,21 @@ def test_check_config_connect_learns_the_reclaim_latency_and_the_authorizer(
         f"acl actuator: authorizer {real_kafka.settings['authorizer.class.name']}" in x
         for x in lines
     )
+    # The first retention check after a broker start: configurable from 3.8, else 30 s.
+    first = (
+        "ok: first retention check 1 s after the broker starts (log.initial.task.delay.ms)"
+        if real_kafka.release.version >= (3, 8, 0)
+        else "ok: first retention check 30 s after the broker starts (fixed before Kafka 3.8)"
+    )
+    assert any(line.startswith(first) for line in lines), lines
+    # Where the cluster metadata is: what an offline rescue can learn topic policies from.
+    if real_kafka.mode == "kraft":
+        (meta,) = [line for line in lines if line.startswith("ok: KRaft broker")]
+        assert "process.roles broker,controller: combined" in meta, meta
+        assert f"metadata log in {real_kafka.log_dir}, a guarded log dir" in meta, meta
+        assert "(1 voter)" in meta, meta
+    else:
+        assert any(line.startswith("ok: ZooKeeper-mode broker") for line in lines), lines
     from diskguard.broker.client import BrokerClient
 
     values = BrokerClient(real_kafka.bootstrap, timeout=10).broker_configs(real_kafka.node.node_id)

@@ -83,4 +83,6 @@ def _value(value: object) -> str:
         return json.dumps(str(value))
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):  # an inline table, e.g. in a list of tables
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
     return json.dumps(value)

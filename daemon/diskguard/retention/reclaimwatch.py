@@ -33,12 +33,14 @@ if TYPE_CHECKING:
     # Types only: status reads reclaim_settings() without importing the planner (start-up).
     from diskguard.retention.planner import Deletion
 
-__all__ = ["ReclaimWatch", "reclaim_settings", "settings_from_values"]
+__all__ = ["INITIAL_DELAY_KEY", "ReclaimWatch", "reclaim_settings", "settings_from_values"]
 
 log = get_logger("diskguard.reclaim")
 
 CHECK_KEY = "log.retention.check.interval.ms"
 DELAY_KEY = "log.segment.delete.delay.ms"
+#: Kafka 3.8+: the first retention check's delay after start-up (a fixed 30 s before).
+INITIAL_DELAY_KEY = "log.initial.task.delay.ms"
 #: Drop a remembered request after this long: its files went unseen (partition moved, ...).
 _FORGET_AFTER_S = 3600.0
 

@@ -10,6 +10,7 @@ and on metadata logs built here record by record.
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import gzip
 import json
@@ -34,6 +35,7 @@ from support.kafkagen import (
     SegmentSpec,
     encode_batch,
     encode_record,
+    topic_id,
     write_checkpoint,
     write_log_dir,
 )
@@ -414,6 +416,11 @@ def tid() -> bytes:
     return uuid.uuid4().bytes
 
 
+def built_tid(topic: str) -> bytes:
+    """The topic id kafkagen writes into the partition dirs' ``partition.metadata``."""
+    return base64.urlsafe_b64decode(topic_id(topic) + "==")
+
+
 def test_the_real_kraft_fixture_is_parsed_record_by_record(tmp_path: Path) -> None:
     from diskguard.kafkalog import kraftmeta
 
@@ -449,7 +456,7 @@ def test_offline_policies_from_a_kraft_log_dir_and_server_properties(
     from server.properties, applied by a real offline cycle."""
     log_dir = disk / "kafka"
     build(log_dir, ["orders", "events", "reset", "reborn", "ghost", "tiered"])
-    ids = {t: tid() for t in ("orders", "events", "reset", "reborn", "tiered")}
+    ids = {t: built_tid(t) for t in ("orders", "events", "reset", "reborn", "tiered")}
     reborn_old = tid()
     metadata_file(
         log_dir / "__cluster_metadata-0" / "00000000000000000000.log",
@@ -478,7 +485,8 @@ def test_offline_policies_from_a_kraft_log_dir_and_server_properties(
     assert reasons["events"].startswith("cleanup.policy=compact (kraft-metadata)")
     assert reasons["reset"].startswith("cleanup.policy=compact (kraft-metadata)")
     assert reasons["reborn"].startswith("cleanup.policy=compact (kraft-metadata)")
-    assert reasons["ghost"].startswith("cleanup.policy unknown")  # not in the metadata
+    # Not in the complete metadata: the broker sets its dir aside as a stray at start-up.
+    assert reasons["ghost"].startswith("topic not in the KRaft metadata: deleted before"), reasons
     assert reasons["tiered"].startswith("tiered storage: remote.storage.enable=true")
 
     props.write_text(f"log.dirs={log_dir}\nlog.cleanup.policy=delete\n")
@@ -638,3 +646,158 @@ def test_plan_says_per_topic_what_is_protected_and_why(disk: Path, tmp_path: Pat
     assert "Protected topics" in table.stdout and "clicks" in table.stdout
     # plan is read-only: it wrote no cache.
     assert not (tmp_path / "state" / "topic-policies.json").exists()
+
+
+# ------------------------------------------------- KRaft: transactions, strays, not-live dirs
+
+
+def test_metadata_transactions_take_effect_at_their_end_and_aborted_ones_never(
+    tmp_path: Path,
+) -> None:
+    """Kafka's metadata loader publishes a transaction's records only at its
+    EndTransactionRecord; an aborted one, or one the log ends inside, never."""
+    from diskguard.kafkalog import kraftmeta
+
+    log_dir = tmp_path / "kafka"
+    orders, events, clicks = tid(), tid(), tid()
+    begin, end, abort = frame(23, b"\x00"), frame(24, b""), frame(25, b"\x00")
+    metadata_file(
+        log_dir / "__cluster_metadata-0" / "00000000000000000000.log",
+        [
+            [begin, topic_record("orders", orders)],
+            [config_record("orders", "cleanup.policy", "compact"), end],
+            [begin, topic_record("events", events), abort],
+            [begin, topic_record("clicks", clicks)],  # the log ends inside it
+        ],
+    )
+    meta = kraftmeta.read_metadata(log_dir)
+    assert meta is not None and meta.complete, meta and meta.problem
+    assert meta.topics == {"orders"}
+    assert meta.topic_configs == {"orders": {"cleanup.policy": "compact"}}
+    assert meta.topic_ids == {"orders": kraftmeta.uuid_text(orders)}
+
+
+def test_topic_ids_and_removed_topics_as_partition_metadata_writes_them(tmp_path: Path) -> None:
+    from diskguard.kafkalog import kraftmeta
+
+    log_dir = tmp_path / "kafka"
+    gone, old, new = tid(), tid(), tid()
+    metadata_file(
+        log_dir / "__cluster_metadata-0" / "00000000000000000000.log",
+        [
+            [topic_record("gone", gone), topic_record("reborn", old)],
+            [remove_topic_record(gone), remove_topic_record(old)],
+            [topic_record("reborn", new)],
+        ],
+    )
+    meta = kraftmeta.read_metadata(log_dir)
+    assert meta is not None and meta.complete
+    assert meta.removed_topics == {"gone"}  # "reborn" exists again
+    assert meta.topic_ids == {"reborn": kraftmeta.uuid_text(new)}
+    # The text form is Kafka's Uuid.toString(): 22 base64url characters, no padding.
+    pdir = tmp_path / "reborn-0"
+    pdir.mkdir()
+    (pdir / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id('reborn')}\n")
+    assert kraftmeta.partition_topic_id(pdir) == topic_id("reborn")
+    assert len(topic_id("reborn")) == 22 and "=" not in topic_id("reborn")
+    assert kraftmeta.partition_topic_id(tmp_path / "nowhere-0") is None
+
+
+def test_stray_reason_mirrors_what_a_kraft_broker_sets_aside() -> None:
+    from diskguard.kafkalog.topicpolicy import KraftTopics, stray_reason
+
+    kraft = KraftTopics({"orders": "A", "events": "B"}, frozenset({"gone"}))
+    assert stray_reason("orders", True, "A", kraft) is None
+    assert stray_reason("orders", True, None, kraft) is None  # unreadable file: no conclusion
+    assert (stray_reason("orders", False, None, kraft) or "").startswith("no partition.metadata")
+    assert (stray_reason("orders", True, "Z", kraft) or "").startswith("topic id Z is not")
+    assert "deleted (RemoveTopicRecord)" in (stray_reason("gone", True, "G", kraft) or "")
+    assert "before the last metadata snapshot" in (stray_reason("x", True, "X", kraft) or "")
+    # An incomplete read: only the missing file is sure.
+    assert stray_reason("x", True, "X", None) is None
+    assert stray_reason("x", False, None, None) is not None
+    assert stray_reason("__cluster_metadata", False, None, kraft) is None
+
+
+def test_offline_kraft_strays_are_kept_and_plan_says_so(disk: Path, tmp_path: Path) -> None:
+    """A stopped KRaft broker's log dir: a topic deleted while it was down (RemoveTopicRecord),
+    a deleted-and-created-again topic's old dir, a partition dir without partition.metadata,
+    a ``-stray`` and a ``-future`` dir. Nothing of any of them is deleted (the broker sets the
+    first three aside as strays at start-up and keeps them; the last two are not live): the
+    live delete topic pays, and ``plan`` (JSON and text) says why for each."""
+    log_dir = disk / "kafka"
+    build(log_dir, ["orders", "gone", "reborn", "nometa", "events"])
+    (log_dir / "nometa-0" / "partition.metadata").unlink()
+    (log_dir / "meta.properties").write_text("version=1\nnode.id=1\ncluster.id=x\n")
+    shutil.copytree(
+        log_dir / "events-0", log_dir / "events-0.0123456789abcdef0123456789abcdef-stray"
+    )
+    shutil.copytree(
+        log_dir / "orders-0", log_dir / "orders-0.fedcba9876543210fedcba9876543210-future"
+    )
+    ids = {t: built_tid(t) for t in ("orders", "gone", "nometa", "events")}
+    metadata_file(
+        log_dir / "__cluster_metadata-0" / "00000000000000000000.log",
+        [
+            [topic_record(t, i) for t, i in ids.items()],
+            [topic_record("reborn", tid())],  # not the id in reborn-0/partition.metadata
+            [remove_topic_record(ids["gone"])],
+        ],
+    )
+    props = tmp_path / "server.properties"
+    props.write_text(f"log.dirs={log_dir}\n")  # log.cleanup.policy: Kafka's default, delete
+    write_config(tmp_path, [log_dir], broker={"server_properties": str(props)})
+    cfg = tmp_path / "diskguard.toml"
+
+    proc = run_cli("plan", "--json", "-c", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["mode"] == "offline"
+    assert {d["topic"] for d in data["deletions"]} == {"orders", "events"}
+    reasons = {p["topic"]: p["reason"] for p in data["protected"]}
+    assert reasons["gone"].startswith(
+        "topic not in the KRaft metadata: deleted (RemoveTopicRecord)"
+    )
+    assert reasons["reborn"].startswith("topic id ")
+    assert reasons["nometa"].startswith("no partition.metadata")
+    for topic in ("gone", "reborn", "nometa"):
+        assert "sets this dir aside as a stray at start-up" in reasons[topic], reasons[topic]
+    not_live = {(d["topic"], d["kind"]): d for d in data["not_live"]}
+    assert set(not_live) == {("events", "stray"), ("orders", "future")}
+    stray = not_live[("events", "stray")]
+    assert stray["bytes"] > 0 and stray["path"].endswith("-stray")
+    assert "Kafka never deletes it" in stray["reason"]
+
+    text = run_cli("plan", "-c", str(cfg))
+    assert text.returncode == 0, text.stderr
+    assert "Partition dirs that are not live" in text.stdout
+    assert "events-0.0123456789abcdef0123456789abcdef-stray" in text.stdout
+
+    before = {p.name: sorted(q.name for q in p.iterdir()) for p in log_dir.iterdir() if p.is_dir()}
+    with RetentionCycle(load_config(cfg)) as runtime:
+        outcome = runtime.enforce()
+    assert deleted_topics(outcome) == {"orders", "events"}
+    after = {p.name: sorted(q.name for q in p.iterdir()) for p in log_dir.iterdir() if p.is_dir()}
+    for name in (
+        "gone-0",
+        "reborn-0",
+        "nometa-0",
+        "events-0.0123456789abcdef0123456789abcdef-stray",
+        "orders-0.fedcba9876543210fedcba9876543210-future",
+        "__cluster_metadata-0",
+    ):
+        assert after[name] == before[name], name
+
+
+def test_a_zookeeper_log_dir_without_partition_metadata_is_not_a_stray(
+    disk: Path, tmp_path: Path
+) -> None:
+    """Only a KRaft broker sets such dirs aside; a ZooKeeper-mode one (meta.properties
+    version 0) writes partition.metadata itself when it is missing."""
+    log_dir = disk / "kafka"
+    build(log_dir, ["orders"])
+    (log_dir / "orders-0" / "partition.metadata").unlink()
+    (log_dir / "meta.properties").write_text("version=0\nbroker.id=1\ncluster.id=x\n")
+    with RetentionCycle(write_config(tmp_path, [log_dir], assume_delete_policy=[".*"])) as rt:
+        outcome = rt.enforce()
+    assert deleted_topics(outcome) == {"orders"}

@@ -525,6 +525,24 @@ def test_recover_sweeps_only_the_given_partition_dirs(loop_ext4: Callable[..., P
     assert stray.exists()  # not inside a configured log dir: refused
 
 
+def test_the_kraft_metadata_log_is_never_swept(loop_ext4: Callable[..., Path]) -> None:
+    """``__cluster_metadata-0`` holds ``*.deleted`` segments a KRaft broker removes itself
+    (older than its newest snapshot): neither sweep touches them, whether it lists every
+    partition dir or is given the dirs a scan saw them in."""
+    mnt = loop_ext4(64 * MiB)
+    logs, state = mnt / "logs", mnt / "state"
+    make_log_dir(logs, partitions=1)
+    meta = logs / "__cluster_metadata-0"
+    meta.mkdir()
+    leftover = meta / "00000000000000000000.log.deleted"
+    leftover.write_bytes(b"x" * 4096)
+    (meta / "00000000000000000017-0000000001.checkpoint.deleted").write_bytes(b"y")
+    before = files_under(meta)
+    executor(state).recover([logs], sweep_deleted=True)
+    executor(state).recover([logs], sweep_paths=[meta])
+    assert files_under(meta) == before
+
+
 def test_sweep_with_the_scans_listings_lists_only_dirs_with_deleted_files(
     loop_ext4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -233,6 +234,13 @@ def render_plan(
         for topic in chosen.protected:
             protected.add_row(topic.topic, topic.reason)
         console.print(protected)
+    if chosen.not_live:
+        kept = Table(title="Partition dirs that are not live (never deleted)", title_justify="left")
+        for col in ("dir", "bytes", "why"):
+            kept.add_column(col)
+        for dir_ in chosen.not_live:
+            kept.add_row(os.path.basename(dir_.path), format_bytes(dir_.bytes), dir_.reason)
+        console.print(kept)
     for line in blocked:
         console.print(line, style="bold", markup=False, highlight=False, soft_wrap=True)
     for warning in warnings:

@@ -18,10 +18,22 @@ string, Name compact string, Value compact nullable string, tagged fields. ``Top
 "Complete" means every record from the start of the metadata (offset 0, or a snapshot) to
 the end was read: only then is a topic *without* an override known to use the broker
 default. An incomplete read can still prove a topic compacted or tiered, never the opposite.
+
+Records between a ``BeginTransactionRecord`` (23) and its ``EndTransactionRecord`` (24) take
+effect together at the end; an ``AbortTransactionRecord`` (25), or a log that ends inside the
+transaction, discards them (Kafka's metadata loader publishes nothing of a transaction until
+it ends). Every record type used here is version 0 up to Kafka 4.4 (checked against its
+``kafka-metadata`` jar); a broker's log of many records holds snapshots and rolled segments,
+older ones renamed ``*.deleted`` once a newer snapshot covers them (measured on 4.4).
+
+``partition.metadata`` (``version: 0``, ``topic_id: <base64 uuid>``) names the incarnation of
+the topic a partition dir belongs to; a KRaft broker sets a dir aside as a stray at start-up
+when that id is not in the metadata, or the file is missing (``partition_topic_id``).
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from collections import Counter
@@ -29,7 +41,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diskguard.host import safeopen
 from diskguard.kafkalog import recordbatch
+from diskguard.kafkalog.listing import PARTITION_METADATA
 from diskguard.kafkalog.model import parse_segment_file
 from diskguard.kafkalog.topicpolicy import SOURCE_KRAFT, TopicPolicy, normalize_policy
 
@@ -37,6 +51,7 @@ __all__ = [
     "METADATA_DIR",
     "KraftMetadata",
     "MetadataCorrupt",
+    "partition_topic_id",
     "read_metadata",
     "topic_policy",
 ]
@@ -47,6 +62,9 @@ _SNAPSHOT = re.compile(r"^([0-9]{20})-([0-9]{10})\.checkpoint\Z")
 API_TOPIC = 2
 API_CONFIG = 4
 API_REMOVE_TOPIC = 9
+API_BEGIN_TRANSACTION = 23
+API_END_TRANSACTION = 24
+API_ABORT_TRANSACTION = 25
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
@@ -73,6 +91,11 @@ class KraftMetadata:
     #: metadata record api key -> records seen (log and snapshot).
     record_counts: Mapping[int, int] = field(default_factory=dict)
     snapshot: str | None = None
+    #: topic -> its topic id as ``partition.metadata`` writes it (base64url, no padding).
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
+    #: Topics a ``RemoveTopicRecord`` in the records read removed, not created again since
+    #: (a topic deleted before the snapshot is simply absent).
+    removed_topics: frozenset[str] = frozenset()
 
 
 class _Buf:
@@ -182,9 +205,12 @@ class _State:
     def __init__(self) -> None:
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
         self.topic_ids: dict[bytes, str] = {}
+        self.removed: set[str] = set()
         self.batches = 0
         self.control_batches = 0
         self.counts: Counter[int] = Counter()
+        #: Records of an open metadata transaction, applied at its end (None: none open).
+        self.pending: list[tuple[int, _Buf]] | None = None
 
     def apply(self, value: bytes, where: str) -> None:
         buf = _Buf(value, where)
@@ -194,6 +220,19 @@ class _State:
         api_key = buf.uvarint()
         buf.uvarint()  # record version
         self.counts[api_key] += 1
+        if api_key == API_BEGIN_TRANSACTION:
+            self.pending = []
+        elif api_key in (API_END_TRANSACTION, API_ABORT_TRANSACTION):
+            done, self.pending = self.pending or [], None
+            if api_key == API_END_TRANSACTION:
+                for key, body in done:
+                    self._apply(key, body)
+        elif self.pending is not None:
+            self.pending.append((api_key, buf))
+        else:
+            self._apply(api_key, buf)
+
+    def _apply(self, api_key: int, buf: _Buf) -> None:
         if api_key == API_CONFIG:
             rtype = buf.int8()
             rname = buf.compact_string() or ""
@@ -207,10 +246,12 @@ class _State:
         elif api_key == API_TOPIC:
             name = buf.compact_string() or ""
             self.topic_ids[buf.take(16)] = name
+            self.removed.discard(name)
         elif api_key == API_REMOVE_TOPIC:
             removed = self.topic_ids.pop(buf.take(16), None)
             if removed is not None:
                 self.configs.pop((RESOURCE_TOPIC, removed), None)
+                self.removed.add(removed)
 
 
 def _listing(meta_dir: Path) -> tuple[list[tuple[int, str]], list[tuple[int, int, str]]]:
@@ -301,7 +342,28 @@ def read_metadata(log_dir: str | os.PathLike[str]) -> KraftMetadata | None:
         control_batches=state.control_batches,
         record_counts=dict(state.counts),
         snapshot=snapshot_name,
+        topic_ids={name: uuid_text(raw) for raw, name in state.topic_ids.items()},
+        removed_topics=frozenset(state.removed - set(state.topic_ids.values())),
     )
+
+
+def uuid_text(raw: bytes) -> str:
+    """A topic id as Kafka prints it (``Uuid.toString``): base64url, no padding."""
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def partition_topic_id(partition_dir: str | os.PathLike[str]) -> str | None:
+    """The ``topic_id`` in a partition dir's ``partition.metadata``; None when the file is
+    missing, unreadable or malformed (a FIFO or a dir there is never opened for reading)."""
+    try:
+        text = safeopen.read_text(Path(partition_dir) / PARTITION_METADATA, errors="replace")
+    except (OSError, ValueError):
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "topic_id" and value.strip():
+            return value.strip()
+    return None
 
 
 def topic_policy(

@@ -4,6 +4,9 @@ Cheap by design: listing names (``getdents``) is all a plan needs for most files
 listing (snapshots, ``max_bytes``) stats every file, still without reading contents.
 ``ListingCache`` keeps an unchanged directory's listing; ``InodeTally`` counts hard-linked
 files once per inode. Symlinks are never followed and vanishing files are fine.
+
+Size: the names-only listing, the full one and the cache fill and keep the same
+``PartitionListing``; apart, each would repeat its rules.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ _T = TypeVar("_T")
 #: An entry a broker with tiered storage keeps in the partition dir (remote log metadata).
 REMOTE_LOG_SNAPSHOT = "remote_log_snapshot"
 _TXN_INDEX = ".txnindex"
+PARTITION_METADATA = "partition.metadata"  # each partition's topic id (KIP-516)
 #: Opening a partition dir to list it: followed like ``os.scandir(path)`` would.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 #: A segment's ``.log`` in a "/"-joined listing: ``parse_segment_base``'s rule (20 ASCII
@@ -141,6 +145,8 @@ class PartitionListing:
     #: Some regular file is named ``*.txnindex`` (Kafka writes one only for a segment with
     #: aborted transactions): without any, dating a head need not look for its own.
     txn_indexes: bool = True
+    #: A regular ``partition.metadata`` is there (a KRaft broker sets a dir without aside).
+    partition_metadata: bool = True
 
 
 def list_partition(path: str, full: bool) -> PartitionListing:
@@ -195,6 +201,7 @@ def list_partition(path: str, full: bool) -> PartitionListing:
         remote,
         deleted_files,
         _TXN_INDEX + "/" in joined,
+        f"/{PARTITION_METADATA}/" in joined,
     )
 
 
@@ -260,6 +267,7 @@ def _list_full(path: str) -> PartitionListing:
         remote,
         deleted_files,
         txn_indexes,
+        PARTITION_METADATA in stats,
     )
 
 

@@ -256,6 +256,36 @@ class Partition:
         return tuple(zip(self.base_offsets[skip:], self.base_offsets[skip + 1 :], strict=False))
 
 
+#: What a partition dir that is not live is, for ``plan`` (diskguard never deletes one).
+NOT_LIVE_REASONS: dict[PartitionDirKind, str] = {
+    PartitionDirKind.STRAY: (
+        "set aside by a KRaft broker as a stray (topic deleted or created again, replica moved "
+        "away, or no partition.metadata): Kafka never deletes it and serves nothing from it; "
+        "remove it by hand once it is not needed"
+    ),
+    PartitionDirKind.FUTURE: (
+        "a replica moving between log dirs (AlterReplicaLogDirs) in progress: the partition's "
+        "future, never touched"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class NotLiveDir:
+    """A ``-stray`` or ``-future`` partition dir: never deleted by diskguard, shown by
+    ``plan`` with its bytes (an old stray can hold a disk full on its own)."""
+
+    path: str
+    topic: str
+    partition: int
+    kind: PartitionDirKind
+    bytes: int
+
+    @property
+    def reason(self) -> str:
+        return NOT_LIVE_REASONS[self.kind]
+
+
 @dataclass(frozen=True)
 class LogDir:
     """One configured log dir and what scanning it found."""
@@ -273,6 +303,8 @@ class LogDir:
     #: Broker holds the ``.lock`` file (another process has it locked).
     locked_by_broker: bool = False
     error: str | None = None
+    #: ``-stray`` and ``-future`` partition dirs, sorted by name.
+    not_live: tuple[NotLiveDir, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ def _listed_plain(path: str, full: bool) -> tuple[Any, ...]:
             lst.remote_log_state,
             lst.deleted_files,
             lst.txn_indexes,
+            lst.partition_metadata,
         ),
     )
 
@@ -80,7 +81,7 @@ def _from_plain(item: tuple[Any, ...]) -> Listed:
     if not item[0]:
         _ok, code, strerror, filename = item
         return OSError(code, strerror, filename)  # FileNotFoundError for ENOENT, and so on
-    _ok, key, (bases, deleted, settled, active, full, linked, remote, n_deleted, txn) = item
+    _ok, key, (bases, deleted, settled, active, full, linked, remote, n_deleted, txn, pmeta) = item
     return tuple(key), PartitionListing(
         bases,
         deleted,
@@ -91,4 +92,5 @@ def _from_plain(item: tuple[Any, ...]) -> Listed:
         remote,
         n_deleted,
         txn,
+        pmeta,
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from diskguard.host import fsusage
 from diskguard.kafkalog.checkpoints import LOG_START_CHECKPOINT, compacted_topics, read_checkpoint
+from diskguard.kafkalog.kraftmeta import partition_topic_id
 from diskguard.kafkalog.listing import (
     InodeTally,
     ListingCache,
@@ -33,11 +34,12 @@ from diskguard.kafkalog.model import (
     Filesystem,
     FilesystemUsage,
     LogDir,
+    NotLiveDir,
     Partition,
     PartitionDirKind,
     parse_partition_dir,
 )
-from diskguard.kafkalog.topicpolicy import ProtectionRule
+from diskguard.kafkalog.topicpolicy import ProtectionRule, stray_reason
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ def scan_log_dir(
         rule = rule.with_compacted(compacted)
 
     partitions: list[Partition] = []
+    not_live: list[NotLiveDir] = []
     # Per inode, not per name: a file also linked from outside frees nothing when deleted,
     # and two names of one inode occupy its blocks once (see InodeTally).
     pending = InodeTally()
@@ -148,9 +151,14 @@ def scan_log_dir(
                 kafka.add(st)
             continue
         if name.kind is not PartitionDirKind.LIVE:
-            if full:
-                for st in tree_stats(entry.path):
+            own = InodeTally()
+            for st in tree_stats(entry.path):
+                own.add(st)
+                if full:
                     kafka.add(st)
+            not_live.append(
+                NotLiveDir(entry.path, name.topic, name.partition, name.kind, own.allocated)
+            )
             continue
         try:
             listing = cache.listing(entry.path, full) if cache else list_partition(entry.path, full)
@@ -161,6 +169,9 @@ def scan_log_dir(
             warnings.append(f"{entry.path}: cannot list partition: {exc.strerror or exc}; skipped")
             continue
         reason = rule.reason(name.topic, listing.remote_log_state)
+        if rule.kraft:
+            stray = _stray(rule, name.topic, entry.path, listing.partition_metadata)
+            reason = stray or reason
         start = _max_known(
             log_start.get((name.topic, name.partition)),
             (requested_log_start or {}).get((name.topic, name.partition)),
@@ -215,7 +226,19 @@ def scan_log_dir(
         pending_reclaim_bytes=pending.freeable,
         kafka_bytes=kafka.allocated if full else None,
         warnings=tuple(warnings),
+        not_live=tuple(not_live),
     )
+
+
+def _stray(rule: ProtectionRule, topic: str, path: str, has_metadata: bool) -> str | None:
+    """``stray_reason`` for one partition dir of a stopped KRaft broker; its
+    ``partition.metadata`` is read only when the complete metadata knows the topic (a
+    deleted-and-recreated topic's old dir differs from the new one only by the id there)."""
+    kraft = rule.kraft_topics
+    dir_id = None
+    if has_metadata and kraft is not None and topic in kraft.ids:
+        dir_id = partition_topic_id(path)
+    return stray_reason(topic, has_metadata, dir_id, kraft)
 
 
 def _live_partition_dirs(entries: Iterable[os.DirEntry[str]]) -> list[str]:

@@ -31,6 +31,7 @@ from typing import Any
 __all__ = [
     "ALWAYS_COMPACTED",
     "INTERNAL_TOPIC_PATTERNS",
+    "KraftTopics",
     "ProtectionRule",
     "TopicPolicy",
     "is_internal",
@@ -38,6 +39,7 @@ __all__ = [
     "policies_from_json",
     "policies_to_json",
     "protection_reason",
+    "stray_reason",
 ]
 
 #: Topics Kafka and its ecosystem always create compacted, whatever log.cleanup.policy says;
@@ -159,18 +161,77 @@ def protection_reason(
     return f"cleanup.policy={known or '(empty)'} ({policy.source}): not a delete topic"
 
 
+#: The end of every reason a KRaft broker's stray-to-be partition dir is kept for.
+_STRAY_AT_START = (
+    "a KRaft broker sets this dir aside as a stray at start-up and serves nothing from it; "
+    "Kafka keeps strays for an operator to decide, and so does diskguard"
+)
+
+
+@dataclass(frozen=True)
+class KraftTopics:
+    """What a complete read of a KRaft metadata log says exists, for telling live partition
+    dirs from ones the broker will set aside as strays at start-up."""
+
+    #: topic -> topic id (as ``partition.metadata`` writes it).
+    ids: Mapping[str, str]
+    #: Topics a RemoveTopicRecord in the records read removed (not created again).
+    removed: frozenset[str] = frozenset()
+
+
+def stray_reason(
+    topic: str,
+    has_partition_metadata: bool,
+    dir_topic_id: str | None,
+    kraft: KraftTopics | None,
+) -> str | None:
+    """Why a live-named partition dir of a KRaft broker is one the broker will not serve, or
+    None. Kafka 3.7.1+ (``LogManager.isStrayKraftReplica``, measured on 4.4) renames such a
+    dir ``-stray`` at start-up and keeps it: no ``partition.metadata``, or a topic id the
+    metadata does not have (the topic was deleted, or deleted and created again).
+
+    ``kraft`` None: the metadata was not read completely, so only the missing file counts.
+    ``dir_topic_id`` None with the file present: unreadable, so nothing is concluded.
+    """
+    if topic == "__cluster_metadata":
+        return None  # the metadata log itself: KRaft's, not a partition the metadata lists
+    if not has_partition_metadata:
+        return f"no partition.metadata: {_STRAY_AT_START}"
+    if kraft is None:
+        return None
+    known = kraft.ids.get(topic)
+    if known is None:
+        how = (
+            "deleted (RemoveTopicRecord)"
+            if topic in kraft.removed
+            else "deleted before the last metadata snapshot, or never created"
+        )
+        return f"topic not in the KRaft metadata: {how}; {_STRAY_AT_START}"
+    if dir_topic_id is not None and dir_topic_id != known:
+        return (
+            f"topic id {dir_topic_id} is not the metadata's {known} (the topic was deleted and "
+            f"created again): {_STRAY_AT_START}"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class ProtectionRule:
     """Everything the scan needs to decide each partition's protection, as plain data.
 
     ``policies`` holds the topics whose configs are known (unknown topics are simply
     absent); ``compacted`` the topics any log dir's ``cleaner-offset-checkpoint`` lists.
+    ``kraft``: the log dirs are a stopped KRaft broker's (its metadata log was read offline),
+    so live partition dirs the broker will set aside as strays are kept (``stray_reason``);
+    ``kraft_topics`` is that metadata when it was read completely.
     """
 
     protect_topics: tuple[str, ...] = ()
     assume_delete_policy: tuple[str, ...] = ()
     policies: Mapping[str, TopicPolicy] = field(default_factory=dict)
     compacted: frozenset[str] = frozenset()
+    kraft: bool = False
+    kraft_topics: KraftTopics | None = None
 
     @cached_property
     def _protect(self) -> tuple[re.Pattern[str], ...]:

@@ -33,7 +33,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from diskguard.kafkalog.model import Filesystem, FilesystemUsage, Partition, SegmentInfo
+from diskguard.kafkalog.model import (
+    Filesystem,
+    FilesystemUsage,
+    NotLiveDir,
+    Partition,
+    SegmentInfo,
+)
 from diskguard.retention.limits import Limits, Standing, dir_excess, stand
 from diskguard.retention.order import (
     DISK_USAGE,
@@ -173,6 +179,8 @@ class Plan:
     deletions: tuple[Deletion, ...]
     #: Protected topics with a partition on a planned filesystem, sorted by topic.
     protected: tuple[ProtectedTopic, ...] = ()
+    #: ``-stray``/``-future`` partition dirs on a planned filesystem (never deleted).
+    not_live: tuple[NotLiveDir, ...] = ()
 
     @property
     def reachable(self) -> bool:
@@ -570,7 +578,8 @@ def plan(
         fs_plan, chosen = _plan_filesystem(fs, standing_of(fs), read, committed, led_here, heads)
         fs_plans.append(fs_plan)
         deletions.extend(chosen)
-    return Plan(tuple(fs_plans), tuple(deletions), protected_topics(filesystems))
+    not_live = tuple(d for fs in filesystems for log_dir in fs.log_dirs for d in log_dir.not_live)
+    return Plan(tuple(fs_plans), tuple(deletions), protected_topics(filesystems), not_live)
 
 
 def protected_topics(filesystems: Sequence[Filesystem]) -> tuple[ProtectedTopic, ...]:

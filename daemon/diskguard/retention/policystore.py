@@ -23,8 +23,10 @@ from typing import Protocol
 
 from diskguard.host.atomicfile import write_json_atomic
 from diskguard.kafkalog import kraftmeta
+from diskguard.kafkalog.serverprops import read_properties
 from diskguard.kafkalog.topicpolicy import (
     SOURCE_BROKER,
+    KraftTopics,
     ProtectionRule,
     TopicPolicy,
     is_internal,
@@ -208,10 +210,12 @@ class PolicyStore:
         """
         policies = dict(self._policies)
         learned = self._wall_ms()
+        metas: list[kraftmeta.KraftMetadata] = []
         for log_dir in log_dirs if read_kraft else ():
             meta = self._metadata(log_dir)
             if meta is None:
                 continue
+            metas.append(meta)
             for topic in sorted(meta.topics | set(meta.topic_configs)):
                 found = kraftmeta.topic_policy(meta, topic, static_default, node_id, learned)
                 if found is None:
@@ -222,12 +226,30 @@ class PolicyStore:
                 elif found.remote_storage_enable and not prev.remote_storage_enable:
                     # Only adds protection, whatever the mode.
                     policies[topic] = replace(prev, remote_storage_enable=True, source=found.source)
+        # One broker's complete metadata says which partition dirs it will set aside as
+        # strays; metadata from two (two brokers' dirs guarded together) says nothing sure.
+        only = metas[0] if len(metas) == 1 and metas[0].complete else None
         return ProtectionRule(
             protect_topics=tuple(protect_topics),
             assume_delete_policy=tuple(assume_delete_policy),
             policies=policies,
+            kraft=bool(metas) or (read_kraft and _kraft_formatted(log_dirs)),
+            kraft_topics=None if only is None else KraftTopics(only.topic_ids, only.removed_topics),
         )
 
     def take_warnings(self) -> list[str]:
         out, self.pending_warnings = self.pending_warnings, []
         return out
+
+
+def _kraft_formatted(log_dirs: Sequence[str]) -> bool:
+    """A log dir formatted for KRaft (``meta.properties`` ``version=1``; a ZooKeeper-mode
+    broker writes 0), whether or not the metadata log is among the guarded dirs."""
+    for log_dir in log_dirs:
+        try:
+            props = read_properties(Path(log_dir) / "meta.properties")
+        except OSError:
+            continue
+        if props.get("version", "").strip() == "1":
+            return True
+    return False

@@ -57,6 +57,17 @@ def plan_json(outcome_plan: Plan) -> dict[str, Any]:
             for d in outcome_plan.deletions
         ],
         "protected": [{"topic": t.topic, "reason": t.reason} for t in outcome_plan.protected],
+        "not_live": [
+            {
+                "path": d.path,
+                "topic": d.topic,
+                "partition": d.partition,
+                "kind": d.kind.value,
+                "bytes": d.bytes,
+                "reason": d.reason,
+            }
+            for d in outcome_plan.not_live
+        ],
     }
 
 

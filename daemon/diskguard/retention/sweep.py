@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from diskguard.kafkalog import lockfile
+from diskguard.kafkalog.kraftmeta import METADATA_DIR
 from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import PartitionDirKind, parse_partition_dir
 from diskguard.logs import get_logger
@@ -83,6 +84,8 @@ class Sweeper:
             path = os.path.abspath(os.fspath(raw))
             parent = os.path.realpath(os.path.dirname(path))
             name = os.path.basename(path)
+            if name == METADATA_DIR:
+                continue  # the metadata log is never swept (``sweeptargets.targets``)
             parsed = parse_partition_dir(name)
             if parent not in allowed or parsed is None or parsed.kind is not PartitionDirKind.LIVE:
                 log.warning("offline_sweep_path_refused", partition_dir=path)

@@ -15,6 +15,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import replace
 
+from diskguard.kafkalog.kraftmeta import METADATA_DIR
 from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import PartitionDirKind, parse_partition_dir
 from diskguard.kafkalog.scan import ScanResult
@@ -72,14 +73,15 @@ def targets(
     partition dirs that may hold ``*.deleted`` leftovers.
 
     Only -delete dirs: a -future dir is a replica move between log dirs in progress (its data
-    is the partition's future), and -stray dirs are KRaft's, left for the broker to decide
-    about."""
+    is the partition's future), and a KRaft broker keeps -stray dirs for an operator to
+    decide about (it never deletes them). ``__cluster_metadata-0`` is never swept: the
+    metadata log is the broker's (and the controller's) own, removed only by it."""
     with os.scandir(real) as it:
         entries = sorted(it, key=lambda e: e.name)
     partitions = [
         part
         for part in _dirs(entries, PartitionDirKind.LIVE)
-        if _may_hold_deleted(listings, part.path)
+        if part.name != METADATA_DIR and _may_hold_deleted(listings, part.path)
     ]
     return _dirs(entries, PartitionDirKind.DELETE), partitions
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from diskguard.config import BrokerConfig, QuotaConfig
 from diskguard.flow.actuator import ActuatorError, Ledger, actuator_log
-from diskguard.flow.holds import ClusterHolds, QuotaEntity
+from diskguard.flow.holds import ClusterHolds, QuotaEntity, entity_key
 from diskguard.flow.state import Transition
 
 __all__ = [
@@ -67,10 +68,21 @@ class KafkaQuotaAdmin:
 
     ``send`` takes a kafka-python request object and returns its response object; the real
     one goes over ``KafkaAdminConnection``, tests pass a fake broker.
+
+    An alter is done only once a describe shows it (within ``visible_within_s``): a KRaft
+    broker answers DescribeClientQuotas from its metadata image, which learns an accepted
+    AlterClientQuotas from the controller a moment later (measured on 4.4: a describe right
+    after the alter still gave the old value). Were a restore not yet visible, the next
+    episode's describe could take diskguard's own throttle for the value to restore, and
+    leave it in place for good. ZooKeeper-mode brokers show it at once.
     """
 
-    def __init__(self, send: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, send: Callable[[Any], Any], visible_within_s: float = 5.0, poll_s: float = 0.05
+    ) -> None:
         self._send = send
+        self._visible_within_s = visible_within_s
+        self._poll_s = poll_s
 
     def describe_producer_byte_rate(self, entity: QuotaEntity) -> float | None:
         from kafka.protocol.admin import DescribeClientQuotasRequest as Describe
@@ -120,6 +132,21 @@ class KafkaQuotaAdmin:
         for entry in entries:
             if entry.error_code:
                 raise _kafka_error(entry.error_code, entry.error_message, "AlterClientQuotas")
+        self._await_visible(entity, None if value is None else float(value))
+
+    def _await_visible(self, entity: QuotaEntity, value: float | None) -> None:
+        deadline = time.monotonic() + self._visible_within_s
+        while True:
+            seen = self.describe_producer_byte_rate(entity)
+            if seen == value:
+                return
+            if time.monotonic() >= deadline:
+                raise ActuatorError(
+                    f"AlterClientQuotas accepted, but DescribeClientQuotas still gives "
+                    f"producer_byte_rate {seen} for {entity_key(entity)} after "
+                    f"{self._visible_within_s:g} s (wanted {value})"
+                )
+            time.sleep(self._poll_s)
 
 
 # ------------------------------------------------------------------ librdkafka -> kafka-python

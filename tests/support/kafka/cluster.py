@@ -320,13 +320,21 @@ def running_broker(
     *,
     mode: str = "kraft",
     settings: Mapping[str, str] | None = None,
+    sasl_users: Mapping[str, str] | None = None,
 ) -> Iterator[KafkaCluster]:
     """One started broker on ``log_dir`` (work dir: a fresh temp dir, removed afterwards
-    unless ``DISKGUARD_KAFKA_KEEP`` is set, to read its ``server.log`` after a failure)."""
+    unless ``DISKGUARD_KAFKA_KEEP`` is set, to read its ``server.log`` after a failure);
+    ``sasl_users``: SASL/PLAIN listeners with these accounts (``KafkaCluster``)."""
     root = Path(tempfile.mkdtemp(prefix="diskguard-kafka-"))
     try:
         with running_cluster(
-            release, classpath, root, [[log_dir]], mode=mode, settings=settings
+            release,
+            classpath,
+            root,
+            [[log_dir]],
+            mode=mode,
+            settings=settings,
+            sasl_users=sasl_users,
         ) as broker:
             yield broker
     finally:

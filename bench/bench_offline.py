@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "demo"))
 
 import loopfs
 from diskguard.retention.audit import AuditLog
-from diskguard.retention.fileexecutor import FileExecutor
+from diskguard.retention.offline.fileexecutor import FileExecutor
 from diskguard.retention.planner import Deletion
 from machine import RESULTS, ROOT, machine_info
 from support.kafkagen import SegmentSpec, write_log_dir

@@ -33,6 +33,22 @@ def test_every_subpackage_says_what_it_is_for() -> None:
         assert doc and len(doc) > 60, f"diskguard/{name}/__init__.py needs its docstring"
 
 
+def test_every_nested_package_says_what_it_is_for_and_is_in_the_readme() -> None:
+    """A package inside a subpackage (``retention/offline/``) says what it is too, and the
+    README's map names it."""
+    readme = (REPO / "README.md").read_text()
+    nested = sorted(
+        p.parent.relative_to(PACKAGE)
+        for p in PACKAGE.glob("*/*/__init__.py")
+        if "data" not in p.parts
+    )
+    assert nested, "no nested package found: the test would hold nothing"
+    for package in nested:
+        doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text()))
+        assert doc and len(doc) > 60, f"diskguard/{package}/__init__.py needs its docstring"
+        assert f"diskguard/{package}/" in readme, f"README's map does not name {package}"
+
+
 def test_readme_map_matches_the_tree() -> None:
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Where things are", 1)[1].split("\n## ", 1)[0]

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
-from diskguard.retention.fileexecutor import FileExecutor
+from diskguard.retention.offline.fileexecutor import FileExecutor
 from support.cli import plan_json, run_cli
 from support.configs import write_config
 from support.daemonproc import DaemonProc

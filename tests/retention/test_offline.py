@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from diskguard.kafkalog.listing import ListingCache
-from diskguard.retention import fileexecutor
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
-from diskguard.retention.fileexecutor import FileExecutor
-from diskguard.retention.journal import JOURNAL_FILE
+from diskguard.retention.offline import fileexecutor
+from diskguard.retention.offline.fileexecutor import FileExecutor
+from diskguard.retention.offline.journal import JOURNAL_FILE
+from diskguard.retention.offline.removal import SegmentRemover
+from diskguard.retention.offline.sweep import Sweeper
 from diskguard.retention.planner import Deletion
-from diskguard.retention.removal import SegmentRemover
-from diskguard.retention.sweep import Sweeper
 from support.disks import files_under
 from support.kafkagen import PartitionLayout, SegmentLayout, SegmentSpec, hold_lock, write_log_dir
 
@@ -244,7 +244,7 @@ _CHILD = r"""
 import json, os, signal, sys
 from pathlib import Path
 from diskguard.retention.audit import AuditLog
-from diskguard.retention.fileexecutor import FileExecutor
+from diskguard.retention.offline.fileexecutor import FileExecutor
 from diskguard.retention.planner import Deletion
 
 state, kill_at, spec = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])

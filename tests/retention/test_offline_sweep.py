@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from diskguard.retention.audit import AuditLog, pair_actions, read_audit
-from diskguard.retention.fileexecutor import FileExecutor
-from diskguard.retention.journal import JOURNAL_FILE, JOURNAL_LOCK_FILE
-from diskguard.retention.sweeptargets import sweepable_bytes
+from diskguard.retention.offline.fileexecutor import FileExecutor
+from diskguard.retention.offline.journal import JOURNAL_FILE, JOURNAL_LOCK_FILE
+from diskguard.retention.offline.sweeptargets import sweepable_bytes
 from support.cli import json_events, run_cli
 from support.configs import write_config
 from support.disks import df_percent, disk_capacity, files_under
@@ -180,7 +180,7 @@ _OWNER = r"""
 import json, os, sys
 from pathlib import Path
 from diskguard.retention.audit import AuditLog
-from diskguard.retention.fileexecutor import FileExecutor
+from diskguard.retention.offline.fileexecutor import FileExecutor
 from diskguard.retention.planner import Deletion
 
 state, pause_at, spec = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])

@@ -20,7 +20,7 @@ from diskguard.config import load_config
 from diskguard.daemon.schedule import STATE_EVERY_S
 from diskguard.retention.audit import AuditLog
 from diskguard.retention.cycle import RetentionCycle
-from diskguard.retention.journal import Journal
+from diskguard.retention.offline.journal import Journal
 from support import disks
 from support.cli import json_events, run_cli
 from support.configs import write_config

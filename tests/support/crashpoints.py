@@ -50,7 +50,7 @@ from typing import Any
 
 from diskguard.cli import cli  # imported once here: every forked child starts warm
 from diskguard.retention.audit import AuditLog, read_audit
-from diskguard.retention.fileexecutor import FileExecutor
+from diskguard.retention.offline.fileexecutor import FileExecutor
 from support import configs, fsfixtures
 from support.disks import ceiling_under
 from support.kafkagen import SegmentSpec, write_log_dir

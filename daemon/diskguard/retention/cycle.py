@@ -42,19 +42,19 @@ from diskguard.retention.forecaster import Forecaster
 from diskguard.retention.inputs import PlanInputs
 from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision
 from diskguard.retention.modechoice import ModeChooser
+from diskguard.retention.offline.sweeptargets import preview_sweep
 from diskguard.retention.outcome import CycleOutcome, log_cycle, measure_after
 from diskguard.retention.parallelheads import parallel_heads
 from diskguard.retention.planner import CommittedOffsets, LocalHeads, Plan, plan
 from diskguard.retention.policystore import CACHE_FILE, PolicyStore
 from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.stuck import DELETE_FAILED, StuckTracker
-from diskguard.retention.sweeptargets import preview_sweep
 from diskguard.retention.unfreed import UnfreedSpace
 
 if TYPE_CHECKING:
     from diskguard.broker.client import BrokerClient
     from diskguard.retention.executor import Executor
-    from diskguard.retention.fileexecutor import FileExecutor
+    from diskguard.retention.offline.fileexecutor import FileExecutor
 
 log = get_logger("diskguard.retention")
 
@@ -135,7 +135,7 @@ class RetentionCycle:
         The sweep before each offline plan reads the scan's listings: only partition dirs
         that hold ``*.deleted`` files (or changed since) are listed again."""
         if self._files is None:
-            from diskguard.retention.fileexecutor import FileExecutor
+            from diskguard.retention.offline.fileexecutor import FileExecutor
 
             state_dir = Path(self.config.daemon.state_dir)
             self._files = FileExecutor(state_dir, self.audit, listings=self.inputs.cache)

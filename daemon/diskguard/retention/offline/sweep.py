@@ -31,8 +31,8 @@ from diskguard.retention.audit import (
     sweep_fields,
 )
 from diskguard.retention.executor import audit_outcome
-from diskguard.retention.guards import Refused, is_deleted_leftover
-from diskguard.retention.journal import (
+from diskguard.retention.offline.guards import Refused, is_deleted_leftover
+from diskguard.retention.offline.journal import (
     CANCELLED,
     SWEEP,
     SWEEP_DIR,
@@ -40,8 +40,8 @@ from diskguard.retention.journal import (
     Journal,
     process_identity,
 )
-from diskguard.retention.removal import unlink_regular
-from diskguard.retention.sweeptargets import leftovers, targets, tree_size, walk_below
+from diskguard.retention.offline.removal import unlink_regular
+from diskguard.retention.offline.sweeptargets import leftovers, targets, tree_size, walk_below
 
 log = get_logger("diskguard.offline")
 

@@ -19,7 +19,7 @@ from diskguard.kafkalog.kraftmeta import METADATA_DIR
 from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import PartitionDirKind, parse_partition_dir
 from diskguard.kafkalog.scan import ScanResult
-from diskguard.retention.guards import Refused, is_deleted_leftover, unlink_frees
+from diskguard.retention.offline.guards import Refused, is_deleted_leftover, unlink_frees
 
 
 def preview_sweep(result: ScanResult, listings: ListingCache | None = None) -> ScanResult:

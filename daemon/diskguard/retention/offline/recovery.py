@@ -21,14 +21,15 @@ from diskguard.kafkalog import lockfile
 from diskguard.logs import get_logger
 from diskguard.retention.audit import AuditLog
 from diskguard.retention.executor import audit_outcome
-from diskguard.retention.guards import (
+from diskguard.retention.mode import OFFLINE as MODE
+from diskguard.retention.offline.guards import (
     Refused,
     check_deletion,
     check_journal_entry,
     deletion_from_entry,
     started,
 )
-from diskguard.retention.journal import (
+from diskguard.retention.offline.journal import (
     BATCH,
     CANCELLED,
     SEGMENT,
@@ -38,10 +39,9 @@ from diskguard.retention.journal import (
     Journal,
     batch_subs,
 )
-from diskguard.retention.mode import OFFLINE as MODE
+from diskguard.retention.offline.removal import SegmentRemover, SegmentRestored, os_error_text
+from diskguard.retention.offline.sweep import Sweeper
 from diskguard.retention.planner import DeletionResult
-from diskguard.retention.removal import SegmentRemover, SegmentRestored, os_error_text
-from diskguard.retention.sweep import Sweeper
 
 log = get_logger("diskguard.offline")
 

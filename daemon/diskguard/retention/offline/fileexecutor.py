@@ -58,13 +58,13 @@ from diskguard.retention.audit import (
     why_fields,
 )
 from diskguard.retention.executor import audit_intents, audit_outcomes
-from diskguard.retention.guards import Checked, Refused, SegmentDirListing, check_deletion
-from diskguard.retention.journal import BATCH, Journal, process_identity
 from diskguard.retention.mode import OFFLINE as MODE
+from diskguard.retention.offline.guards import Checked, Refused, SegmentDirListing, check_deletion
+from diskguard.retention.offline.journal import BATCH, Journal, process_identity
+from diskguard.retention.offline.recovery import Recovery
+from diskguard.retention.offline.removal import SegmentRemover, StartedBatch, StepHook
+from diskguard.retention.offline.sweep import Sweeper
 from diskguard.retention.planner import Deletion, DeletionResult
-from diskguard.retention.recovery import Recovery
-from diskguard.retention.removal import SegmentRemover, StartedBatch, StepHook
-from diskguard.retention.sweep import Sweeper
 
 log = get_logger("diskguard.offline")
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from diskguard.host.fsjournal import commits_in_order
 from diskguard.kafkalog.model import DELETED_SUFFIX
-from diskguard.retention.guards import unlink_frees
+from diskguard.retention.offline.guards import unlink_frees
 
 #: Test hook: called with a step name before each step that changes the disk.
 StepHook = Callable[[str], None]

@@ -1,0 +1,50 @@
+"""A hung real Kafka broker (SIGSTOP: the kernel still accepts its connections, nothing is
+answered) while ``diskguard run`` guards its disk in broker mode: an overfull crossing is
+reported within the usage poll, not after the cycle's broker calls time out, and SIGTERM
+ends the daemon before one broker timeout would have expired (the same fault against the
+stand-in broker: tests/daemon/test_shutdown.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support.configs import write_config
+from support.daemonproc import DaemonProc
+from support.disks import df_percent
+from support.hung import cross_then_stop
+from support.kafka.cluster import KafkaCluster as RealBroker
+
+
+def test_a_hung_real_broker_holds_up_neither_flow_control_nor_shutdown(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    topic = "hung-orders"
+    real_kafka.create_topic(topic, **real_kafka.segment_config(200_000))
+    assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
+    mount = real_kafka.log_dir.parent
+    over_ceiling, over_overfull = mount / "hung-filler-1.bin", mount / "hung-filler-2.bin"
+    base = df_percent(mount)
+    ceiling, overfull = round(base + 3, 2), round(base + 8, 2)
+    config = write_config(
+        tmp_path,
+        real_kafka.log_dir,
+        broker={"bootstrap_servers": real_kafka.bootstrap},
+        flow_control={"overfull_percent": overfull, "underfull_percent": ceiling},
+        # Other tests' topics on the session's broker are never candidates.
+        assume_delete_policy=[f"^{topic}$"],
+        protect_topics=[f"^(?!{topic}$)"],
+        mode="broker",
+        check_interval="1s",
+        usage_poll_interval="0.1s",
+        disk_usage_percent=ceiling,
+    )
+
+    try:
+        with DaemonProc(config) as daemon:
+            daemon.wait_for("daemon_started", timeout=60)
+            real_kafka.node.pause()
+            cross_then_stop(daemon, (over_ceiling, over_overfull), ceiling, overfull)
+    finally:
+        real_kafka.node.resume()
+        over_ceiling.unlink(missing_ok=True)
+        over_overfull.unlink(missing_ok=True)

@@ -248,8 +248,9 @@ class ReclaimModel:
         self.last_check_t: float | None = None
         #: When the oldest request not yet seen renamed was accepted (phase unknown only).
         self.unseen_since: float | None = None
-        #: How long the last broker-mode cycles took (seconds).
-        self._cycles: deque[float] = deque(maxlen=8)
+        #: How long the last broker-mode cycles took (seconds): a tuple rebound whole, as the
+        #: retention worker adds to it while the loop reads it.
+        self._cycles: tuple[float, ...] = ()
         self._samples = samples
         self._latencies: dict[str, deque[float]] = {}
 
@@ -272,7 +273,7 @@ class ReclaimModel:
     def observe_cycle(self, seconds: float) -> None:
         """A broker-mode cycle (scan, plan, DeleteRecords) took ``seconds``."""
         if seconds >= 0 and math.isfinite(seconds):
-            self._cycles.append(seconds)
+            self._cycles = (*self._cycles[-7:], seconds)
 
     def observe_latency(self, mount: str, seconds: float) -> None:
         """One request-to-gone latency on ``mount`` (DeleteRecords sent -> files unlinked)."""

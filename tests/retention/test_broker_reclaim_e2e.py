@@ -127,6 +127,7 @@ def test_the_ceiling_holds_while_the_broker_frees_space_only_at_its_retention_ch
     assert plan["mode"] == "broker"
     assert pfs["growth_bytes_per_s"] > 0.5 * MiB
     assert pfs["reclaim_period_s"] == 2.0
+    assert pfs["forecast_horizon_s"] is None  # a daemon's rate, sustained through its window
     assert pfs["latency_source"] in ("settings", "measured")
     assert plan["scope"].startswith("broker mode trims cluster-wide")
 

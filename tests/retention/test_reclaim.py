@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -23,8 +23,8 @@ from diskguard.retention.forecaster import Forecaster
 from diskguard.retention.limits import Limits, stand, with_forecast
 from diskguard.retention.planner import Deletion, plan_filesystem
 from diskguard.retention.reclaim import (
-    MIN_RATE_WINDOW_S,
     SEND_LEAD_S,
+    Forecast,
     GrowthEstimator,
     ReclaimModel,
     ReclaimSettings,
@@ -90,9 +90,10 @@ def test_a_one_off_write_is_not_a_rate() -> None:
     assert all(not r for r in rates), max(r or 0 for r in rates)
 
 
-def test_no_rate_from_a_window_shorter_than_the_forecast() -> None:
+def test_a_rate_over_a_window_needs_the_whole_window() -> None:
     """Right after a start (or a reload) seconds of history must not stand for the minutes a
-    forecast predicts: a step 2 s after start was read ~10x larger than over a minute."""
+    forecast predicts (a step 2 s after start was read ~10x larger than over a minute): a
+    rate over 30.5 s needs 30.5 s of samples (``rate_up_to`` says over how long it has one)."""
     g = GrowthEstimator(window_s=30.5)
 
     def used(t: float) -> float:
@@ -394,16 +395,16 @@ def _simulate(
     seconds: float,
     start_percent: float = 30.0,
     first_check: float = 7.0,
+    capacity: int = 384 * MiB,
+    delay: float = 0.5,
 ) -> _Run:
     """The real planner, growth estimator and reclaim model against ``_SimBroker``, sampled
-    every 0.25 s; ``writes(t, dt)``: bytes the producers write in ``[t, t + dt)``. The rate
-    window is what the forecast predicts at most (two periods and the delay; at least
-    ``MIN_RATE_WINDOW_S``); pre-filled data is one closed segment per MiB."""
-    capacity = 384 * MiB
-    broker = _SimBroker(capacity, 1 * MiB, period, delay=0.5, first_check=first_check)
+    every 0.25 s, forecasting as ``Forecaster.forecast`` does; ``writes(t, dt)``: bytes the
+    producers write in ``[t, t + dt)``. Pre-filled data is one closed segment per MiB."""
+    broker = _SimBroker(capacity, 1 * MiB, period, delay=delay, first_check=first_check)
     broker.write(int(capacity * start_percent / 100))
-    model = ReclaimModel(ReclaimSettings(period, 0.5, "sim"))
-    growth = GrowthEstimator(window_s=max(MIN_RATE_WINDOW_S, 2 * period + 0.5))
+    model = ReclaimModel(ReclaimSettings(period, delay, "sim"))
+    growth = GrowthEstimator(window_s=model.rate_window_s)
     dt = 0.25
     t = 0.0
     run = _Run([], 0, None, ceiling)
@@ -415,7 +416,8 @@ def _simulate(
             seen_checks = len(broker.checks)
             model.observe_check(broker.checks[-1])
         growth.observe(t, broker.used)
-        forecast = model.forecast(t, growth.rate())
+        measured = growth.rate_up_to(model.rate_window_s)
+        forecast = model.forecast(t, *measured) if measured else model.forecast(t, None)
         usage = FilesystemUsage("/d", "/dev/x", capacity, broker.used, capacity - broker.used)
         bases = (*[b for b in broker.closed if b + 1 > broker.log_start], broker.next_base)
         part = Partition("/d/k", "t", 0, "/d/k/t-0", tuple(bases))
@@ -522,7 +524,8 @@ def test_before_the_phase_is_known_requests_count_on_the_check_the_first_one_awa
         start_percent=10.0,
         first_check=115.0,
     )
-    assert run.first_ask is not None and 120 <= run.first_ask < 125  # the rate window, 120.5 s
+    # Right after the first check (which had nothing of ours to rename): phase unknown.
+    assert run.first_ask is not None and 115 <= run.first_ask < 125
     capacity = 384 * MiB
     goal = min(65.0, 70.0 - 100 * rate * period / capacity)
     # The first request's own guess (its check came 54 s, not 60.5 s, after it), a segment.
@@ -563,6 +566,43 @@ def test_the_watch_tells_the_model_of_requests_and_of_renames_seen_late() -> Non
     assert watch.model.unseen_since == 14.0
     watch.check(16.0, exists=set().__contains__)  # both gone, the new one's rename unseen
     assert watch.model.unseen_since is None
+
+
+def test_kafkas_defaults_from_a_cold_start_hold_the_ceiling() -> None:
+    """300 s checks and a 60 s delay: a forecast needs 660 s to see all it predicts. Until the
+    daemon has seen that much it looks as far ahead as it has looked back, which is enough:
+    waiting for the whole window, a steady 0.9 MiB/s took the disk to ~90 % first."""
+    run = _simulate(
+        300.0,
+        steady(0.9 * MiB),
+        ceiling=70.0,
+        target=60.0,
+        seconds=1320.0,
+        start_percent=3.0,
+        first_check=25.0,
+        capacity=1024 * MiB,
+        delay=60.0,
+    )
+    assert run.peak() <= 70.5, run.peak()
+
+
+def test_a_forecast_looks_no_further_ahead_than_its_rate_was_measured() -> None:
+    usage = FilesystemUsage("/d", "/dev/x", 1000 * MiB, 500 * MiB, 500 * MiB)
+
+    def limits(horizon: float) -> Limits:
+        fc = Forecast(MiB, latency_s=30.0, period_s=15.0, latency_source="settings")
+        return with_forecast(Limits(70.0, 60.0), replace(fc, horizon_s=horizon))
+
+    assert (limits(20.0).growth_bytes, limits(20.0).period_growth_bytes) == (20 * MiB, 0)
+    assert (limits(40.0).growth_bytes, limits(40.0).period_growth_bytes) == (30 * MiB, 10 * MiB)
+    assert (limits(60.0).growth_bytes, limits(60.0).period_growth_bytes) == (30 * MiB, 15 * MiB)
+    assert stand(usage, limits(20.0), 0).predicted_used_bytes == 520 * MiB
+    g = GrowthEstimator(window_s=60.0)
+    assert g.rate_up_to(60.0) is None
+    for i in range(81):  # 20 s at 1 MiB/s
+        g.observe(i * 0.25, int(i * 0.25 * MiB))
+    rate, window = g.rate_up_to(60.0) or (0.0, 0.0)
+    assert window == 20.0 and rate == pytest.approx(MiB, rel=0.05)
 
 
 # -- the forecast waits for the last seconds before its check -------------------------------

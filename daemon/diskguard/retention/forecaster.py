@@ -93,7 +93,16 @@ class Forecaster:
         return rate if rate is not None else self.growth_rate(mount)
 
     def forecast(self, mount: str) -> Forecast:
-        return self._model.forecast(time.monotonic(), self.growth_rate(mount))
+        """The forecast of ``mount`` now: from the rate sustained through the forecast's
+        window, or, with less history (after a start), through what there is, looking only
+        as far ahead as that reaches back; else from a running daemon's rate."""
+        with self._lock:
+            estimator = self._growth.get(mount)
+            measured = estimator.rate_up_to(self._model.rate_window_s) if estimator else None
+        now = time.monotonic()
+        if measured is not None:
+            return self._model.forecast(now, *measured)
+        return self._model.forecast(now, self._rates.get(mount))
 
     def refresh_settings(
         self,

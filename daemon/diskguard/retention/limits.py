@@ -9,6 +9,7 @@ is pending). KIP-61 triggers above the ceiling (``limit_percent``) and then dele
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -41,6 +42,9 @@ class Limits:
     reclaim_period_s: float = 0.0
     #: How the latency is known: "measured" (check phase seen), "settings" (worst case), "none".
     latency_source: str = "none"
+    #: How far ahead the forecast may look (the span its rate was measured over): the growth
+    #: until reclaim, then the period's, count only within it.
+    forecast_horizon_s: float = math.inf
     #: The forecast waits: at a retention check of known phase (a request now may or may not
     #: catch this check; after it, it certainly catches the next), or before the last seconds
     #: ahead of the check its requests would feed (sent then, they feed the same check, sized
@@ -49,13 +53,16 @@ class Limits:
 
     @property
     def growth_bytes(self) -> int:
-        """Growth expected before space asked for now is free (rate x latency)."""
-        return int(self.growth_bytes_per_s * self.reclaim_latency_s)
+        """Growth expected before space asked for now is free (rate x latency, within the
+        horizon)."""
+        return int(self.growth_bytes_per_s * min(self.reclaim_latency_s, self.forecast_horizon_s))
 
     @property
     def period_growth_bytes(self) -> int:
-        """Growth over one check period, until the chance after the next one."""
-        return int(self.growth_bytes_per_s * self.reclaim_period_s)
+        """Growth over one check period, until the chance after the next one (within what
+        the horizon leaves after the latency)."""
+        left = max(0.0, self.forecast_horizon_s - self.reclaim_latency_s)
+        return int(self.growth_bytes_per_s * min(self.reclaim_period_s, left))
 
 
 def with_forecast(limits: Limits, forecast: Forecast) -> Limits:
@@ -67,6 +74,7 @@ def with_forecast(limits: Limits, forecast: Forecast) -> Limits:
         reclaim_period_s=forecast.period_s,
         latency_source=forecast.latency_source,
         defer_forecast=forecast.deferred,
+        forecast_horizon_s=forecast.horizon_s,
     )
 
 

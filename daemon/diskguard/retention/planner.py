@@ -29,6 +29,7 @@ partition heads popped from the heap, so planning a 3M-file tree reads a few tho
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -134,6 +135,9 @@ class FilesystemPlan:
     reclaim_latency_s: float = 0.0
     reclaim_period_s: float = 0.0
     latency_source: str = "none"
+    #: How far ahead the forecast looked (the span its rate was measured over); None: as far
+    #: as latency and period reach.
+    forecast_horizon_s: float | None = None
     #: Why nothing is chosen on this filesystem although it is over: earlier deletions did not
     #: free their space (``Standing.halted``); "" otherwise.
     halted: str = ""
@@ -399,6 +403,11 @@ def _plan_filesystem(
         reclaim_latency_s=limits.reclaim_latency_s,
         reclaim_period_s=limits.reclaim_period_s,
         latency_source=limits.latency_source,
+        forecast_horizon_s=(
+            round(limits.forecast_horizon_s, 3)
+            if math.isfinite(limits.forecast_horizon_s)
+            else None
+        ),
         halted=standing.halted,
     )
     return plan, chosen

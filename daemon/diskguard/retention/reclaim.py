@@ -90,12 +90,11 @@ class ReclaimSettings:
 
 @dataclass(frozen=True)
 class Forecast:
-    """What the planner needs to hold the ceiling in broker mode, for one filesystem.
-
-    ``growth_bytes``: growth expected until space asked for now is free (rate x latency).
-    ``period_growth_bytes``: growth between two retention checks, i.e. until the chance
-    after that one (rate x check interval): once the next check has passed, nothing asked
-    can free space before the one after it, so the disk must have room for this much.
+    """What the planner needs to hold the ceiling in broker mode, for one filesystem: the
+    growth rate, the time until space asked for now is free (``latency_s``), and the check
+    period after it (once the next check has passed, nothing asked can free space before the
+    one after it, so the disk must have room for a period's growth). The bytes are
+    ``limits.Limits``'s to compute.
     """
 
     growth_bytes_per_s: float = 0.0
@@ -111,25 +110,15 @@ class Forecast:
     #: cycle acts on today's usage only; sent in the window, a request feeds the same check
     #: and is sized on the newest rate, so a writer that stops meanwhile is not paid for.
     send_in_s: float = 0.0
+    #: How far ahead the forecast may look: as far as the window its rate was measured over
+    #: reaches back (a forecast never predicts further than it has seen). Infinite for a
+    #: rate taken over from a running daemon, which measured it over a whole window.
+    horizon_s: float = math.inf
 
     @property
     def deferred(self) -> bool:
         """Requests made only for the forecast wait (near a check, or before the window)."""
         return self.near_check or self.send_in_s > 0
-
-    @property
-    def growth_bytes(self) -> int:
-        return int(self.growth_bytes_per_s * self.latency_s)
-
-    @property
-    def period_growth_bytes(self) -> int:
-        return int(self.growth_bytes_per_s * self.period_s)
-
-    @property
-    def headroom_needed_bytes(self) -> int:
-        """Free space the disk needs above the ceiling if nothing were asked early:
-        growth over the broker's worst-case reclaim latency."""
-        return int(self.growth_bytes_per_s * (self.period_s + self.latency_s))
 
 
 class GrowthEstimator:
@@ -191,6 +180,18 @@ class GrowthEstimator:
         """Growth accumulated up to the last sample at or before ``t``."""
         i = bisect.bisect_right(self._t, t, lo=self._first) - 1
         return self._g[max(i, self._first)]
+
+    def rate_up_to(
+        self, window_s: float, min_window_s: float = MIN_RATE_WINDOW_S
+    ) -> tuple[float, float] | None:
+        """``(rate, window)``: the rate sustained through the last ``window_s`` seconds, or
+        through all the history held if shorter (and then that window: a forecast may look
+        only as far ahead); None with less than ``min_window_s`` of history."""
+        window = min(window_s, self.span())
+        if window < min_window_s or window <= 0:
+            return None
+        rate = self.rate(window)
+        return None if rate is None else (rate, window)
 
     def span(self) -> float:
         """Seconds of history held (0 without two samples)."""
@@ -344,7 +345,8 @@ class ReclaimModel:
             return 0.0
         return max(0.0, nxt - t - 2 * self._margin() - self.send_lead)
 
-    def forecast(self, t: float, rate: float | None) -> Forecast:
+    def forecast(self, t: float, rate: float | None, horizon_s: float = math.inf) -> Forecast:
+        """At ``t``, growing at ``rate`` measured over ``horizon_s`` seconds."""
         latency, source = self.latency_at(t)
         return Forecast(
             growth_bytes_per_s=max(0.0, rate or 0.0),
@@ -353,6 +355,7 @@ class ReclaimModel:
             latency_source=source,
             near_check=self.near_check(t),
             send_in_s=self.send_in(t),
+            horizon_s=horizon_s,
         )
 
     def observed(self, mount: str) -> tuple[float | None, float | None, int]:

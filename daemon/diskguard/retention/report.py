@@ -33,6 +33,7 @@ def plan_json(outcome_plan: Plan) -> dict[str, Any]:
                 "reclaim_latency_s": round(fs.reclaim_latency_s, 3),
                 "reclaim_period_s": fs.reclaim_period_s,
                 "latency_source": fs.latency_source,
+                "forecast_horizon_s": fs.forecast_horizon_s,
                 "halted": fs.halted or None,
             }
             for fs in outcome_plan.filesystems

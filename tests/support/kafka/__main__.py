@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from support.kafka import KafkaResolutionError, target
+from support.kafka import node as servers
 from support.kafka.broker import acl_settings, fast_retention
 from support.kafka.cluster import KafkaCluster
 from support.kafka.node import ServerSetupError
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("stop", "kill"):
         sub.add_parser(name).add_argument("root", type=Path)
     args = ap.parse_args(argv)
+    servers.OUTLIVE_STARTER = True  # what `start` began runs on after this command exits
     try:
         if args.command == "classpath":
             chosen = target(args.release)

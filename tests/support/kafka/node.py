@@ -80,6 +80,11 @@ def hand_to_user(path: Path) -> None:
             os.chmod(parent, (mode & 0o7777) | 0o011)
 
 
+#: util-linux's setpriv sets the parent-death signal after the switch to ``USER`` (a change of
+#: credentials clears it), then execs the JVM.
+_DIE_WITH_STARTER = ["setpriv", "--pdeathsig", "KILL", "--"]
+
+
 def write_readable(path: Path, text: str) -> None:
     """Write a file the server's user can read whatever the writer's umask."""
     path.write_text(text)
@@ -102,6 +107,12 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+#: Servers die with the process (strictly: the thread) that started them, so a test run that
+#: is killed (a timeout, ^C twice) leaves no broker behind eating the machine. The runner
+#: (``python -m support.kafka start``) sets it: its brokers must outlive the command.
+OUTLIVE_STARTER = False
 
 
 class JavaServer:
@@ -204,8 +215,9 @@ class JavaServer:
             raise ServerSetupError(f"{self.workdir}: already running (pid {self.pid()})")
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
+            tie = [] if OUTLIVE_STARTER or not shutil.which("setpriv") else _DIE_WITH_STARTER
             self._proc = subprocess.Popen(
-                self._command(self.main_class(), *self.arguments()),
+                [*tie, *self._command(self.main_class(), *self.arguments())],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -39,6 +39,7 @@ from diskguard.broker.client import BrokerClient, describe_error
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
 from diskguard.retention.limits import Limits
 from diskguard.retention.planner import NO_OFFSET, Deletion, plan_filesystem
+from support.fakes import described_cluster, described_topics
 from support.net import free_port
 from support.tansu import run_tansu
 
@@ -79,11 +80,29 @@ class FakeAdmin:
         self.configs: dict[str, Any] = {}
         self.configs_raise: BaseException | None = None
         self.config_calls: list[list[str]] = []
+        #: Broker ids in the cluster (``describe_cluster``); leader per partition
+        #: (``describe_topics``: a topic without any is unknown to the broker).
+        self.nodes: tuple[int, ...] = (1,)
+        self.leaders: dict[tuple[str, int], int] = {}
+        self.describe_topics_calls: list[list[str]] = []
 
     def list_topics(self, *args: Any, **kwargs: Any) -> Any:
         if self.topics_raise is not None:
             raise self.topics_raise
         return object()
+
+    def describe_cluster(self, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        if self.topics_raise is not None:
+            raise self.topics_raise
+        return described_cluster(*self.nodes)
+
+    def describe_topics(
+        self, topics: Any, **kwargs: Any
+    ) -> Mapping[str, concurrent.futures.Future[Any]]:
+        self.describe_topics_calls.append(list(topics.topic_names))
+        if self.topics_raise is not None:
+            raise self.topics_raise
+        return described_topics(topics, self.leaders)
 
     def delete_records(
         self, topic_partition_offsets: list[TopicPartition], **kwargs: Any
@@ -242,6 +261,30 @@ def test_reachable_with_the_fake() -> None:
     assert client.reachable() is True
     admin.topics_raise = kafka_error(KafkaError._TRANSPORT)
     assert client.reachable() is False
+
+
+def test_leaders_ask_for_the_wanted_topics_only() -> None:
+    """One Metadata request for the topics asked about (DescribeTopics), not the cluster's
+    every partition; a topic the broker does not know gives no preference, quietly."""
+    admin = FakeAdmin()
+    admin.leaders = {("a", 0): 1, ("a", 1): 2, ("b", 0): 1, ("c", 0): 3}
+    client = BrokerClient("unused:9092", admin=admin)
+    assert client.leaders(["b", "a", "gone", "a"]) == {("a", 0): 1, ("a", 1): 2, ("b", 0): 1}
+    assert admin.describe_topics_calls == [["a", "b", "gone"]]
+    assert client.leaders([]) == {} and len(admin.describe_topics_calls) == 1
+    admin.topics_raise = kafka_error(KafkaError._TRANSPORT)
+    with capture_logs() as logs:
+        assert client.leaders(["a"]) == {}
+    assert [e["event"] for e in logs] == ["metadata_unavailable"]
+
+
+def test_broker_configs_without_a_broker_id_ask_the_first_broker() -> None:
+    admin = FakeAdmin()
+    admin.nodes = (3, 2)
+    admin.configs = {"2": {"log.retention.check.interval.ms": "1000"}}
+    client = BrokerClient("unused:9092", admin=admin)
+    assert client.broker_configs(None) == {"log.retention.check.interval.ms": "1000"}
+    assert admin.config_calls == [["2"]]
 
 
 def test_committed_offsets_from_every_group_for_the_wanted_topics() -> None:

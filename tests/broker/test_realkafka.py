@@ -442,6 +442,63 @@ def test_plan_and_enforce_in_broker_mode(real_kafka: RealBroker, tmp_path: Path)
     wait_until(lambda: segments(real_kafka, topic)[0] == bases[1], 15, "segment removed")
 
 
+def sent_requests(events: list[dict[str, Any]]) -> dict[str, int]:
+    """API name -> requests the client sent, from librdkafka's ``debug = "protocol"`` lines."""
+    out: dict[str, int] = {}
+    for event in events:
+        if event.get("event") == "librdkafka":
+            if m := re.search(r"Sent (\w+)Request \(", str(event.get("message", ""))):
+                out[m.group(1)] = out.get(m.group(1), 0) + 1
+    return out
+
+
+def test_a_broker_mode_cycle_asks_per_broker_not_per_partition(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    """One enforcing cycle that trims 30 partitions: one DeleteRecords request for all of
+    them, one DescribeConfigs for the topic policies, one Metadata for the chosen topics'
+    leaders and one (with no topic) for reachability, one ListGroups (no group has committed
+    here, so no OffsetFetch); counted from the client's own protocol log (librdkafka ``debug =
+    "protocol"``)."""
+    topic = "bm-wide"
+    partitions = 30
+    real_kafka.create_topic(topic, partitions, **real_kafka.segment_config(SEGMENT))
+    producer = Producer({**real_kafka.client_config(), **PRODUCER, "linger.ms": 5})
+    value = b"v" * 500
+    for _round in range(3 * SEGMENT // 500):  # round robin: every partition ages alike
+        for p in range(partitions):
+            producer.produce(topic, value, partition=p)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    settled(real_kafka)
+    heads = {p: segments(real_kafka, topic, p) for p in range(partitions)}
+    assert all(len(b) >= 3 for b in heads.values()), heads
+    config = write_config(
+        tmp_path,
+        real_kafka.log_dir,
+        broker={"bootstrap_servers": real_kafka.bootstrap, "client": {"debug": "protocol"}},
+        logging={"level": "debug"},
+        assume_delete_policy=None,
+        # About one segment of each partition over: the oldest ones are every partition's first.
+        disk_usage_percent=round(ceiling_under(real_kafka.log_dir, 24 * SEGMENT), 6),
+        protect_topics=only(topic),
+        mode="broker",
+    )
+    proc = diskguard("enforce", "--once", "-c", str(config))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    events = json_events(proc.stdout)
+    trimmed = {e["partition"] for e in events if e.get("event") == "delete_records"}
+    assert len(trimmed) >= 15, trimmed
+    assert all(watermarks(real_kafka, topic, p)[0] >= heads[p][1] for p in trimmed)
+    sent = sent_requests(events)
+    assert sent.get("DeleteRecords") == 1, sent
+    assert sent.get("DescribeConfigs") == 2, sent  # the topics, and the broker's settings
+    # Reachability and leaders, plus the client's own at connecting (one or two: bootstrap,
+    # then the broker): never one per partition.
+    assert 2 <= sent.get("Metadata", 0) <= 4, sent
+    assert sent.get("ListGroups") == 1 and "ListOffsets" not in sent, sent
+
+
 # ----------------------------------------------------------------------------- flow control
 
 

@@ -31,6 +31,7 @@ from diskguard.config import Config, load_config
 from diskguard.retention.cycle import RetentionCycle
 from support import configs
 from support.cli import run_cli
+from support.fakes import described_cluster
 from support.kafkagen import (
     SegmentSpec,
     encode_batch,
@@ -254,6 +255,9 @@ class PolicyAdmin:
 
     def list_topics(self, *args: Any, **kwargs: Any) -> object:
         return object()
+
+    def describe_cluster(self, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        return described_cluster()
 
     def describe_configs(
         self, resources: list[Any], **kwargs: Any

@@ -7,15 +7,17 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Node, TopicPartition, TopicPartitionInfo
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
     DeletedRecords,
+    DescribeClusterResult,
     ResourcePatternType,
     ResourceType,
+    TopicDescription,
 )
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
@@ -25,6 +27,31 @@ from kafka.protocol.admin import (
 )
 
 from diskguard.flow.holds import QuotaEntity
+
+
+def described_cluster(*node_ids: int) -> Future[Any]:
+    """``describe_cluster``'s answer as confluent-kafka gives it: the brokers (default one,
+    id 1)."""
+    nodes = [Node(i, "127.0.0.1", 9092) for i in node_ids or (1,)]
+    return _done(DescribeClusterResult(nodes[0], nodes))
+
+
+def described_topics(
+    topics: Any, leaders: Mapping[tuple[str, int], int] | None = None
+) -> dict[str, Future[Any]]:
+    """``describe_topics``'s answer: one future per asked topic, a ``TopicDescription``
+    whose partitions are those of ``leaders`` for that topic (each led by the given broker
+    id), ``UNKNOWN_TOPIC_OR_PART`` for a topic with none."""
+    out: dict[str, Future[Any]] = {}
+    for name in topics.topic_names:
+        parts = sorted((p, b) for (t, p), b in (leaders or {}).items() if t == name)
+        if not parts:
+            error = KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+            out[name] = _done(error=error)
+            continue
+        infos = [TopicPartitionInfo(p, Node(b, "127.0.0.1", 9092), [], []) for p, b in parts]
+        out[name] = _done(TopicDescription(name, None, False, infos))  # type: ignore[arg-type]
+    return out
 
 
 class AcceptingAdmin:
@@ -38,6 +65,12 @@ class AcceptingAdmin:
 
     def list_topics(self, *args: Any, **kwargs: Any) -> object:
         return object()
+
+    def describe_cluster(self, **kwargs: Any) -> Future[Any]:
+        return described_cluster()
+
+    def describe_topics(self, topics: Any, **kwargs: Any) -> dict[str, Future[Any]]:
+        return described_topics(topics)
 
     def delete_records(
         self, tps: list[TopicPartition], **kwargs: Any

@@ -51,6 +51,12 @@ class AdminApi(Protocol):
 
     def list_topics(self, *args: Any, **kwargs: Any) -> Any: ...
 
+    def describe_cluster(self, **kwargs: Any) -> concurrent.futures.Future[Any]: ...
+
+    def describe_topics(
+        self, topics: Any, **kwargs: Any
+    ) -> Mapping[str, concurrent.futures.Future[Any]]: ...
+
     def delete_records(
         self, topic_partition_offsets: list[TopicPartition], **kwargs: Any
     ) -> Mapping[TopicPartition, concurrent.futures.Future[Any]]: ...
@@ -110,11 +116,18 @@ class BrokerClient:
     def reachable(self, quiet: bool = False) -> bool:
         """Metadata round trip within ``timeout``: is a broker answering at ``bootstrap``?
         ``quiet``: a failure is a debug line (the daemon's background probe, which repeats
-        every interval)."""
+        every interval).
+
+        A Metadata request for no topic (DescribeCluster): its answer is the brokers only,
+        ~60 bytes; asking for every topic, as ``list_topics`` does, answered ~27 bytes per
+        partition (540 KB at 20,000 partitions) and built a Python object for each, every
+        time the mode was decided."""
         started = time.monotonic()
         try:
             self._patience.check()
-            self._admin.list_topics(timeout=self.timeout)
+            self._admin.describe_cluster(request_timeout=self.timeout).result(
+                timeout=self.timeout + min(2.0, self.timeout)
+            )
             return True
         except Exception as exc:
             error = describe_error(exc)
@@ -233,7 +246,10 @@ class BrokerClient:
         try:
             self._patience.check()
             if broker_id is None:
-                brokers = sorted(self._admin.list_topics(timeout=self.timeout).brokers)
+                cluster = self._admin.describe_cluster(request_timeout=self.timeout).result(
+                    timeout=self.timeout + min(2.0, self.timeout)
+                )
+                brokers = sorted(node.id for node in cluster.nodes)
                 if not brokers:
                     return None
                 broker_id = brokers[0]
@@ -253,29 +269,41 @@ class BrokerClient:
             self._serve_logs()
 
     def leaders(self, topics: Iterable[str]) -> dict[tuple[str, int], int]:
-        """``(topic, partition) -> leader broker id`` from one Metadata request ({} on error)."""
-        wanted = set(topics)
+        """``(topic, partition) -> leader broker id`` from one Metadata request for ``topics``
+        only (DescribeTopics): its answer grows with the topics a plan chose, not with every
+        partition of the cluster. A topic the broker does not answer for is left out (no
+        preference there); {} with a warning when nothing could be asked."""
+        wanted = sorted(set(topics))
         out: dict[tuple[str, int], int] = {}
         if not wanted:
             return out
+        from confluent_kafka import TopicCollection
+
         started = time.monotonic()
+        futures: Mapping[str, concurrent.futures.Future[Any]] = {}
         try:
             self._patience.check()
-            metadata = self._admin.list_topics(timeout=self.timeout)
+            futures = self._admin.describe_topics(
+                TopicCollection(wanted), request_timeout=self.timeout
+            )
         except Exception as exc:
             error = describe_error(exc)
             self._patience.waited_out(started, error)
             log.warning("metadata_unavailable", error=error)
-            return out
-        finally:
             self._serve_logs()
-        for name, topic in getattr(metadata, "topics", {}).items():
-            if name not in wanted or getattr(topic, "error", None) is not None:
+            return out
+        deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
+        for name, future in futures.items():
+            try:
+                described = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:  # that topic has no preference (as a topic error had)
+                self._patience.waited_out(started, describe_error(exc))
                 continue
-            for pid, part in topic.partitions.items():
-                leader = getattr(part, "leader", -1)
+            for part in getattr(described, "partitions", None) or []:
+                leader = getattr(getattr(part, "leader", None), "id", -1)
                 if isinstance(leader, int) and leader >= 0:
-                    out[(name, int(pid))] = leader
+                    out[(str(name), int(part.id))] = leader
+        self._serve_logs()
         return out
 
     # -- consumer offsets ----------------------------------------------------------------

@@ -1,0 +1,553 @@
+"""Broker mode at scale: a real Kafka broker with thousands of partitions, ``diskguard run`` in
+broker mode, one write burst over the ceiling.
+
+A real Apache Kafka broker (the project's harness, ``tests/support/kafka``: ``--release``,
+default the newest 4.x in KRaft mode) runs as ``nobody`` with its log dir on a fresh loop ext4;
+``--partitions`` partitions (``--per-topic`` to a topic) each get ``--segments`` closed
+segments of ``--segment-kib`` first, and a consumer group commits offsets on half the topics
+(so the cycle's OffsetFetch has something to say). Per size, per daemon variant (this
+checkout; ``--baseline REV`` the daemon code of REV, in the same run, on the same broker):
+
+- **burst**: the daemon runs in broker mode with its ceiling a few points above today's
+  usage, with librdkafka's ``debug = "protocol"`` (every request the client sends and every
+  answer it receives is a log line: name, version, bytes); after it started and settled, a
+  producer writes ``--burst-percent`` of the disk at full speed over every partition. Reported:
+  each retention cycle that acted (``retention_cycle``: wall time, segments chosen), and the
+  requests sent during it, per API (count, bytes sent, bytes received), plus the requests of
+  the whole run from ``daemon_started`` on.
+- **idle**: the daemon again (info logging, no protocol debug) with nothing to delete: its CPU
+  (user + system, psutil) over ``--idle-seconds`` after ``--idle-settle``, RSS, and the mean
+  retention cycle from its metrics (``diskguard_scan_duration_seconds``).
+
+The load average is recorded before and after each measurement (the machine may be shared):
+CPU time is the figure load distorts least. Writes ``bench/results/broker_scale.json``.
+Needs root (loop mounts), Java and Maven (``make tools``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_broker_reclaim import daemon_argv, load_average  # noqa: E402
+from machine import RESULTS, machine_info  # noqa: E402
+from support import configs, fsfixtures  # noqa: E402
+from support.disks import df_percent  # noqa: E402
+from support.kafka import Target, target  # noqa: E402
+from support.kafka.cluster import KafkaCluster, running_cluster  # noqa: E402
+from support.kafka.node import free_port  # noqa: E402
+
+KiB = 1024
+MiB = 1024 * KiB
+GROUP = "bench-readers"
+#: librdkafka's protocol debug lines (``rdkafka_request.c``/``rdkafka_broker.c``).
+_SENT = re.compile(r"Sent (\w+)Request \(v(\d+), (\d+) bytes")
+_RECEIVED = re.compile(r"Received (\w+)Response \(v(\d+), (\d+) bytes")
+
+
+# --------------------------------------------------------------------------- the broker
+
+
+def heap_mb(partitions: int) -> int:
+    """A heap that holds the broker's per-partition state (measured: 320 MB is fine to a few
+    thousand partitions)."""
+    return max(512, min(4096, 512 + partitions // 10))
+
+
+def disk_bytes(args: argparse.Namespace, partitions: int) -> int:
+    """The prefill at about half the disk, with room for the bursts and the broker's own."""
+    prefill = partitions * args.segments * args.segment_kib * KiB
+    return max(1 << 30, int(prefill * 2.2) + 512 * MiB)
+
+
+def topics_of(partitions: int, per_topic: int) -> list[tuple[str, int]]:
+    full, rest = divmod(partitions, per_topic)
+    out = [(f"t{i:05d}", per_topic) for i in range(full)]
+    if rest:
+        out.append((f"t{full:05d}", rest))
+    return out
+
+
+def create_topics(broker: KafkaCluster, topics: list[tuple[str, int]], segment: int) -> None:
+    """Every topic, 50 to a CreateTopics request, and wait until each partition has a leader."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = broker.admin()
+    config = broker.segment_config(segment)
+    for i in range(0, len(topics), 50):
+        batch = [
+            NewTopic(name, num_partitions=n, replication_factor=1, config=config)
+            for name, n in topics[i : i + 50]
+        ]
+        for future in admin.create_topics(batch, request_timeout=120).values():
+            future.result(180)
+    deadline = time.monotonic() + 300
+    want = dict(topics)
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(timeout=30)
+        ready = sum(
+            1
+            for name, n in want.items()
+            if name in meta.topics
+            and len(meta.topics[name].partitions) == n
+            and all(p.leader >= 0 for p in meta.topics[name].partitions.values())
+        )
+        if ready == len(want):
+            return
+        time.sleep(1)
+    raise RuntimeError(f"not every topic had a leader for every partition within 300 s: {ready}")
+
+
+def produce_spread(
+    broker: KafkaCluster,
+    topics: list[tuple[str, int]],
+    per_partition: int,
+    record: int,
+    segment: int,
+) -> float:
+    """``per_partition`` bytes to every partition in records of ``record`` bytes, partitions
+    taken round-robin (so every partition's segments age together), in batches of at most half a
+    segment (a broker refuses a batch larger than its topic's segment); returns the seconds."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            **broker.client_config(),
+            "linger.ms": 50,
+            "batch.size": segment // 2,
+            "queue.buffering.max.kbytes": 512 * 1024,
+            "message.timeout.ms": 300_000,
+            "compression.type": "none",
+        }
+    )
+    errors: list[Any] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    value = os.urandom(record)
+    started = time.monotonic()
+    for _round in range(max(1, per_partition // record)):
+        for name, n in topics:
+            for p in range(n):
+                while True:
+                    try:
+                        producer.produce(name, value, partition=p, on_delivery=report)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(600)
+    if errors:
+        raise RuntimeError(f"produce: {len(errors)} errors, first {errors[0]}")
+    return time.monotonic() - started
+
+
+def commit_group(broker: KafkaCluster, topics: list[tuple[str, int]], offset: int) -> int:
+    """``GROUP`` commits ``offset`` on every partition of every other topic; the partitions."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**broker.client_config(), "group.id": GROUP, "enable.auto.commit": False})
+    try:
+        offsets = [TopicPartition(name, p, offset) for name, n in topics[::2] for p in range(n)]
+        for i in range(0, len(offsets), 2000):
+            consumer.commit(offsets=offsets[i : i + 2000], asynchronous=False)
+        return len(offsets)
+    finally:
+        consumer.close()
+
+
+# --------------------------------------------------------------------------- the daemon
+
+
+def write_config(
+    work: Path,
+    log_dir: Path,
+    bootstrap: str,
+    ceiling: float,
+    target_pct: float,
+    *,
+    debug: bool,
+    metrics_port: int,
+    state: Path,
+) -> Path:
+    client = {"debug": "protocol"} if debug else {}
+    return configs.write_config(
+        work,
+        log_dir,
+        broker={"bootstrap_servers": bootstrap, "client": client},
+        metrics={"listen": f"127.0.0.1:{metrics_port}"},
+        logging={"format": "json", "level": "debug" if debug else "info"},
+        state_dir=state,
+        mode="broker",
+        disk_usage_percent=ceiling,
+        target_percent=target_pct,
+        assume_delete_policy=None,
+    )
+
+
+@contextlib.contextmanager
+def daemon(
+    variant: str, config: Path, events: Path, work: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    code = Path(tempfile.mkdtemp(prefix="code-", dir=work))
+    with daemon_argv(variant, code) as (argv, env), open(events, "wb") as out:
+        proc = subprocess.Popen([*argv, "run", "-c", str(config)], stdout=out, stderr=out, env=env)
+        try:
+            deadline = time.monotonic() + 600
+            while '"daemon_started"' not in events.read_text(errors="replace"):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = events.read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"the daemon did not start: {tail}")
+                time.sleep(0.2)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+    return out
+
+
+def stamp(event: dict[str, Any]) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
+def requests_of(events: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """API name -> requests sent, bytes sent, responses received, bytes received."""
+    out: dict[str, dict[str, int]] = {}
+    for e in events:
+        if e.get("event") != "librdkafka":
+            continue
+        message = str(e.get("message", ""))
+        if m := _SENT.search(message):
+            row = out.setdefault(
+                m.group(1), {"sent": 0, "sent_bytes": 0, "received": 0, "received_bytes": 0}
+            )
+            row["sent"] += 1
+            row["sent_bytes"] += int(m.group(3))
+        elif m := _RECEIVED.search(message):
+            row = out.setdefault(
+                m.group(1), {"sent": 0, "sent_bytes": 0, "received": 0, "received_bytes": 0}
+            )
+            row["received"] += 1
+            row["received_bytes"] += int(m.group(3))
+    return dict(sorted(out.items()))
+
+
+def burst(
+    args: argparse.Namespace,
+    broker: KafkaCluster,
+    mount: Path,
+    topics: list[tuple[str, int]],
+    variant: str,
+    work: Path,
+) -> dict[str, Any]:
+    """The daemon in broker mode (protocol debug), then a write burst over its ceiling."""
+    partitions = sum(n for _t, n in topics)
+    usage = df_percent(mount)
+    ceiling = round(usage + args.burst_percent / 2, 2)
+    target_pct = round(usage - args.burst_percent / 2, 2)
+    config = write_config(
+        work,
+        broker.log_dir,
+        broker.bootstrap,
+        ceiling,
+        target_pct,
+        debug=True,
+        metrics_port=free_port(),
+        state=Path(tempfile.mkdtemp(prefix="state-", dir=work)),
+    )
+    events = work / f"burst-{variant.replace(':', '-')}.jsonl"
+    load_before = load_average()
+    with daemon(variant, config, events, work) as proc:
+        time.sleep(args.settle)
+        burst_bytes = int(args.burst_percent / 100 * disk_total(mount))
+        cpu0 = psutil.Process(proc.pid).cpu_times()
+        t_burst = time.time()
+        produce_s = produce_spread(
+            broker, topics, max(1, burst_bytes // partitions), args.record, args.segment_kib * KiB
+        )
+        # Until the daemon acted and then stayed quiet for a while (or gave up waiting).
+        deadline = time.monotonic() + args.burst_timeout
+        quiet_since = time.monotonic()
+        seen = 0
+        while time.monotonic() < deadline:
+            acted = [
+                e
+                for e in read_events(events)
+                if e.get("event") == "retention_cycle" and stamp(e) >= t_burst
+            ]
+            if len(acted) != seen:
+                seen, quiet_since = len(acted), time.monotonic()
+            if acted and time.monotonic() - quiet_since > args.quiet:
+                break
+            time.sleep(1)
+        cpu1 = psutil.Process(proc.pid).cpu_times()
+    lines = read_events(events)
+    started = next(stamp(e) for e in lines if e.get("event") == "daemon_started")
+    cycles = []
+    for e in lines:
+        if e.get("event") != "retention_cycle" or stamp(e) < t_burst:
+            continue
+        end = stamp(e)
+        begin = end - float(e["duration_ms"]) / 1000
+        window = [x for x in lines if begin - 0.05 <= stamp(x) <= end + 0.05]
+        cycles.append(
+            {
+                "duration_ms": e["duration_ms"],
+                "chosen_count": e["chosen_count"],
+                "chosen_bytes": e["chosen_bytes"],
+                "usage_before": e["usage_before"],
+                "usage_after": e["usage_after"],
+                "partitions_asked": len(
+                    {
+                        (x["topic"], x["partition"])
+                        for x in window
+                        if x.get("event") == "delete_records"
+                    }
+                ),
+                "requests": requests_of(window),
+            }
+        )
+    return {
+        "variant": variant,
+        "partitions": partitions,
+        "ceiling_percent": ceiling,
+        "target_percent": target_pct,
+        "usage_before_percent": round(usage, 3),
+        "burst_bytes": burst_bytes,
+        "produce_s": round(produce_s, 1),
+        "daemon_cpu_s_from_burst": round((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system), 3),
+        "cycles": cycles,
+        "requests_since_started": requests_of([e for e in lines if stamp(e) >= started]),
+        "segment_deleted": sum(1 for e in lines if e.get("event") == "segment_deleted"),
+        "delete_failed": sum(1 for e in lines if e.get("event") == "segment_delete_failed"),
+        "warnings": sorted(
+            {
+                str(e.get("event"))
+                for e in lines
+                if e.get("level") in ("warning", "error") and e.get("event") != "librdkafka"
+            }
+        ),
+        "load_before": load_before,
+        "load_after": load_average(),
+    }
+
+
+def disk_total(mount: Path) -> int:
+    st = os.statvfs(mount)
+    return st.f_blocks * st.f_frsize
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("diskguard_scan_duration_seconds_sum"):
+            out["sum"] = float(line.split()[-1])
+        elif line.startswith("diskguard_scan_duration_seconds_count"):
+            out["count"] = float(line.split()[-1])
+    return out
+
+
+def idle(
+    args: argparse.Namespace, broker: KafkaCluster, mount: Path, variant: str, work: Path
+) -> dict[str, Any]:
+    """The daemon in broker mode with nothing to delete: CPU, RSS, cycle time."""
+    port = free_port()
+    config = write_config(
+        work,
+        broker.log_dir,
+        broker.bootstrap,
+        99.0,
+        95.0,
+        debug=False,
+        metrics_port=port,
+        state=Path(tempfile.mkdtemp(prefix="state-", dir=work)),
+    )
+    events = work / f"idle-{variant.replace(':', '-')}.jsonl"
+    load_before = load_average()
+    with daemon(variant, config, events, work) as proc:
+        ps = psutil.Process(proc.pid)
+        time.sleep(args.idle_settle)
+        m0 = scrape(port)
+        c0 = ps.cpu_times()
+        w0 = time.monotonic()
+        rss = 0
+        while time.monotonic() - w0 < args.idle_seconds:
+            rss = max(rss, ps.memory_info().rss)
+            time.sleep(1)
+        c1 = ps.cpu_times()
+        wall = time.monotonic() - w0
+        m1 = scrape(port)
+    cpu = (c1.user - c0.user) + (c1.system - c0.system)
+    cycles = m1.get("count", 0) - m0.get("count", 0)
+    lines = read_events(events)
+    started = next(e for e in lines if e.get("event") == "daemon_started")
+    return {
+        "variant": variant,
+        "mode": started.get("mode"),
+        "measured_s": round(wall, 1),
+        "cpu_percent": round(100 * cpu / wall, 3),
+        "cpu_s": round(cpu, 3),
+        "rss_mb": round(rss / MiB, 1),
+        "cycles": cycles,
+        "cycle_mean_ms": (round(1000 * (m1["sum"] - m0["sum"]) / cycles, 1) if cycles else None),
+        "load_before": load_before,
+        "load_after": load_average(),
+    }
+
+
+# --------------------------------------------------------------------------- one size
+
+
+def one_size(args: argparse.Namespace, kafka: Target, partitions: int) -> dict[str, Any]:
+    topics = topics_of(partitions, args.per_topic)
+    segment = args.segment_kib * KiB
+    size = disk_bytes(args, partitions)
+    result: dict[str, Any] = {
+        "partitions": partitions,
+        "topics": len(topics),
+        "segment_kib": args.segment_kib,
+        "disk_mib": size // MiB,
+        "heap_mb": heap_mb(partitions),
+        "release": str(kafka),
+        "load_start": load_average(),
+    }
+    print(f"# {partitions} partitions: {result}", flush=True)
+    root = Path(tempfile.mkdtemp(prefix="diskguard-kafka-scale-"))
+    with (
+        fsfixtures.loop_ext4(size, 0) as mount,
+        tempfile.TemporaryDirectory(prefix="dg-bench-scale-") as tmp,
+        running_cluster(
+            kafka.release,
+            kafka.classpath,
+            root,
+            [[mount / "kafka"]],
+            mode=kafka.mode,
+            settings={
+                "log.retention.check.interval.ms": "5000",
+                "log.segment.delete.delay.ms": "500",
+                "log.initial.task.delay.ms": "1000",
+                "num.io.threads": "4",
+            },
+            heap_mb=heap_mb(partitions),
+        ) as broker,
+    ):
+        work = Path(tmp)
+        t = time.monotonic()
+        create_topics(broker, topics, segment)
+        result["create_topics_s"] = round(time.monotonic() - t, 1)
+        print(f"  topics created in {result['create_topics_s']} s", flush=True)
+        result["prefill_s"] = round(
+            produce_spread(broker, topics, args.segments * segment, args.record, segment), 1
+        )
+        result["committed_partitions"] = commit_group(broker, topics, 1)
+        time.sleep(2)
+        result["usage_after_prefill_percent"] = round(df_percent(mount), 3)
+        print(
+            f"  prefilled in {result['prefill_s']} s: {result['usage_after_prefill_percent']} %",
+            flush=True,
+        )
+        variants = ["predictive"] + ([f"baseline:{args.baseline}"] if args.baseline else [])
+        result["burst"] = []
+        result["idle"] = []
+        for variant in variants:
+            res = burst(args, broker, mount, topics, variant, work)
+            print(json.dumps(summary_of_burst(res)), flush=True)
+            result["burst"].append(res)
+            # The broker removes what it was asked to at its next retention check.
+            time.sleep(8)
+        for variant in variants:
+            res = idle(args, broker, mount, variant, work)
+            print(json.dumps(res), flush=True)
+            result["idle"].append(res)
+        result["broker_log_errors"] = [
+            line for line in broker.log_text().splitlines() if " ERROR " in line
+        ][:20]
+    return result
+
+
+def summary_of_burst(res: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "variant": res["variant"],
+        "partitions": res["partitions"],
+        "cycles": [
+            {
+                "ms": c["duration_ms"],
+                "chosen": c["chosen_count"],
+                "partitions_asked": c["partitions_asked"],
+                "requests": {k: v["sent"] for k, v in c["requests"].items()},
+            }
+            for c in res["cycles"]
+        ],
+        "load": [res["load_before"], res["load_after"]],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--release", help="Kafka release (default: DISKGUARD_KAFKA_* or newest 4.x)")
+    ap.add_argument("--mode", choices=("kraft", "zk"))
+    ap.add_argument("--partitions", default="500,5000", help="comma-separated sizes")
+    ap.add_argument("--per-topic", type=int, default=50)
+    ap.add_argument("--segments", type=int, default=3, help="closed segments per partition")
+    ap.add_argument("--segment-kib", type=int, default=64)
+    ap.add_argument("--record", type=int, default=4 * KiB)
+    ap.add_argument("--burst-percent", type=float, default=4.0)
+    ap.add_argument("--burst-timeout", type=float, default=180.0)
+    ap.add_argument("--quiet", type=float, default=15.0, help="s without a cycle that acted")
+    ap.add_argument("--settle", type=float, default=10.0)
+    ap.add_argument("--idle-seconds", type=float, default=60.0)
+    ap.add_argument("--idle-settle", type=float, default=20.0)
+    ap.add_argument("--baseline", metavar="REV", help="also run the daemon code of REV")
+    ap.add_argument("--out", default=str(RESULTS / "broker_scale.json"))
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_broker_scale needs root (loop mounts)", file=sys.stderr)
+        return 2
+    kafka = target(args.release, args.mode)
+    sizes = [int(x) for x in args.partitions.split(",") if x]
+    print(f"# {kafka}, load {load_average()}", flush=True)
+    results = [one_size(args, kafka, n) for n in sizes]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine_info(), "results": results}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -446,9 +446,9 @@ def sent_requests(events: list[dict[str, Any]]) -> dict[str, int]:
     """API name -> requests the client sent, from librdkafka's ``debug = "protocol"`` lines."""
     out: dict[str, int] = {}
     for event in events:
-        if event.get("event") == "librdkafka":
-            if m := re.search(r"Sent (\w+)Request \(", str(event.get("message", ""))):
-                out[m.group(1)] = out.get(m.group(1), 0) + 1
+        message = str(event.get("message", "")) if event.get("event") == "librdkafka" else ""
+        if m := re.search(r"Sent (\w+)Request \(", message):
+            out[m.group(1)] = out.get(m.group(1), 0) + 1
     return out
 
 

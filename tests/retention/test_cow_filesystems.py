@@ -355,3 +355,44 @@ def test_on_btrfs_what_the_offline_sweep_frees_is_seen_before_planning(
     assert code == 0, (events, stderr)
     assert [e["what"] for e in events if e["event"] == "offline_swept"] == ["delete_dir"]
     assert _deleted(events) == [] and _live_segments(log_dir) == before, events
+
+
+@contextmanager
+def _writing(path: Path, mib_per_s: float) -> Iterator[None]:
+    """Another application writing steadily to the disk meanwhile."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)\n"
+            "chunk = os.urandom(1 << 20)\n"
+            "while True:\n"
+            "    os.write(fd, chunk); os.fsync(fd); time.sleep(1 / float(sys.argv[2]))\n",
+            str(path),
+            str(mib_per_s),
+        ]
+    )
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_on_xfs_another_writer_meanwhile_does_not_stop_the_retention(
+    loop_xfs: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Where an unlink frees late, a shortfall can also be someone else's growth: a disk that
+    grows during the wait is not evidence of a snapshot, and the retention goes on."""
+    mount = loop_xfs(reflink=False)
+    log_dir, truth = build(mount)
+    os.sync()
+    with _writing(mount / "other-app.data", mib_per_s=8):
+        cfg, _limit = _over_by_2_5_segments(tmp_path, log_dir, mount, _segment_bytes(truth))
+        _code, events, stderr = _enforce(cfg)
+    assert len(_deleted(events)) >= 3, (events, stderr)
+    halts = [e for e in events if "did not free" in str(e.get("reason", ""))]
+    assert not halts and "did not free" not in stderr, halts
+    assert not (tmp_path / "state" / "unfreed.json").exists()

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from diskguard.config import Config
 from diskguard.logs import get_logger
 from diskguard.retention.reclaim import (
+    PARTIAL_RATE_WINDOW_S,
     SEND_LEAD_S,
     WARNING_RATE_WINDOW_S,
     Forecast,
@@ -94,11 +95,17 @@ class Forecaster:
 
     def forecast(self, mount: str) -> Forecast:
         """The forecast of ``mount`` now: from the rate sustained through the forecast's
-        window, or, with less history (after a start), through what there is, looking only
-        as far ahead as that reaches back; else from a running daemon's rate."""
+        window, or, with less history (after a start) but at least ``PARTIAL_RATE_WINDOW_S``,
+        through what there is, looking only as far ahead as that reaches back; else from a
+        running daemon's rate."""
+        window = self._model.rate_window_s
         with self._lock:
             estimator = self._growth.get(mount)
-            measured = estimator.rate_up_to(self._model.rate_window_s) if estimator else None
+            measured = (
+                estimator.rate_up_to(window, min(window, PARTIAL_RATE_WINDOW_S))
+                if estimator
+                else None
+            )
         now = time.monotonic()
         if measured is not None:
             return self._model.forecast(now, *measured)

@@ -30,6 +30,7 @@ __all__ = [
     "KAFKA_DELETE_DELAY_S",
     "KAFKA_INITIAL_DELAY_S",
     "MIN_RATE_WINDOW_S",
+    "PARTIAL_RATE_WINDOW_S",
     "SEND_LEAD_S",
     "WARNING_RATE_WINDOW_S",
     "Forecast",
@@ -59,6 +60,10 @@ SEND_LEAD_S = 2.0
 SEND_LEAD_CYCLES = 3
 #: The shortest window a rate is measured over, whatever the broker's settings.
 MIN_RATE_WINDOW_S = 10.0
+#: Less history than a forecast's window is a rate only from this long on (or the whole
+#: window, if shorter): a write of a few seconds on a busy machine lies in all three parts
+#: of a 10 s window, not of a 30 s one.
+PARTIAL_RATE_WINDOW_S = 30.0
 #: The window of the rate warnings judge by (``broker_reclaim_slow``), where a forecast's is
 #: longer: growth sustained over a minute, which a one-off burst of a few seconds is not.
 WARNING_RATE_WINDOW_S = 60.0

@@ -61,6 +61,12 @@ def _at_least(floor: str) -> Callable[[float], float]:
     return check
 
 
+def _positive(value: int, what: str) -> int:
+    if value <= 0:
+        raise ValueError(f"must be {what} above 0, got {value}")
+    return value
+
+
 def _regexes(patterns: list[str]) -> list[str]:
     """Topic patterns compile now, not at the first cycle that reads them."""
     if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
@@ -140,6 +146,30 @@ class RetentionConfig:
     @property
     def effective_target_percent(self) -> float:
         return self.disk_usage_percent if self.target_percent is None else self.target_percent
+
+
+RateLimit = Annotated[int, parse_size, lambda v: _positive(v, "a rate in bytes per second")]
+StallAfter = Annotated[float, parse_duration, _at_least("1s")]
+
+
+@dataclass(frozen=True)
+class LadderConfig:
+    """The lossless rungs climbed before any deletion (broker mode; README "How it decides")."""
+
+    #: Rung 1: lower a tiered topic's local retention so the broker drops what is uploaded.
+    tiered_eviction: bool = True
+    #: Tiered topics the last rung may still delete (DeleteRecords deletes the remote copy
+    #: too): regexes; none by default.
+    delete_tiered_topics: Patterns = field(default_factory=list)
+    #: A tiered partition holding closed segments not uploaded, with no upload progress for
+    #: this long, is an alert of its own (``tiered_upload_stalled``).
+    upload_stall_after: StallAfter = 600.0
+    #: Rung 2 (Kafka 4.3+): a log dir at the first alert level is cordoned.
+    cordon: bool = True
+    #: Rung 3: move whole replicas from a full JBOD log dir to another disk with room.
+    balance_log_dirs: bool = True
+    #: The copy rate a move is planned with until one was measured (bytes per second).
+    assumed_move_rate: RateLimit = 32 * 1024**2
 
 
 @dataclass(frozen=True)
@@ -247,6 +277,7 @@ class DaemonConfig:
 class Config:
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    ladder: LadderConfig = field(default_factory=LadderConfig)
     flow_control: FlowControlConfig = field(default_factory=FlowControlConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     ballast: BallastConfig = field(default_factory=BallastConfig)

@@ -90,8 +90,9 @@ def test_a_failed_connect_names_the_security_keys_left_out(tmp_path: Path) -> No
         connection.admin()
 
 
-def test_only_the_quota_adapter_imports_kafka_python() -> None:
-    """confluent-kafka is the Kafka client; kafka-python only where it has no API (quotas)."""
+def test_only_the_kafka_python_adapters_import_it() -> None:
+    """confluent-kafka is the Kafka client; kafka-python only where it has no API (quotas;
+    log dirs and replica moves, the tiered offset: the ladder's broker calls)."""
     package = Path(diskguard.__file__).parent
     importing = re.compile(r"^\s*(import kafka\b|from kafka[. ])", re.MULTILINE)
     found = sorted(
@@ -99,4 +100,4 @@ def test_only_the_quota_adapter_imports_kafka_python() -> None:
         for path in package.rglob("*.py")
         if importing.search(path.read_text(encoding="utf-8"))
     )
-    assert found == ["flow/kafkaquota.py"]
+    assert found == ["broker/kafkapython.py", "broker/ladderapi.py", "flow/kafkaquota.py"]

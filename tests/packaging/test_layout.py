@@ -89,7 +89,16 @@ ALLOWED: dict[str, set[str]] = {
         "logs",
         "units",
     },
-    "flow": {"config", "host", "kafkalog", "logs", "errors", "units", "broker.errors"},
+    "flow": {
+        "config",
+        "host",
+        "kafkalog",
+        "logs",
+        "errors",
+        "units",
+        "broker.errors",
+        "broker.kafkapython",
+    },
     "snapshots": {"broker", "host", "kafkalog", "logs"},
     "fleet": {"errors", "units"},
     "daemon": {

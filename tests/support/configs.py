@@ -21,6 +21,7 @@ def write_config(
     log_dirs: Path | Sequence[Path],
     *,
     broker: _Section | None = None,
+    ladder: _Section | None = None,
     flow_control: _Section | None = None,
     alerts: _Section | None = None,
     ballast: _Section | None = None,
@@ -42,6 +43,7 @@ def write_config(
     sections: dict[str, _Section | None] = {
         "broker": {"log_dirs": dirs, **(broker or {})},
         "retention": {"assume_delete_policy": [".*"], **retention},
+        "ladder": ladder,
         "flow_control": flow_control,
         "alerts": alerts,
         "ballast": ballast,

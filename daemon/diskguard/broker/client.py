@@ -97,6 +97,11 @@ class BrokerClient:
         #: A retention cycle's calls wait out one timeout in all (``one_timeout``).
         self._patience = OneTimeout(timeout)
 
+    @property
+    def admin(self) -> AdminApi:
+        """The AdminClient itself, for the other config calls (``ladderapi``)."""
+        return self._admin
+
     def close(self) -> None:
         """Serve pending log callbacks; the AdminClient itself has no close."""
         self._serve_logs()

@@ -17,7 +17,7 @@ from diskguard.retention.daemonstate import daemon_memory
 from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED
 from diskguard.retention.order import order_text
 from diskguard.retention.planner import Deletion, Plan
-from diskguard.retention.report import dumps, plan_json
+from diskguard.retention.report import dumps, ladder_json, plan_json
 from diskguard.retention.stuck import UNREACHABLE_DETAIL
 from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms_utc, plural
 
@@ -306,6 +306,7 @@ def plan_command(config_path: Path, as_json: bool) -> None:
         outcome = retention.plan()
     if as_json:
         data = plan_json(outcome.plan)
+        data["ladder"] = ladder_json(outcome.ladder, outcome.plan)
         data["mode"] = outcome.mode.mode
         data["mode_reason"] = outcome.mode.reason
         data["scope"] = CLUSTER_SCOPE if outcome.mode.mode == "broker" else "local"

@@ -23,8 +23,10 @@ from diskguard.logs import get_logger
 from diskguard.metrics import Metrics
 from diskguard.retention.cycle import RetentionCycle
 from diskguard.retention.daemonstate import LastDeletion, SetAsideEntry
+from diskguard.retention.ladder import BALANCE
 from diskguard.retention.mode import BROKER
 from diskguard.retention.outcome import CycleOutcome
+from diskguard.retention.rungaudit import asked_by_mount
 from diskguard.retention.stuck import StuckTracker
 from diskguard.snapshots.record import DeletedBytesCounter
 
@@ -172,7 +174,8 @@ class Retention:
             self._metrics.observe_retention(fsp.mount, fsp.device, fsp.unreachable_bytes)
         self._warn_once(outcome.warnings)
         self._count_deleted(outcome)
-        asked: dict[str, int] = {}
+        # The ladder's evictions (its moves in flight Ceilings counts itself, until done).
+        asked = asked_by_mount(r for r in outcome.rungs if r.rung != BALANCE)
         for res in outcome.results:
             if res.ok and res.mode == BROKER:
                 asked[res.deletion.mount] = asked.get(res.deletion.mount, 0) + res.freed_bytes

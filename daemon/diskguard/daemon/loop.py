@@ -154,6 +154,10 @@ class Daemon:
             forecaster.observe_usage(mount, now, usage.used_bytes)
         self.forecast.account(usages, now)
         transitions = self.flow.step(usages, self.forecast.predicted)
+        # The ladder's cordons follow the alert levels (set at the next cycle).
+        self.retention.runtime.ladder.alert_levels = {
+            m: s.alert_level or 0 for m, s in self.flow.states.items()
+        }
         seen = self._seen(now, hinted, finished, bool(transitions), usages)
         self.schedule, actions = tick(self.schedule, settings, seen)
         if transitions:

@@ -1,23 +1,23 @@
 """The ``quota`` actuator: a Kafka client quota (``producer_byte_rate``) while overfull (edge).
 
-The ONLY module that imports kafka-python (``kafka``): confluent-kafka, which every other
-Kafka call goes through, has no client-quota API (DescribeClientQuotas /
-AlterClientQuotas, KIP-546). ``[broker.client]`` holds librdkafka settings for
-confluent-kafka; ``kafka_python_options`` is the one place they are translated for
-kafka-python. Brokers before Kafka 2.6 have no client-quota API either: ``quota`` then logs
-one ``actuator_failed`` per overfull episode naming the missing API and does not retry it.
+Through kafka-python (``broker.kafkapython``): confluent-kafka, which every other Kafka call
+goes through, has no client-quota API (DescribeClientQuotas / AlterClientQuotas, KIP-546).
+Brokers before Kafka 2.6 have no client-quota API either: ``quota`` then logs one
+``actuator_failed`` per overfull episode naming the missing API and does not retry it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
+from diskguard.broker.kafkapython import (
+    ClientOptions,
+    KafkaPythonAdmin,
+    KafkaPythonUnavailable,
+    client_options,
+)
 from diskguard.config import BrokerConfig, QuotaConfig
 from diskguard.flow.actuator import ActuatorError, Ledger, actuator_log
 from diskguard.flow.holds import ClusterHolds, QuotaEntity, entity_key
@@ -151,111 +151,37 @@ class KafkaQuotaAdmin:
 
 # ------------------------------------------------------------------ librdkafka -> kafka-python
 
-#: ``[broker.client]`` keys (librdkafka's names) -> the ``KafkaAdminClient`` keyword that
-#: means the same. Every other key is left out (``ClientOptions.ignored`` says why).
-_TRANSLATED: Final = {
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-    "client.id": "client_id",
-}
-#: Left-out keys that may decide whether a secured broker lets the client in.
-_SECURITY_PREFIXES: Final = ("security.", "sasl.", "ssl.")
-
-
-@dataclass(frozen=True)
-class ClientOptions:
-    """``KafkaAdminClient`` keywords, and the ``[broker.client]`` keys left out with why."""
-
-    kwargs: Mapping[str, Any]
-    ignored: Mapping[str, str]
-
-    def unsent_security_keys(self) -> list[str]:
-        return sorted(k for k in self.ignored if k.startswith(_SECURITY_PREFIXES))
-
 
 def kafka_python_options(broker: BrokerConfig, timeout_ms: int) -> ClientOptions:
-    """The one translation of the broker config for kafka-python (the quota client only)."""
-    kwargs: dict[str, Any] = {
-        "bootstrap_servers": broker.bootstrap_servers,
-        "client_id": "diskguard",
-        "request_timeout_ms": timeout_ms,
-        "bootstrap_timeout_ms": timeout_ms,
-    }
-    ignored: dict[str, str] = {}
-    for key, value in broker.client.items():
-        if key in _TRANSLATED:
-            kwargs[_TRANSLATED[key]] = value
-        elif key.startswith(_SECURITY_PREFIXES):
-            ignored[key] = (
-                "no kafka-python equivalent is translated: the quota client connects without "
-                "it (a secured broker may refuse it; the failure names the key)"
-            )
-        else:
-            ignored[key] = "librdkafka tuning with no part in the quota client's two calls"
-    return ClientOptions(kwargs, ignored)
+    """The broker config for the quota client (``broker.kafkapython``: the one translation)."""
+    return client_options(
+        broker.bootstrap_servers, broker.client, timeout_ms, "the quota client's two calls"
+    )
 
 
 class KafkaAdminConnection:
-    """One lazily connected kafka-python admin client, dropped after any failure.
-
-    Connecting lazily keeps a daemon with no reachable broker starting (and its actuators
-    failing loudly, then retrying); dropping the client after a failure means the retry
-    reconnects rather than reusing a connection in an unknown state.
-    """
+    """The quota client's kafka-python connection (``broker.kafkapython.KafkaPythonAdmin``),
+    its failures as ``ActuatorError``."""
 
     def __init__(self, broker: BrokerConfig, timeout_s: float = 10.0) -> None:
-        self._broker = broker
-        self._timeout_ms = int(timeout_s * 1000)
-        self._admin: Any = None
-        self._lock = threading.Lock()
+        self._admin = KafkaPythonAdmin(
+            broker.bootstrap_servers, broker.client, timeout_s, "the quota client's two calls"
+        )
 
     def admin(self) -> Any:
-        with self._lock:
-            if self._admin is None:
-                if not self._broker.bootstrap_servers:
-                    raise ActuatorError("broker.bootstrap_servers is not set")
-                from kafka.admin import KafkaAdminClient
-
-                # SASL/PLAIN without TLS is the operator's choice, made in the config: not a
-                # warning (a JSON library_log line) at every connection.
-                logging.getLogger("kafka.net.sasl.plain").setLevel(logging.ERROR)
-
-                options = kafka_python_options(self._broker, self._timeout_ms)
-                try:
-                    self._admin = KafkaAdminClient(**options.kwargs)
-                except Exception as exc:
-                    unsent = options.unsent_security_keys()
-                    if not unsent:
-                        raise
-                    # Say what the other clients have that this one did not get.
-                    name, text = type(exc).__name__, str(exc)
-                    detail = text if text.startswith(name) else f"{name}: {text}"
-                    raise ActuatorError(
-                        f"{detail} ([broker.client] {', '.join(unsent)} "
-                        "not passed to kafka-python: no equivalent)"
-                    ) from exc
-            return self._admin
+        try:
+            return self._admin.admin()
+        except KafkaPythonUnavailable as exc:
+            raise ActuatorError(str(exc)) from exc
 
     def send(self, request: Any) -> Any:
         """Send one kafka-python request to the least loaded broker; its response."""
-        admin = self.admin()
-        # The same call kafka-python's own admin mixins make (kafka/admin/_acls.py).
-        return admin._manager.run(admin._manager.send, request)
+        self.admin()
+        return self._admin.send(request)
 
     def reset(self) -> None:
         """Drop the client (after a failure): the next call reconnects."""
-        with self._lock:
-            admin, self._admin = self._admin, None
-        if admin is not None:
-            with contextlib.suppress(Exception):
-                admin.close()
+        self._admin.reset()
 
     def quota_admin(self) -> QuotaAdmin:
         return KafkaQuotaAdmin(self.send)

@@ -13,7 +13,9 @@ Order of the rules (the first that applies is the reason):
 
 1. internal topics (``__*``, ``_schemas``, ``_confluent-*``): always;
 2. ``retention.protect_topics`` regexes: only ever add protection;
-3. tiered storage (remote log state in the partition dir, or ``remote.storage.enable=true``);
+3. tiered storage (remote log state in the partition dir, or ``remote.storage.enable=true``),
+   unless the topic matches ``ladder.delete_tiered_topics`` (the operator accepts that
+   DeleteRecords deletes its remote copy too; the rules below still apply);
 4. compaction: listed in any log dir's ``cleaner-offset-checkpoint`` (proof the cleaner ran);
    ``cleanup.policy`` without ``delete``; ``compact,delete`` unless the topic matches
    ``retention.assume_delete_policy``;
@@ -108,6 +110,7 @@ def protection_reason(
     remote_log_state: bool,
     protect_topics: Iterable[re.Pattern[str]] = (),
     assume_delete_policy: Iterable[re.Pattern[str]] = (),
+    delete_tiered: Iterable[re.Pattern[str]] = (),
 ) -> str | None:
     """Why the partition of ``topic`` must not lose segments, or None when it may.
 
@@ -121,12 +124,13 @@ def protection_reason(
     for pattern in protect_topics:
         if pattern.search(topic):
             return f"matches retention.protect_topics {pattern.pattern!r}"
-    if remote_log_state:
+    tiered_deletable = any(p.search(topic) for p in delete_tiered)
+    if remote_log_state and not tiered_deletable:
         return (
             "tiered storage: remote log state in the partition dir; what is uploaded is "
             "unknown and DeleteRecords would delete the remote copy too"
         )
-    if policy is not None and policy.remote_storage_enable:
+    if policy is not None and policy.remote_storage_enable and not tiered_deletable:
         return (
             f"tiered storage: remote.storage.enable=true ({policy.source}); DeleteRecords "
             "would delete the remote copy too"
@@ -232,6 +236,8 @@ class ProtectionRule:
     compacted: frozenset[str] = frozenset()
     kraft: bool = False
     kraft_topics: KraftTopics | None = None
+    #: Tiered topics the operator lets deletion take (``ladder.delete_tiered_topics``).
+    delete_tiered: tuple[str, ...] = ()
 
     @cached_property
     def _protect(self) -> tuple[re.Pattern[str], ...]:
@@ -244,6 +250,10 @@ class ProtectionRule:
     def with_compacted(self, topics: Iterable[str]) -> ProtectionRule:
         extra = frozenset(topics) - self.compacted
         return replace(self, compacted=self.compacted | extra) if extra else self
+
+    @cached_property
+    def _delete_tiered(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(re.compile(p) for p in self.delete_tiered)
 
     @cached_property
     def _reasons(self) -> dict[tuple[str, bool], str | None]:
@@ -264,6 +274,7 @@ class ProtectionRule:
             remote_log_state=remote_log_state,
             protect_topics=self._protect,
             assume_delete_policy=self._assume,
+            delete_tiered=self._delete_tiered,
         )
         return reason
 

@@ -89,6 +89,8 @@ def deletion_fields(d: Deletion) -> dict[str, Any]:
         "max_timestamp_ms": d.max_timestamp_ms,
         #: The planner's rule ("disk_usage_percent" | "max_bytes"); ``reason`` is the prose.
         "rule": d.reason,
+        #: The ladder's last rung: data deleted (evictions and moves are kinds of their own).
+        "rung": "delete",
     }
 
 

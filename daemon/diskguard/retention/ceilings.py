@@ -80,7 +80,10 @@ class Ceilings:
     """
 
     def __init__(
-        self, config: Config, forecast_for: Callable[[str], Forecast | None] | None = None
+        self,
+        config: Config,
+        forecast_for: Callable[[str], Forecast | None] | None = None,
+        moving: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         retention = config.retention
         self._plain = Limits(
@@ -90,6 +93,8 @@ class Ceilings:
         )
         self._headroom = retention.offline_headroom
         self._forecast_for = forecast_for
+        #: mount -> bytes of replicas being moved off it (the ladder's moves in flight).
+        self._moving = moving
         self._lock = threading.Lock()
         self._pending: dict[str, PendingReclaim] = {}
         #: mount -> space earlier deletions did not give back (``retention.unfreed``).
@@ -148,6 +153,22 @@ class Ceilings:
 
         return standing
 
+    def standing_at(self, mode: str) -> Callable[[Filesystem, float], Standing]:
+        """For the ladder: a scanned filesystem's standing if space asked now came back only
+        after ``latency`` seconds (a replica move's horizon), net of what is pending."""
+
+        def at(fs: Filesystem, latency: float) -> Standing:
+            limits = replace(self.limits(mode, fs.usage.mount), reclaim_latency_s=latency)
+            return stand(fs.usage, limits, self.pending_of(fs))
+
+        return at
+
+    def above_target(self, usage: FilesystemUsage) -> bool:
+        """Today's usage above ``target_percent`` (exact bytes): not yet back where a
+        retention cycle leaves it (the ladder undoes its changes only once it is not)."""
+        at_target = replace(self._plain, limit_percent=self._plain.target_percent)
+        return stand(usage, at_target, 0).over_usage
+
     def over_usage(self, usage: FilesystemUsage) -> bool:
         """Today's usage above the ceiling (exact bytes; no forecast, nothing pending)."""
         return stand(usage, self._plain, 0).over_usage
@@ -181,12 +202,15 @@ class Ceilings:
         plan: Plan,
         results: Iterable[DeletionResult],
         measured: Mapping[str, FilesystemUsage | None] | None,
+        asked: Mapping[str, int] | None = None,
     ) -> tuple[dict[str, int], dict[str, Standing | None]]:
         """After a cycle in ``mode`` acted: per filesystem of ``plan``, the bytes someone else
         will still remove (``pending_after``), and the usage ``measured`` after acting (the
         scan's when nothing acted; None: the measurement failed) net of them, against the
-        ceiling: what the disk will be, not what it may grow to (no forecast)."""
-        accepted: dict[str, int] = {}
+        ceiling: what the disk will be, not what it may grow to (no forecast). ``asked``:
+        mount -> bytes the ladder's actions asked the broker to free."""
+        # The ladder's accepted evictions and moves (``asked``) count like DeleteRecords.
+        accepted: dict[str, int] = dict(asked or {})
         for res in results:
             if res.ok:
                 mount = res.deletion.mount
@@ -209,13 +233,18 @@ class Ceilings:
     # -- what is pending --------------------------------------------------------------
     def pending_of(self, fs: Filesystem) -> int:
         """What a plan of the scanned ``fs`` counts as on its way out: the scan's own count
-        (it includes what the broker was asked for before it: ``requested-log-start.json``)."""
-        return fs.pending_reclaim_bytes
+        (it includes what the broker was asked for before it: ``requested-log-start.json``)
+        and the replicas being moved off it (the scan still sees them in place)."""
+        return fs.pending_reclaim_bytes + self._moving_off(fs.usage.mount)
+
+    def _moving_off(self, mount: str) -> int:
+        return self._moving().get(mount, 0) if self._moving is not None else 0
 
     def pending(self, mount: str) -> int:
         """What is on its way out of ``mount`` now, between scans."""
         with self._lock:
-            return self._pending.get(mount, PendingReclaim()).total
+            scanned = self._pending.get(mount, PendingReclaim()).total
+        return scanned + self._moving_off(mount)
 
     def pending_after(self, mode: str, fs_pending: int, accepted: int) -> int:
         """After a cycle in ``mode`` acted: bytes someone else will still remove. Broker mode:
@@ -231,7 +260,9 @@ class Ceilings:
         with self._lock:
             for fs in filesystems:
                 mount = fs.usage.mount
-                self._pending[mount] = PendingReclaim(self.pending_of(fs), requested.get(mount, 0))
+                # The scan's own count: moves in flight are added when asked (``pending``).
+                scanned = fs.pending_reclaim_bytes
+                self._pending[mount] = PendingReclaim(scanned, requested.get(mount, 0))
 
     def freed(self, mount: str, freed_bytes: int) -> None:
         """Between scans: ``freed_bytes`` of ``mount``'s pending were seen freed."""

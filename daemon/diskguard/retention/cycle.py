@@ -1,8 +1,9 @@
-"""One KIP-61 retention cycle: decide the mode, scan, plan, act, account.
+"""One KIP-61 retention cycle: decide the mode, scan, climb the ladder, plan, act, account.
 
-Size: just over 400 lines: the cycle's steps in the order they happen, each a few lines that
-call the module doing the work (``modechoice``, ``ceilings``, ``forecaster``, ``unfreed``,
-``outcome``); splitting the sequence itself would hide the order that makes it safe.
+Size: over 400 lines: the cycle's steps in the order they happen, each a few lines that call
+the module doing the work (``modechoice``, ``ceilings``, ``forecaster``, ``ladderrun``,
+``unfreed``, ``outcome``); splitting the sequence itself would hide the order that makes it
+safe.
 
 ``plan`` runs ``RetentionCycle.plan`` (never acts); ``enforce --once`` and the daemon run
 ``RetentionCycle.enforce``; both share the mode decision, the scan and the planner, so they
@@ -21,8 +22,9 @@ from a running daemon (its write rates and the partitions it set aside).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -40,6 +42,8 @@ from diskguard.retention.ceilings import Ceilings
 from diskguard.retention.daemonstate import TakenOver
 from diskguard.retention.forecaster import Forecaster
 from diskguard.retention.inputs import PlanInputs
+from diskguard.retention.ladder import LadderPlan, without_evicted
+from diskguard.retention.ladderrun import Ladder
 from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDecision
 from diskguard.retention.modechoice import ModeChooser
 from diskguard.retention.offline.sweeptargets import preview_sweep
@@ -48,6 +52,7 @@ from diskguard.retention.parallelheads import parallel_heads
 from diskguard.retention.planner import CommittedOffsets, LocalHeads, Plan, plan
 from diskguard.retention.policystore import CACHE_FILE, PolicyStore
 from diskguard.retention.requested import RequestedLogStart
+from diskguard.retention.rungaudit import RungResult, asked_by_mount
 from diskguard.retention.stuck import DELETE_FAILED, StuckTracker
 from diskguard.retention.unfreed import UnfreedSpace
 
@@ -117,16 +122,22 @@ class RetentionCycle:
         self.forecaster = Forecaster(config, taken_over.rates if taken_over else None)
         if taken_over is not None:
             self.inputs.set_aside.load(taken_over.set_aside, time.monotonic(), time.time())
+        self.local_broker_id = local_broker_id(config.broker.log_dirs)
+        #: The lossless rungs climbed before deletion (broker mode): evict, cordon, move.
+        self.ladder = Ladder.for_broker(
+            config, broker, self.audit, self.requested, read_only, self.local_broker_id
+        )
         #: Over, by how much, what is pending: the limits of each filesystem in each mode.
-        self.ceilings = Ceilings(config, self.forecaster.forecast)
+        self.ceilings = Ceilings(config, self.forecaster.forecast, self.ladder.moving_bytes)
+        self.ladder.bind(self.ceilings, self.forecaster, self.inputs)
         #: Which executor may act, decided once per cycle.
         self.modes = ModeChooser(
             config, self.broker, self.ceilings, ask_broker=read_only, reachability=reachability
         )
-        self.local_broker_id = local_broker_id(config.broker.log_dirs)
         self._quiet: frozenset[str] = frozenset()
         #: What offline deletions did not give back (and the wait for what they did).
         self.unfreed = UnfreedSpace(config, self.ceilings, self.audit.make_room)
+        self._covered: Mapping[str, int] = {}
 
     @property
     def files(self) -> FileExecutor:
@@ -153,6 +164,7 @@ class RetentionCycle:
         self.close()
 
     def close(self) -> None:
+        self.ladder.close()
         if self.broker is not None:
             self.broker.close()
 
@@ -191,8 +203,10 @@ class RetentionCycle:
             result = self._scan(mode, full=False)
             if mode.mode == OFFLINE:
                 result = preview_sweep(result, self.inputs.cache)
-            chosen, warnings = self._plan_mode(result, mode)
-            return self._outcome(mode, result, chosen, warnings, (), None, started)
+            ladder = self.ladder.plan(result, mode.mode)
+            chosen, warnings = self._plan_mode(result, mode, ladder)
+            outcome = self._outcome(mode, result, chosen, warnings, (), None, started)
+            return replace(outcome, ladder=ladder)
 
     def enforce(self, full: bool = False) -> CycleOutcome:
         """One cycle that acts (``enforce --once``, the daemon): finish what an earlier run
@@ -214,12 +228,15 @@ class RetentionCycle:
         if mode.mode == OFFLINE:
             self.unfreed.recheck(lambda: self.modes.may_delete(OFFLINE))
         result = self._scan(mode, full)
-        chosen, warnings = self._plan_mode(result, mode)
+        ladder = self.ladder.plan(result, mode.mode)
+        chosen, warnings = self._plan_mode(result, mode, ladder)
         if self.warm_heads_s > 0 and not chosen.deletions:
             warnings = [*warnings, *self._warm(result)]
         self._quiet = frozenset()
         if self.stuck is not None:
             self._set_quiet(self.stuck.observe(mode, chosen, time.monotonic()), chosen)
+        usage_before = {fs.mount: fs.usage_percent for fs in chosen.filesystems}
+        rungs = tuple(self.ladder.act(ladder, usage_before))
         results: tuple[Any, ...] = ()
         measured: dict[str, FilesystemUsage | None] = {}
         if chosen.deletions:
@@ -235,8 +252,10 @@ class RetentionCycle:
                 measured, chosen = self.unfreed.settle(chosen, results, before, self.forecaster)
                 if self.stuck is not None:
                     self._quiet |= self.stuck.observe_halted(mode, chosen, time.monotonic())
+        self.ladder.settle(result, mode.mode)
         measured = measured or measure_after(result)  # else: after the wait (offline)
-        outcome = self._outcome(mode, result, chosen, warnings, results, measured, started)
+        outcome = self._outcome(mode, result, chosen, warnings, results, measured, started, rungs)
+        outcome = replace(outcome, ladder=ladder, rungs=rungs)
         if mode.mode == BROKER:  # how early a forecast's requests must start (send lead)
             self.forecaster.reclaim.model.observe_cycle(outcome.duration_s)
         log_cycle(outcome, self._quiet)
@@ -251,11 +270,19 @@ class RetentionCycle:
         result = self._scan_with_policies(full, mode)
         if not self.read_only:
             self.requested.prune(result)
+        if mode.mode == BROKER:
+            # The broker's own view of its log dirs: offline ones, moves in flight.
+            result = self.ladder.observe(result, self.config.retention.check_interval)
         return result
 
-    def _plan_mode(self, result: ScanResult, mode: ModeDecision) -> tuple[Plan, list[str]]:
-        """The plan of ``mode``; in broker mode with deletions chosen, again with the broker's
-        facts (``_plan_with_broker_facts``)."""
+    def _plan_mode(
+        self, result: ScanResult, mode: ModeDecision, ladder: LadderPlan
+    ) -> tuple[Plan, list[str]]:
+        """The plan of ``mode`` for what the ladder's lossless rungs leave; in broker mode
+        with deletions chosen, again with the broker's facts (``_plan_with_broker_facts``)."""
+        self._covered = ladder.covered
+        if ladder.evictions:  # what the tiered rung evicts is no deletion candidate
+            result = replace(result, filesystems=without_evicted(result.filesystems, ladder))
         chosen, warnings = self._plan(result, mode.mode)
         if chosen.deletions and mode.mode == BROKER:
             chosen, warnings = self._plan_with_broker_facts(result, chosen, warnings)
@@ -281,6 +308,7 @@ class RetentionCycle:
         results: tuple[Any, ...],
         measured: dict[str, FilesystemUsage | None] | None,
         started: float,
+        rungs: tuple[RungResult, ...] = (),
     ) -> CycleOutcome:
         """The cycle's outcome, with each filesystem's standing once it is over: the usage
         measured after acting (the scan's when nothing acted), net of what someone else will
@@ -292,7 +320,8 @@ class RetentionCycle:
                 problem = lockfile.unprobeable(log_dir)
                 if problem:
                     all_warnings.append(problem)
-        pending_left, settled = self.ceilings.settle(mode.mode, chosen, results, measured)
+        asked = asked_by_mount(rungs)
+        pending_left, settled = self.ceilings.settle(mode.mode, chosen, results, measured, asked)
         return CycleOutcome(
             mode=mode,
             scan=result,
@@ -334,7 +363,10 @@ class RetentionCycle:
         reader = SegmentFileReader(None if once else self.inputs.ages)
         heads = parallel_heads(reader) if once else LocalHeads
         standing_of = self.ceilings.standing_of(mode)
-        chosen = plan(result.filesystems, standing_of, reader, committed or {}, led_here, heads)
+        covered = self._covered  # what the ladder's lossless rungs free first
+        chosen = plan(
+            result.filesystems, standing_of, reader, committed or {}, led_here, heads, covered
+        )
         if not self.read_only:  # a one-shot dry run (plan) has no next plan to keep ages for
             self.inputs.ages.prune(still_listed(result) if self.warm_heads_s > 0 else None)
         return chosen, reader.warnings

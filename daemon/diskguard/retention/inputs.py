@@ -73,9 +73,12 @@ class PlanInputs:
         ``kraft``: read the KRaft metadata log too (default: when ``offline``).
         """
         retention = self.config.retention
+        delete_tiered = tuple(self.config.ladder.delete_tiered_topics)
         if self.policies is None:
             return ProtectionRule(
-                tuple(retention.protect_topics), tuple(retention.assume_delete_policy)
+                tuple(retention.protect_topics),
+                tuple(retention.assume_delete_policy),
+                delete_tiered=delete_tiered,
             ), []
         default, node_id = self.broker_facts()
         assert self._broker_facts is not None
@@ -89,6 +92,7 @@ class PlanInputs:
             static_default=default,
             node_id=node_id,
             read_kraft=offline if kraft is None else kraft,
+            delete_tiered=delete_tiered,
         )
         return rule, warnings + self.policies.take_warnings()
 

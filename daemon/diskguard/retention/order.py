@@ -93,7 +93,8 @@ class Why(NamedTuple):
     it triggered). ``excess_bytes``: what the rule had to free, net of pending reclaim.
     ``rank``: the segment's place in the filesystem's global order (1 = oldest candidate).
     ``tie_breaker``: the key field that placed it before ``before``, the next candidate in the
-    order (None for both when no candidate was left after it).
+    order (None for both when no candidate was left after it). ``rung``: the ladder's rung
+    (``ladder``) that frees it.
 
     A NamedTuple, not a dataclass: a plan of 10,000 deletions makes 10,000 of them, and a
     frozen dataclass's ``__init__`` (and ``asdict`` for the JSON) cost it a tenth of its time.
@@ -110,6 +111,9 @@ class Why(NamedTuple):
     predicted_usage_percent: float | None = None
     tie_breaker: str | None = None
     before: str | None = None
+    #: The ladder's rung that frees it: ``delete`` (the segment's records go), or ``tiered``
+    #: (an uploaded segment dropped locally, still read from remote storage).
+    rung: str = "delete"
 
     def fields(self) -> dict[str, Any]:
         """The JSON shape (``plan --json``, the audit line, the events): the fields by name,
@@ -126,4 +130,5 @@ class Why(NamedTuple):
             "predicted_usage_percent": self.predicted_usage_percent,
             "tie_breaker": self.tie_breaker,
             "before": self.before,
+            "rung": self.rung,
         }

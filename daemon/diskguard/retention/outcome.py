@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diskguard.errors import ExitCode
 from diskguard.host import fsusage
@@ -13,10 +13,14 @@ from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult
 from diskguard.logs import get_logger
 from diskguard.retention.audit import why_fields
+from diskguard.retention.ladder import DELETE, LadderPlan
 from diskguard.retention.limits import Standing
 from diskguard.retention.mode import DRY_RUN, REFUSED, ModeDecision
 from diskguard.retention.planner import FilesystemPlan, Plan
 from diskguard.retention.stuck import UNREACHABLE_DETAIL
+
+if TYPE_CHECKING:
+    from diskguard.retention.rungaudit import RungResult
 
 log = get_logger("diskguard.retention")
 
@@ -43,6 +47,9 @@ class CycleOutcome:
     #: mount -> the usage after the cycle, net of ``pending_left``, against the ceiling
     #: (``Ceilings.settled``); None when it could not be measured.
     settled: Mapping[str, Standing | None] = field(default_factory=dict)
+    #: The lossless rungs' plan (broker mode) and what came of its actions.
+    ladder: LadderPlan = field(default_factory=LadderPlan)
+    rungs: tuple[RungResult, ...] = ()
 
     @property
     def refused(self) -> bool:
@@ -134,6 +141,18 @@ def enforce_exit_code(rounds: Sequence[CycleOutcome]) -> ExitCode:
     return code
 
 
+def rung_fields(ladder: LadderPlan, mount: str, deleted: int, count: int) -> list[dict[str, Any]]:
+    """Which rung frees what on ``mount``, in the order climbed: the lossless rungs, then
+    deletion (``plan --json``, ``retention_cycle``)."""
+    out = [
+        {"rung": r.rung, "bytes": r.bytes, "count": r.count, "latency_s": round(r.latency_s, 1)}
+        for r in ladder.steps.get(mount, ())
+    ]
+    if count:
+        out.append({"rung": DELETE, "bytes": deleted, "count": count, "latency_s": None})
+    return out
+
+
 def log_cycle(outcome: CycleOutcome, quiet: frozenset[str] = frozenset()) -> None:
     """The events of a cycle that acted: one per deletion, one ``retention_cycle`` per
     filesystem that needed space (unless ``quiet``: stuck, said already)."""
@@ -163,7 +182,8 @@ def log_cycle(outcome: CycleOutcome, quiet: frozenset[str] = frozenset()) -> Non
                 **why_fields(d),
             )
     for fs in outcome.plan.filesystems:
-        if (not fs.over_limit and not fs.chosen_count) or fs.mount in quiet:
+        climbed = fs.mount in outcome.ladder.steps
+        if (not fs.over_limit and not fs.chosen_count and not climbed) or fs.mount in quiet:
             continue
         measured = outcome.usage_after(fs)
         after = round(measured.usage_percent, 3) if measured is not None else None
@@ -179,6 +199,7 @@ def log_cycle(outcome: CycleOutcome, quiet: frozenset[str] = frozenset()) -> Non
             excess_bytes=fs.excess_bytes,
             chosen_count=fs.chosen_count,
             chosen_bytes=fs.chosen_bytes,
+            rungs=rung_fields(outcome.ladder, fs.mount, fs.chosen_bytes, fs.chosen_count),
             duration_ms=round(outcome.duration_s * 1000, 1),
         )
         if not fs.reachable:

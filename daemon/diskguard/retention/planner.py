@@ -360,12 +360,14 @@ def _plan_filesystem(
     committed: CommittedOffsets | None,
     led_here: Collection[tuple[str, int]] | None,
     heads: HeadsFactory,
+    covered: int = 0,
 ) -> tuple[FilesystemPlan, list[Deletion]]:
-    """Plan one filesystem: the global-oldest prefix set covering its excess."""
+    """Plan one filesystem: the global-oldest prefix set covering its excess, less the
+    ``covered`` bytes the lossless rungs free first (``ladder``)."""
     limits = standing.limits
     initial_excess = standing.excess_bytes
     initial_dir_excess = dir_excess(fs, limits)
-    excess = initial_excess
+    excess = initial_excess - max(0, covered)
     log_dir_excess = dict(initial_dir_excess)
     committed = _consumers_offsets(fs, committed)
     chosen: list[Deletion] = []
@@ -417,7 +419,9 @@ class _Context:
     """What every ``Why`` of one filesystem's plan shares, worked out once per plan: a plan
     of 10,000 deletions makes 10,000 of them."""
 
-    def __init__(self, standing: Standing, dir_excess: Mapping[str, int]) -> None:
+    def __init__(
+        self, standing: Standing, dir_excess: Mapping[str, int], rung: str = "delete"
+    ) -> None:
         limits = standing.limits
         usage = standing.usage
         capacity = usage.used_bytes + usage.available_bytes
@@ -441,6 +445,7 @@ class _Context:
         self._predicted = predicted
         self._max_bytes = limits.max_bytes
         self._dir_excess = dir_excess
+        self._rung = rung
         self.mount = usage.mount
 
     def why(self, rule: str, rank: int, key: HeadKey, following: HeadKey | None) -> Why:
@@ -449,10 +454,12 @@ class _Context:
         before = None if following is None else following.name
         if rule == MAX_BYTES:
             excess = self._dir_excess.get(key.log_dir, 0)
-            more = (excess, rank, self._max_bytes, None, tie, before)
+            more = (excess, rank, self._max_bytes, None, tie, before, self._rung)
             why: Why = new_named(Why, self._bytes + more)
         else:
-            why = new_named(Why, (*self._disk, rank, None, self._predicted, tie, before))
+            why = new_named(
+                Why, (*self._disk, rank, None, self._predicted, tie, before, self._rung)
+            )
         return why
 
 
@@ -528,6 +535,27 @@ def _deletion(
     )
 
 
+def oldest_covering(
+    fs: Filesystem,
+    standing: Standing,
+    read: SegmentReader,
+    rung: str,
+    heads: HeadsFactory = LocalHeads,
+) -> list[Deletion]:
+    """The global-oldest prefix set of ``fs``'s candidates whose bytes cover the standing's
+    excess, by the same walk as a plan, each with its ``Why`` naming ``rung`` (the ladder's
+    tiered rung walks uploaded segments with it)."""
+    chosen: list[Deletion] = []
+    if standing.excess_bytes <= 0 or standing.halted:
+        return chosen
+    queue = heads([p for d in fs.log_dirs for p in d.partitions], read, {}, None)
+    try:
+        _walk(queue, standing.excess_bytes, {}, _Context(standing, {}, rung), chosen)
+    finally:
+        queue.close()
+    return chosen
+
+
 def _consumers_offsets(
     fs: Filesystem, committed: CommittedOffsets | None
 ) -> dict[tuple[str, int], dict[str, int]]:
@@ -576,15 +604,26 @@ def plan(
     committed: CommittedOffsets | None = None,
     led_here: Collection[tuple[str, int]] | None = None,
     heads: HeadsFactory = LocalHeads,
+    covered: Mapping[str, int] | None = None,
 ) -> Plan:
     """Plan every filesystem; deletions are in deletion order (per filesystem, oldest first).
     ``standing_of``: each filesystem against its limits (``limits.stand``: over? by how much,
     net of what pending?), as the edge that knows the config and the pending bytes says.
-    ``heads``: how each filesystem's partition heads are queued (and where they are dated)."""
+    ``heads``: how each filesystem's partition heads are queued (and where they are dated).
+    ``covered``: mount -> bytes of the excess the lossless rungs free first (``ladder``):
+    deletion is for what is left."""
     fs_plans: list[FilesystemPlan] = []
     deletions: list[Deletion] = []
     for fs in filesystems:
-        fs_plan, chosen = _plan_filesystem(fs, standing_of(fs), read, committed, led_here, heads)
+        fs_plan, chosen = _plan_filesystem(
+            fs,
+            standing_of(fs),
+            read,
+            committed,
+            led_here,
+            heads,
+            (covered or {}).get(fs.usage.mount, 0),
+        )
         fs_plans.append(fs_plan)
         deletions.extend(chosen)
     not_live = tuple(d for fs in filesystems for log_dir in fs.log_dirs for d in log_dir.not_live)

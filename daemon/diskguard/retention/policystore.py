@@ -199,6 +199,7 @@ class PolicyStore:
         static_default: str | None = None,
         node_id: int | None = None,
         read_kraft: bool = True,
+        delete_tiered: Sequence[str] = (),
     ) -> ProtectionRule:
         """The protection rule from the config and everything known now.
 
@@ -235,6 +236,7 @@ class PolicyStore:
             policies=policies,
             kraft=bool(metas) or (read_kraft and _kraft_formatted(log_dirs)),
             kraft_topics=None if only is None else KraftTopics(only.topic_ids, only.removed_topics),
+            delete_tiered=tuple(delete_tiered),
         )
 
     def take_warnings(self) -> list[str]:

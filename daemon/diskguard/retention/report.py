@@ -10,6 +10,7 @@ from diskguard.kafkalog.model import usage_fields
 
 if TYPE_CHECKING:
     # Types only: status's --json uses dumps() without importing the planner (start-up).
+    from diskguard.retention.ladder import LadderPlan
     from diskguard.retention.planner import FilesystemPlan, Plan
 
 
@@ -93,3 +94,47 @@ def dumps(value: Any, pretty: bool | None = None) -> str:
     # The value is built here from plain data, never cyclic: no need to track every
     # container the encoder enters (~5 ms of a 10,000-deletion plan).
     return json.dumps(value, separators=(",", ":"), check_circular=False)
+
+
+def ladder_json(ladder: LadderPlan, plan: Plan) -> dict[str, Any]:
+    """``plan --json``'s ``ladder``: the lossless rungs' actions, and per filesystem which
+    rung frees what (deletion last)."""
+    from diskguard.retention.outcome import rung_fields
+
+    return {
+        "rungs": {
+            fs.mount: rung_fields(ladder, fs.mount, fs.chosen_bytes, fs.chosen_count)
+            for fs in plan.filesystems
+        },
+        "evictions": [
+            {
+                "topic": ev.topic,
+                "local_retention_ms": ev.local_retention_ms,
+                "cutoff_ms": ev.cutoff_ms,
+                "bytes": ev.bytes,
+                "segments": [
+                    {
+                        "log_dir": d.log_dir,
+                        "partition": d.partition,
+                        "base_offset": d.base_offset,
+                        "next_offset": d.next_offset,
+                        "bytes": d.bytes,
+                        "max_timestamp_ms": d.max_timestamp_ms,
+                    }
+                    for d in ev.segments
+                ],
+            }
+            for ev in ladder.evictions
+        ],
+        "moves": [
+            {
+                "topic": m.topic,
+                "partition": m.partition,
+                "source_dir": m.source_dir,
+                "target_dir": m.target_dir,
+                "bytes": m.bytes,
+                "expected_s": round(m.expected_s, 1),
+            }
+            for m in ladder.moves
+        ],
+    }

@@ -38,6 +38,22 @@ class RequestedLogStart:
             parts[key] = max(parts.get(key, 0), d.next_offset)
         self._save()
 
+    def forget(self, topic: str) -> None:
+        """Stop counting what was asked of ``topic`` as on its way out (the broker did not
+        act on it in time: counting it longer would hide a disk that keeps filling)."""
+        live = {
+            log_dir: {key: off for key, off in parts.items() if key[0] != topic}
+            for log_dir, parts in self._by_dir.items()
+        }
+        live = {log_dir: parts for log_dir, parts in live.items() if parts}
+        if live != self._by_dir:
+            self._by_dir = live
+            self._save()
+
+    def waiting(self, topic: str) -> bool:
+        """Is something asked of ``topic`` not carried out yet?"""
+        return any(key[0] == topic for parts in self._by_dir.values() for key in parts)
+
     def prune(self, result: ScanResult) -> None:
         """Forget requests the broker has carried out (its first segment is past them)."""
         live: dict[str, dict[tuple[str, int], int]] = {}

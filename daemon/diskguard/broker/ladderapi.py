@@ -1,0 +1,264 @@
+"""The broker calls of the lossless rungs (edge): how far tiered storage has uploaded, a
+topic's local retention, a broker's log dirs, cordons and replica moves.
+
+- ListOffsets ``LATEST_TIERED`` (KIP-1005, Kafka 3.9+): the highest offset of a partition in
+  remote storage. A local segment whose last offset is at or below it is uploaded: the broker
+  may drop it locally, and consumers still read it (from remote).
+- IncrementalAlterConfigs on a topic's ``local.retention.ms`` (KIP-405): lowered, the broker
+  drops uploaded local segments at its next retention check; restored, it keeps them again.
+- DescribeLogDirs (KIP-113; ``is_cordoned`` since KIP-1066): each log dir's state as the
+  broker sees it: online or failed (``KAFKA_STORAGE_ERROR``), cordoned, its replicas' sizes.
+- AlterReplicaLogDirs (KIP-113): the broker copies a replica into ``<dir>/<tp>.<id>-future``,
+  then swaps and renames the old one ``-delete``.
+- IncrementalAlterConfigs APPEND / SUBTRACT on the broker's ``cordoned.log.dirs`` (KIP-1066,
+  Kafka 4.3+): no new replica is placed in a cordoned dir (nor moved into one: measured on
+  4.4, AlterReplicaLogDirs into it answers ``INVALID_REPLICA_ASSIGNMENT``).
+
+confluent-kafka has none of the first four calls' needs (no ``LATEST_TIERED`` spec, no log-dir
+API): those go through kafka-python (``kafkapython``); topic and broker configs through
+confluent-kafka like every other config call. Every failure is ``LadderCallFailed`` with one
+line saying what the broker answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from diskguard.broker.errors import describe_error
+from diskguard.broker.kafkapython import KafkaPythonAdmin
+
+__all__ = ["STORAGE_ERROR", "LadderApi", "LadderCallFailed", "LogDirInfo", "ReplicaInfo"]
+
+#: Kafka's KAFKA_STORAGE_ERROR: DescribeLogDirs says so for a log dir the broker took offline.
+STORAGE_ERROR = 56
+#: The dynamic broker config of KIP-1066 (Kafka 4.3+).
+CORDONED = "cordoned.log.dirs"
+LOCAL_RETENTION_MS = "local.retention.ms"
+
+
+class LadderCallFailed(Exception):
+    """A ladder call the broker refused or did not answer; the text is one line."""
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """One replica in a log dir as DescribeLogDirs tells it."""
+
+    topic: str
+    partition: int
+    bytes: int
+    #: A ``-future`` replica: the copy of a move into this dir, still catching up.
+    future: bool = False
+    offset_lag: int = 0
+
+
+@dataclass(frozen=True)
+class LogDirInfo:
+    """One of the broker's log dirs: its state and replicas."""
+
+    path: str
+    #: None when online; else the broker's error name (``KAFKA_STORAGE_ERROR``: it took the
+    #: dir offline after an I/O error).
+    error: str | None
+    total_bytes: int
+    usable_bytes: int
+    #: None when the broker does not say (before KIP-1066).
+    cordoned: bool | None
+    replicas: tuple[ReplicaInfo, ...] = ()
+
+    @property
+    def online(self) -> bool:
+        return self.error is None
+
+
+def _error_name(code: int) -> str:
+    import kafka.errors as kafka_errors
+
+    name = str(kafka_errors.for_code(code).__name__)
+    return {"KafkaStorageError": "KAFKA_STORAGE_ERROR"}.get(name, name)
+
+
+class LadderApi:
+    """The ladder's calls over one broker: ``admin`` is confluent-kafka's AdminClient (the
+    ``BrokerClient``'s), ``kafka`` the lazily connected kafka-python client."""
+
+    def __init__(self, admin: Any, kafka: KafkaPythonAdmin, timeout: float = 5.0) -> None:
+        self._admin = admin
+        self._kafka = kafka
+        self.timeout = timeout
+
+    def close(self) -> None:
+        self._kafka.reset()
+
+    def _kafka_call(self, what: str, call: Any) -> Any:
+        try:
+            return call(self._kafka.admin())
+        except LadderCallFailed:
+            raise
+        except Exception as exc:
+            self._kafka.reset()
+            raise LadderCallFailed(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+    # -- tiered storage ---------------------------------------------------------------
+    def tiered_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """``(topic, partition) -> highest offset in remote storage`` (-1: nothing uploaded
+        yet). One ListOffsets per leader; raises ``LadderCallFailed`` (a broker before 3.9
+        has no ``LATEST_TIERED``: ``UnsupportedVersionError``)."""
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
+        from kafka import TopicPartition
+        from kafka.protocol.consumer.offsets import OffsetSpec
+
+        def call(admin: Any) -> dict[tuple[str, int], int]:
+            specs = {TopicPartition(t, p): OffsetSpec.LATEST_TIERED for t, p in wanted}
+            answer = admin.list_partition_offsets(specs, timeout_ms=int(self.timeout * 1000))
+            return {(tp.topic, tp.partition): int(found.offset) for tp, found in answer.items()}
+
+        return dict(self._kafka_call("ListOffsets LATEST_TIERED", call))
+
+    def topic_override(self, topic: str, key: str) -> str | None:
+        """The topic's own value of ``key`` (a topic-level override), or None when the topic
+        follows the broker default."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
+            ConfigResource,
+            ConfigSource,
+            ResourceType,
+        )
+
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        try:
+            futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
+            entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
+        except Exception as exc:
+            raise LadderCallFailed(f"DescribeConfigs {topic}: {describe_error(exc)}") from exc
+        entry = dict(entries).get(key)
+        # ``source`` is a plain int in what describe_configs returns (confluent-kafka 2.x).
+        dynamic = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        if entry is None or getattr(entry.source, "value", entry.source) != dynamic:
+            return None
+        return None if entry.value is None else str(entry.value)
+
+    def set_topic_config(self, topic: str, key: str, value: str | None) -> None:
+        """SET ``key`` on the topic, or DELETE its override (``value`` None: back to the
+        broker default)."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
+            AlterConfigOpType,
+            ConfigEntry,
+            ConfigResource,
+            ResourceType,
+        )
+
+        op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
+        entry = ConfigEntry(key, value, incremental_operation=op)
+        self._alter(ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry]))
+
+    def _alter(self, resource: Any) -> None:
+        what = f"IncrementalAlterConfigs {resource.restype.name.lower()} {resource.name}"
+        try:
+            futures = self._admin.incremental_alter_configs(
+                [resource], request_timeout=self.timeout
+            )
+            for future in futures.values():
+                future.result(timeout=self.timeout + 2.0)
+        except Exception as exc:
+            raise LadderCallFailed(f"{what}: {describe_error(exc)}") from exc
+
+    # -- log dirs -----------------------------------------------------------------------
+    def log_dirs(self, broker_id: int) -> list[LogDirInfo]:
+        """The broker's log dirs (DescribeLogDirs to that broker)."""
+
+        def call(admin: Any) -> list[Any]:
+            return list(admin.describe_log_dirs(brokers=[broker_id]))
+
+        answer = self._kafka_call("DescribeLogDirs", call)
+        out: list[LogDirInfo] = []
+        for broker in answer:
+            if broker.get("broker") not in (None, broker_id):
+                continue
+            for entry in broker.get("log_dirs", ()):
+                code = int(entry.get("error_code", 0))
+                replicas = tuple(
+                    ReplicaInfo(
+                        topic=str(topic["name"]),
+                        partition=int(part["partition_index"]),
+                        bytes=int(part.get("partition_size", 0)),
+                        future=bool(part.get("is_future_key", False)),
+                        offset_lag=int(part.get("offset_lag", 0)),
+                    )
+                    for topic in entry.get("topics", ())
+                    for part in topic.get("partitions", ())
+                )
+                cordoned = entry.get("is_cordoned")
+                out.append(
+                    LogDirInfo(
+                        path=str(entry["log_dir"]),
+                        error=None if code == 0 else _error_name(code),
+                        total_bytes=int(entry.get("total_bytes", -1)),
+                        usable_bytes=int(entry.get("usable_bytes", -1)),
+                        cordoned=None if cordoned is None else bool(cordoned),
+                        replicas=replicas,
+                    )
+                )
+        return out
+
+    def move_replicas(
+        self, broker_id: int, moves: Mapping[tuple[str, int], str]
+    ) -> dict[tuple[str, int], str | None]:
+        """AlterReplicaLogDirs: each ``(topic, partition)`` of ``broker_id`` into the log dir
+        named; ``None`` per accepted move, else the broker's error name."""
+        if not moves:
+            return {}
+
+        def call(admin: Any) -> dict[Any, Any]:
+            request = {(t, p, broker_id): path for (t, p), path in moves.items()}
+            return dict(admin.alter_replica_log_dirs(request))
+
+        answer = self._kafka_call("AlterReplicaLogDirs", call)
+        out: dict[tuple[str, int], str | None] = {}
+        for replica, error in answer.items():
+            name = getattr(error, "__name__", str(error))
+            out[(replica.topic, replica.partition)] = None if name == "NoError" else name
+        for key in moves:
+            out.setdefault(key, "no answer for this replica from the broker")
+        return out
+
+    # -- cordons --------------------------------------------------------------------------
+    def cordoned(self, broker_id: int) -> list[str] | None:
+        """The broker's ``cordoned.log.dirs``, or None when it has no such setting (before
+        Kafka 4.3: cordoning is not available)."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
+            ConfigResource,
+            ResourceType,
+        )
+
+        resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+        try:
+            futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
+            entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
+        except Exception as exc:
+            raise LadderCallFailed(
+                f"DescribeConfigs broker {broker_id}: {describe_error(exc)}"
+            ) from exc
+        entry = dict(entries).get(CORDONED)
+        if entry is None:
+            return None
+        return [p for p in str(entry.value or "").split(",") if p.strip()]
+
+    def cordon(self, broker_id: int, dirs: Sequence[str], add: bool) -> None:
+        """APPEND (``add``) or SUBTRACT ``dirs`` to/from ``cordoned.log.dirs`` (one entry:
+        the list comma-joined; two entries for one key are refused)."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
+            AlterConfigOpType,
+            ConfigEntry,
+            ConfigResource,
+            ResourceType,
+        )
+
+        op = AlterConfigOpType.APPEND if add else AlterConfigOpType.SUBTRACT
+        entry = ConfigEntry(CORDONED, ",".join(dirs), incremental_operation=op)
+        self._alter(
+            ConfigResource(ResourceType.BROKER, str(broker_id), incremental_configs=[entry])
+        )

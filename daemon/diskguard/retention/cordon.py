@@ -1,0 +1,123 @@
+"""Rung 2 against the broker (edge): cordon the log dirs of a filesystem at the first alert
+level, lift the cordon when the alert clears; and say when the metadata log is at risk.
+
+A cordoned log dir (KIP-1066, Kafka 4.3+: the dynamic broker config ``cordoned.log.dirs``)
+gets no new replica: a topic created, or partitions added, while a disk fills land on the
+other dirs (measured on 4.4; with every dir of the broker cordoned, creating a topic there
+fails "All brokers are currently fenced, or have all their log directories cordoned"). A
+cordoned dir cannot receive a moved replica either, which is why only the filling dirs are
+cordoned. diskguard lifts only the cordons it set (``ladderstate``), never an operator's; it
+writes each down before asking the broker, so a crash in between is lifted later all the
+same (SUBTRACT of an absent entry is harmless). A broker without the setting (before 4.3) is
+said once (``cordon_unavailable``), then left alone.
+
+The metadata log: a full ``metadata.log.dir`` halts a KRaft broker outright (and a combined
+node's controller with it), whatever its other dirs hold; when the filesystem holding it
+reaches the first alert level or its ceiling, ``metadata_log_at_risk`` says so, once per
+episode. It is never a deletion candidate (internal topic) nor moved (``ladderrun``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from diskguard.broker.ladderapi import LadderApi, LadderCallFailed, LogDirInfo
+from diskguard.logs import get_logger
+from diskguard.retention.ladderstate import LadderState
+
+log = get_logger("diskguard.ladder")
+
+
+class Cordon:
+    """Cordons on broker ``broker_id`` through ``api``, as the alert levels ask."""
+
+    def __init__(self, api: LadderApi, broker_id: int, state: LadderState) -> None:
+        self.api = api
+        self.broker_id = broker_id
+        self.state = state
+        #: None until asked; False: the broker has no cordoned.log.dirs (said once).
+        self.available: bool | None = None
+        self._failing = False
+
+    def converge(
+        self,
+        levels: Mapping[str, int],
+        dirs_by_mount: Mapping[str, Sequence[str]],
+        broker_dirs: Sequence[LogDirInfo] | None,
+    ) -> None:
+        """Cordon the dirs of each mount at alert level >= 1, lift ours elsewhere.
+        ``broker_dirs``: the broker's own spelling of its log dirs (DescribeLogDirs), used
+        for the names it is given; the config's real paths otherwise."""
+        named = {os.path.realpath(d.path): d.path for d in broker_dirs or ()}
+        want: dict[str, tuple[str, int]] = {}
+        for mount, level in levels.items():
+            if level >= 1:
+                for path in dirs_by_mount.get(mount, ()):
+                    want[named.get(os.path.realpath(path), path)] = (mount, level)
+        have = set(self.state.cordoned())
+        add = sorted(set(want) - have)
+        lift = sorted(have - set(want))
+        if not add and not lift:
+            return
+        if not self._available():
+            return
+        try:
+            if add:
+                with self.state.change() as data:
+                    data.cordoned = sorted({*data.cordoned, *add})
+                self.api.cordon(self.broker_id, add, add=True)
+                mount, level = want[add[0]]
+                log.info("log_dir_cordoned", log_dirs=add, mount=mount, alert_level=level)
+            if lift:
+                self.api.cordon(self.broker_id, lift, add=False)
+                with self.state.change() as data:
+                    data.cordoned = sorted(set(data.cordoned) - set(lift))
+                log.info("log_dir_uncordoned", log_dirs=lift, mount=None, alert_level=0)
+            self._failing = False
+        except LadderCallFailed as exc:
+            if not self._failing:
+                self._failing = True
+                log.warning("cordon_unavailable", error=str(exc))
+
+    def _available(self) -> bool:
+        if self.available is None:
+            try:
+                self.available = self.api.cordoned(self.broker_id) is not None
+            except LadderCallFailed as exc:
+                if not self._failing:
+                    self._failing = True
+                    log.warning("cordon_unavailable", error=str(exc))
+                return False
+            if not self.available:
+                log.warning(
+                    "cordon_unavailable",
+                    error="the broker has no cordoned.log.dirs setting (KIP-1066, Kafka 4.3+): "
+                    "new replicas may still be placed in a filling log dir",
+                )
+        return self.available
+
+
+class MetadataWatch:
+    """Says once per episode that the filesystem holding the metadata log is filling."""
+
+    def __init__(self) -> None:
+        self._at_risk = False
+
+    def observe(
+        self, where: str | None, mount: str | None, level: int, over: bool, usage_percent: float
+    ) -> None:
+        risky = where is not None and (level >= 1 or over)
+        if risky and not self._at_risk:
+            log.warning(
+                "metadata_log_at_risk",
+                metadata_log_dir=where,
+                mount=mount,
+                alert_level=level,
+                usage_percent=round(usage_percent, 3),
+                message="the KRaft metadata log shares this filling filesystem: if it fills, "
+                "the broker halts (and a combined node's controller with it), whatever its "
+                "other log dirs hold. diskguard never deletes or moves it; consider "
+                "metadata.log.dir on a disk of its own",
+            )
+        self._at_risk = risky

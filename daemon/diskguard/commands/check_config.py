@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from diskguard.cli import config_option, load_or_exit, no_traceback
+from diskguard.config import Config
 from diskguard.errors import ExitCode
 from diskguard.units import plural
 
@@ -30,6 +31,7 @@ def check_config(config_path: Path, connect: bool) -> None:
     dirs = ", ".join(str(d) for d in config.broker.log_dirs)
     count = plural(len(config.broker.log_dirs), "log dir")
     click.echo(f"{config_path}: ok ({count}: {dirs})")
+    click.echo(metadata_line(config))
     if not connect:
         return
     from diskguard.connectcheck import connect_checks
@@ -39,3 +41,25 @@ def check_config(config_path: Path, connect: bool) -> None:
         click.echo(f"{'ok' if check.ok else 'FAIL'}: {check.line}")
     if not all(check.ok for check in checks):
         sys.exit(ExitCode.USAGE)
+
+
+def metadata_line(config: Config) -> str:
+    """Where the KRaft metadata log lives, and what that means for this guard."""
+    from diskguard.kafkalog.serverprops import find_metadata_log
+
+    found = find_metadata_log(config.broker.log_dirs, config.broker.server_properties)
+    if found is None:
+        return (
+            "KRaft metadata log: not in a guarded log dir (ZooKeeper mode, not formatted yet, "
+            "or metadata.log.dir elsewhere: set broker.server_properties to say where)"
+        )
+    if found.guarded:
+        return (
+            f"KRaft metadata log: {found.path} ({found.source}), on a guarded data disk: "
+            "never deleted or moved; metadata_log_at_risk when that disk fills (a full "
+            "metadata.log.dir halts the broker)"
+        )
+    return (
+        f"KRaft metadata log: {found.path} ({found.source}), not on a guarded disk: "
+        "diskguard does not watch it"
+    )

@@ -27,6 +27,7 @@ from diskguard.flow.state import FlowState, step
 from diskguard.host.openfiles import bytes_by_device, scan_deleted_open_files
 from diskguard.kafkalog.model import FilesystemUsage, usage_fields
 from diskguard.kafkalog.scan import scan
+from diskguard.kafkalog.serverprops import find_metadata_log
 from diskguard.retention.ceilings import Ceilings
 from diskguard.retention.daemonstate import StateFileError, daemon_state
 from diskguard.retention.reclaimwatch import reclaim_settings
@@ -99,10 +100,73 @@ def collect_status(config: Config) -> dict[str, Any]:
     return {
         "daemon_running": daemon is not None,
         "filesystems": filesystems,
+        "kraft_metadata": _metadata(config, result.filesystems),
+        "ladder": ladder_record(config),
         "set_aside": [asdict(e) for e in daemon.set_aside] if daemon is not None else [],
         "unreadable_processes": open_scan.denied_pids,
         "warnings": warnings,
     }
+
+
+def _metadata(config: Config, scanned: Any) -> dict[str, Any] | None:
+    """Where the KRaft metadata log lives (a full ``metadata.log.dir`` halts the broker)."""
+    found = find_metadata_log(config.broker.log_dirs, config.broker.server_properties)
+    if found is None:
+        return None
+    mount = next(
+        (
+            fs.usage.mount
+            for fs in scanned
+            for d in fs.log_dirs
+            if os.path.realpath(d.path) == os.path.realpath(found.log_dir)
+        ),
+        None,
+    )
+    return {
+        "path": str(found.path),
+        "log_dir": str(found.log_dir),
+        "source": found.source,
+        "mount": mount,
+        "shares_data_disk": found.guarded,
+    }
+
+
+def ladder_record(config: Config) -> dict[str, Any]:
+    """What the ladder changed on the cluster and has not undone yet (``ladder.json``)."""
+    from diskguard.retention.ladderstate import LADDER_FILE, LadderState
+
+    state = LadderState(Path(config.daemon.state_dir) / LADDER_FILE, persist=False)
+    return {
+        "lowered": {t: asdict(v) for t, v in state.lowered().items()},
+        "moves": {k: asdict(m) for k, m in state.moves().items()},
+        "cordoned": state.cordoned(),
+        "move_rate_bytes_per_s": state.move_rate(),
+        "problem": state.problem,
+    }
+
+
+def ladder_lines(status: dict[str, Any]) -> list[str]:
+    """The human ``status``: where the metadata log is, and what the ladder holds changed."""
+    lines = []
+    meta = status.get("kraft_metadata")
+    if meta:
+        shared = "shares a guarded data disk" if meta["shares_data_disk"] else "not guarded"
+        lines.append(f"KRaft metadata log: {meta['path']} ({meta['source']}; {shared})")
+    ladder = status.get("ladder") or {}
+    for topic, entry in sorted((ladder.get("lowered") or {}).items()):
+        before = entry["previous"] if entry["previous"] is not None else "broker default"
+        lines.append(
+            f"tiered: {topic} {entry['key']} lowered to {entry['value']} ms (was {before}); "
+            f"restored once {', '.join(entry['mounts'])} is back under its target"
+        )
+    for move in (ladder.get("moves") or {}).values():
+        lines.append(
+            f"moving: {move['topic']}-{move['partition']} {move['source_dir']} -> "
+            f"{move['target_dir']} ({format_bytes(move['bytes'])})"
+        )
+    if ladder.get("cordoned"):
+        lines.append(f"cordoned by diskguard: {', '.join(ladder['cordoned'])}")
+    return lines
 
 
 def over_limit(fs: dict[str, Any]) -> bool:
@@ -171,6 +235,8 @@ def _render(status: dict[str, Any]) -> None:
             )
     for fs in status["filesystems"]:
         console.print(f"{fs['mount']}: {reclaim_line(fs['reclaim'])}")
+    for line in ladder_lines(status):
+        console.print(line, markup=False, highlight=False)
     for line in set_aside_lines(status["set_aside"]):
         console.print(line, markup=False, highlight=False)
     for warning in status["warnings"]:

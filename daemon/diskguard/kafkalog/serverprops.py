@@ -6,6 +6,7 @@ when its TOML does not say (log dirs, segment sizes).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ class ServerProperties:
     log_dirs: tuple[Path, ...]
     segment_bytes: int | None
     segment_index_bytes: int | None
+    #: ``metadata.log.dir`` (KRaft), None when unset: then the first of ``log.dirs``.
+    metadata_log_dir: Path | None = None
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -79,4 +82,50 @@ def read_server_properties(path: Path) -> ServerProperties:
     index_bytes = _int("log.index.size.max.bytes")
     if index_bytes is None:
         index_bytes = _int("segment.index.bytes")
-    return ServerProperties(log_dirs, _int("log.segment.bytes"), index_bytes)
+    metadata = props.get("metadata.log.dir", "").strip()
+    return ServerProperties(
+        log_dirs, _int("log.segment.bytes"), index_bytes, Path(metadata) if metadata else None
+    )
+
+
+#: The KRaft metadata log's partition dir (``kraftmeta.METADATA_DIR``).
+METADATA_PARTITION = "__cluster_metadata-0"
+
+
+@dataclass(frozen=True)
+class MetadataLog:
+    """Where a KRaft broker's metadata log lives, and how that is known."""
+
+    #: The dir holding ``__cluster_metadata-0`` (``metadata.log.dir``).
+    log_dir: Path
+    #: "server.properties metadata.log.dir" or "found in log dir".
+    source: str
+    #: Whether ``log_dir`` is one of the guarded log dirs (a data disk it shares).
+    guarded: bool
+
+    @property
+    def path(self) -> Path:
+        return self.log_dir / METADATA_PARTITION
+
+
+def find_metadata_log(
+    log_dirs: Iterable[Path], server_properties: Path | None = None
+) -> MetadataLog | None:
+    """The metadata log of this host's KRaft broker: ``metadata.log.dir`` from
+    ``server.properties`` when it says, else the guarded log dir holding
+    ``__cluster_metadata-0`` (the default: the first of ``log.dirs``); None when neither
+    (a ZooKeeper-mode broker, or a metadata dir diskguard was not told of)."""
+    dirs = [Path(d) for d in log_dirs]
+    real = {Path(os.path.realpath(d)) for d in dirs}
+    if server_properties is not None:
+        try:
+            configured = read_server_properties(server_properties).metadata_log_dir
+        except OSError:
+            configured = None
+        if configured is not None:
+            guarded = Path(os.path.realpath(configured)) in real
+            return MetadataLog(configured, "server.properties metadata.log.dir", guarded)
+    for log_dir in dirs:
+        if (log_dir / METADATA_PARTITION).is_dir():
+            return MetadataLog(log_dir, "found in log dir", True)
+    return None

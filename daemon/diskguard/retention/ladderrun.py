@@ -156,6 +156,8 @@ class Ladder:
         if self.api is None or self.broker_id is None:
             return scan
         now = time.monotonic()
+        if self.state.moves():
+            max_age = 0.0  # a move in flight: see it finish at the next cycle, and time it
         if self.dirs is None or now - self._dirs_at >= max_age:
             self._dirs_at = now
             try:

@@ -204,6 +204,7 @@ def test_the_filling_dir_is_cordoned_and_an_operators_cordon_is_kept(
         unavailable = [e for e in logs if e["event"] == "cordon_unavailable"]
         assert len(unavailable) == 1 and "4.3" in unavailable[0]["error"], logs
         return
+
     def cordoned() -> dict[str, bool]:
         return {e["log_dir"]: bool(e["is_cordoned"]) for e in _log_dirs(broker)}
 

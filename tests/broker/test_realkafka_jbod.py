@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 from structlog.testing import capture_logs
 
 from diskguard.config import Config, load_config
@@ -37,6 +36,7 @@ from support.disks import ceiling_under, df_percent, fill
 from support.kafka import Target
 from support.kafka.broker import fast_retention
 from support.kafka.cluster import KafkaCluster, running_cluster
+from support.kafka.guarded import wait_until
 
 pytestmark = pytest.mark.realkafka
 
@@ -106,16 +106,7 @@ def _move(broker: KafkaCluster, topic: str, target: Path) -> None:
         admin.alter_replica_log_dirs({(topic, 0, 1): str(target)})
     finally:
         admin.close()
-    _wait(lambda: _where(broker, topic) == str(target), 60, f"{topic} in {target}")
-
-
-def _wait(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout} s", pytrace=False)
-        time.sleep(0.3)
-    return value
+    wait_until(lambda: _where(broker, topic) == str(target), 60, f"{topic} in {target}")
 
 
 def _config(tmp: Path, broker: KafkaCluster, name: str = "diskguard.toml", **kw: Any) -> Config:
@@ -130,27 +121,6 @@ def _config(tmp: Path, broker: KafkaCluster, name: str = "diskguard.toml", **kw:
             **kw,
         )
     )
-
-
-def _count(broker: KafkaCluster, topic: str, want: int) -> int:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": f"count-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
-            "log_level": 0,
-        }
-    )
-    consumer.subscribe([topic])
-    got, deadline = 0, time.monotonic() + 60
-    try:
-        while got < want and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                got += 1
-    finally:
-        consumer.close()
-    return got
 
 
 def test_a_full_dirs_replica_moves_whole_to_the_roomy_one(
@@ -176,8 +146,8 @@ def test_a_full_dirs_replica_moves_whole_to_the_roomy_one(
         started = [e for e in logs if e["event"] == "replica_move_started"]
         assert [(e["topic"], e["target_dir"]) for e in started] == [("bulk", str(b))], logs
         assert not [e for e in logs if e["event"] in ("segment_deleted", "delete_records")]
-        _wait(lambda: _where(broker, "bulk") == str(b), 60, "the broker moving bulk-0 to B")
-        _wait(lambda: not any(a.glob("bulk-0*")), 30, "the old copy removed from A")
+        wait_until(lambda: _where(broker, "bulk") == str(b), 60, "the broker moving bulk-0 to B")
+        wait_until(lambda: not any(a.glob("bulk-0*")), 30, "the old copy removed from A")
         cycle.enforce()
         done = [e for e in logs if e["event"] == "replica_move_done"]
         assert done and done[0]["seconds"] is not None and done[0]["seconds"] > 0, logs
@@ -185,7 +155,7 @@ def test_a_full_dirs_replica_moves_whole_to_the_roomy_one(
     record = json.loads((tmp_path / "state" / LADDER_FILE).read_text())
     assert record["moves"] == {} and record["move_rate"] > 0
     assert df_percent(a.parent) < cfg.retention.disk_usage_percent
-    assert _count(broker, "bulk", 24_000) == 24_000
+    assert broker.read_all("bulk", 24_000) == 24_000
     os.unlink(a.parent / "filler")
 
 
@@ -212,7 +182,7 @@ def test_the_filling_dir_is_cordoned_and_an_operators_cordon_is_kept(
         cycle.ladder.alert_levels = {mount_a: 1, str(b.parent): 0}
         cycle.enforce()
         assert [e["log_dirs"] for e in logs if e["event"] == "log_dir_cordoned"] == [[str(a)]]
-        _wait(lambda: cordoned()[str(a)], 10, "A cordoned")
+        wait_until(lambda: cordoned()[str(a)], 10, "A cordoned")
         broker.create_topic("fresh", 4)
         time.sleep(1.0)
         # Every new replica went to B.
@@ -222,7 +192,7 @@ def test_the_filling_dir_is_cordoned_and_an_operators_cordon_is_kept(
         cycle.ladder.alert_levels = {mount_a: 0, str(b.parent): 0}
         cycle.enforce()
         assert [e["log_dirs"] for e in logs if e["event"] == "log_dir_uncordoned"] == [[str(a)]]
-        _wait(lambda: cordoned() == {str(a): False, str(b): True}, 10, "A lifted, B kept")
+        wait_until(lambda: cordoned() == {str(a): False, str(b): True}, 10, "A lifted, B kept")
     _alter_cordon(broker, str(b), add=False)
 
 
@@ -281,7 +251,7 @@ def test_a_dir_that_failed_alone_is_left_alone_and_the_other_stays_guarded(
     assert broker.produce("kept", 6_000, 1000, settings=PRODUCER) == []
     # Fill B through the broker until it takes B offline.
     broker.produce("spill", 150_000, 1000, settings={**PRODUCER, "message.timeout.ms": 20_000})
-    _wait(
+    wait_until(
         lambda: any(e["log_dir"] == str(b) and e["error_code"] for e in _log_dirs(broker)),
         60,
         "the broker taking B offline",

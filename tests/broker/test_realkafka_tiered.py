@@ -18,10 +18,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 from structlog.testing import capture_logs
 
 from diskguard.config import load_config
@@ -34,6 +32,7 @@ from support.disks import ceiling_under, df_percent
 from support.kafka import Target
 from support.kafka.broker import fast_retention
 from support.kafka.cluster import KafkaCluster, running_cluster
+from support.kafka.guarded import wait_until
 from support.kafka.node import hand_to_user
 from support.kafka.tiered import tiered_release, tiered_settings
 
@@ -94,15 +93,6 @@ def _closed_end(broker: KafkaCluster, topic: str, partition: int) -> int:
     return bases[-1] - 1
 
 
-def _wait(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout} s", pytrace=False)
-        time.sleep(0.3)
-    return value
-
-
 def _uploaded(broker: KafkaCluster, topic: str, partitions: int) -> bool:
     top = _latest_tiered(broker, topic, partitions)
     return all(top[p] >= _closed_end(broker, topic, p) for p in range(partitions))
@@ -118,29 +108,6 @@ def _local_bytes(broker: KafkaCluster, topic: str) -> int:
             except FileNotFoundError:
                 continue
     return total
-
-
-def _consume_all(broker: KafkaCluster, topic: str, want: int) -> int:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": f"reader-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
-    consumer.subscribe([topic])
-    got = 0
-    deadline = time.monotonic() + 90
-    try:
-        while got < want and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                got += 1
-    finally:
-        consumer.close()
-    return got
 
 
 def _topic_value(broker: KafkaCluster, topic: str, key: str) -> tuple[str | None, bool]:
@@ -164,7 +131,9 @@ def test_evicting_what_is_uploaded_frees_the_disk_and_loses_no_record(
     broker.create_topic("plain", 1, **broker.segment_config(SEGMENT))
     assert broker.produce("evict", RECORDS, 1000, settings=PRODUCER) == []
     assert broker.produce("plain", 2_000, 1000, settings=PRODUCER) == []
-    _wait(lambda: _uploaded(broker, "evict", 2), 60, "the broker uploading every closed segment")
+    wait_until(
+        lambda: _uploaded(broker, "evict", 2), 60, "the broker uploading every closed segment"
+    )
     local_before = _local_bytes(broker, "evict")
     # Over the ceiling by 4 MiB; the target asks for 10 MiB: half the topic's local bytes.
     mount = broker.log_dir.parent
@@ -190,14 +159,14 @@ def test_evicting_what_is_uploaded_frees_the_disk_and_loses_no_record(
     assert [r["rung"] for r in cycle["rungs"]] == ["tiered"]
 
     # The broker drops the uploaded local segments at its next retention check.
-    _wait(
+    wait_until(
         lambda: _local_bytes(broker, "evict") < local_before - 8 * MiB,
         30,
         "the broker dropping uploaded local segments",
     )
     # Nothing lost: every record from offset 0, the evicted ones from remote storage.
-    assert _consume_all(broker, "evict", RECORDS) == RECORDS
-    assert _consume_all(broker, "plain", 2_000) == 2_000
+    assert broker.read_all("evict", RECORDS) == RECORDS
+    assert broker.read_all("plain", 2_000) == 2_000
     audit = pair_actions(list(read_audit(tmp_path / "state" / "audit.jsonl")))
     assert [a.first.get("kind") for a in audit] == ["evict"]
     assert audit[0].outcome is not None and audit[0].outcome["phase"] == "done"
@@ -205,7 +174,7 @@ def test_evicting_what_is_uploaded_frees_the_disk_and_loses_no_record(
     assert override and value == str(eviction["local_retention_ms"])
 
     # Another process (a restart): back under its target, it restores the operator's value.
-    _wait(lambda: df_percent(mount) <= target, 10, "the disk at or under its target")
+    wait_until(lambda: df_percent(mount) <= target, 10, "the disk at or under its target")
     proc = run_cli("enforce", "--once", "--json", "-c", str(cfg), timeout=120)
     names = [e["event"] for e in json_events(proc.stdout)]
     assert "tiered_retention_restored" in names, proc.stdout + proc.stderr
@@ -229,7 +198,7 @@ def test_a_tiered_topic_is_never_deleted_unless_listed(
     broker.create_topic("trim", 1, **broker.segment_config(SEGMENT))
     assert broker.produce("keep", 6_000, 1000, settings=PRODUCER) == []
     assert broker.produce("trim", 6_000, 1000, settings=PRODUCER) == []
-    _wait(lambda: _uploaded(broker, "keep", 1), 60, "uploads")
+    wait_until(lambda: _uploaded(broker, "keep", 1), 60, "uploads")
     common = {
         "broker": {"bootstrap_servers": broker.bootstrap},
         "mode": "broker",

@@ -66,6 +66,13 @@ def _outcome(action: AuditAction) -> str:
     freed = int(out.get("freed_bytes") or 0)
     recovered = " after crash recovery" if out.get("recovered") else ""
     if phase == DONE:
+        kind = out.get("kind")
+        if kind == "restore":
+            return "restored"
+        if kind == "evict":
+            return f"requested; broker drops {format_bytes(freed)} locally (kept remote)"
+        if kind == "move":
+            return f"requested; broker moves {format_bytes(freed)}"
         if out.get("mode") == "broker":
             return f"requested; broker frees {format_bytes(freed)}"
         return f"deleted, freed {format_bytes(freed)}{recovered}"
@@ -190,23 +197,44 @@ def render(actions: list[AuditAction]) -> None:
         line = action.first
         when = _ts(line)
         swept = line.get("kind") == SWEPT
+        rung = _rung(line)
         table.add_row(
             when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if when else "?",
             str(line.get("mode", "?")),
             # A sweep names a dir (a -delete dir, or the partition dir of *.deleted files).
             Path(str(line.get("path", "?"))).name
             if swept
+            else rung[0]
+            if rung
             else f"{line.get('topic', '?')}-{line.get('partition', '?')}",
-            "-" if swept else str(line.get("base_offset", "?")),
+            "-" if swept or rung else str(line.get("base_offset", "?")),
             format_bytes(int(line.get("bytes") or 0)),
             f"swept {line.get('what', '')}".strip()
             if swept
+            else rung[1]
+            if rung
             else str(line.get("rule") or line.get("reason", "")),
-            _order(line),
+            "-" if rung else _order(line),
             _outcome(action),
             _unconsumed(line),
         )
     console.print(table)
+
+
+def _rung(line: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A lossless rung's line (the ladder: ``evict``, ``restore``, ``move``): what it names
+    and what it did, in a few words; None for a deletion or a sweep."""
+    kind = line.get("kind")
+    topic = line.get("topic", "?")
+    if kind == "evict":
+        return str(topic), f"tiered: {line.get('key')} -> {line.get('value')}"
+    if kind == "restore":
+        back = line.get("value")
+        return str(topic), f"tiered: {line.get('key')} restored to {back or 'broker default'}"
+    if kind == "move":
+        where = Path(str(line.get("target_dir", "?")))
+        return f"{topic}-{line.get('partition', '?')}", f"balance: moved to {where}"
+    return None
 
 
 @click.command("audit")

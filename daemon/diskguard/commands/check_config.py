@@ -31,7 +31,9 @@ def check_config(config_path: Path, connect: bool) -> None:
     dirs = ", ".join(str(d) for d in config.broker.log_dirs)
     count = plural(len(config.broker.log_dirs), "log dir")
     click.echo(f"{config_path}: ok ({count}: {dirs})")
-    click.echo(metadata_line(config))
+    where = metadata_line(config)
+    if where is not None:
+        click.echo(f"{config_path}: {where}")
     if not connect:
         return
     from diskguard.connectcheck import connect_checks
@@ -43,16 +45,14 @@ def check_config(config_path: Path, connect: bool) -> None:
         sys.exit(ExitCode.USAGE)
 
 
-def metadata_line(config: Config) -> str:
-    """Where the KRaft metadata log lives, and what that means for this guard."""
+def metadata_line(config: Config) -> str | None:
+    """Where the KRaft metadata log lives, and what that means for this guard (None: not
+    found, e.g. ZooKeeper mode or a broker not formatted yet: nothing to say)."""
     from diskguard.kafkalog.serverprops import find_metadata_log
 
     found = find_metadata_log(config.broker.log_dirs, config.broker.server_properties)
     if found is None:
-        return (
-            "KRaft metadata log: not in a guarded log dir (ZooKeeper mode, not formatted yet, "
-            "or metadata.log.dir elsewhere: set broker.server_properties to say where)"
-        )
+        return None
     if found.guarded:
         return (
             f"KRaft metadata log: {found.path} ({found.source}), on a guarded data disk: "

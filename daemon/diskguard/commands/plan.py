@@ -14,6 +14,7 @@ from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
 from diskguard.retention.cycle import RetentionCycle
 from diskguard.retention.daemonstate import daemon_memory
+from diskguard.retention.ladder import LadderPlan
 from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED
 from diskguard.retention.order import order_text
 from diskguard.retention.planner import Deletion, Plan
@@ -135,6 +136,7 @@ def render_plan(
     reason: str,
     warnings: list[str],
     scanned: Sequence[Filesystem] = (),
+    ladder: LadderPlan | None = None,
 ) -> None:
     # rich only for the table a person reads: --json does not pay for importing it.
     from rich.console import Console
@@ -175,6 +177,8 @@ def render_plan(
     console.print(fs_table)
     for line in forecast_lines(chosen, mode):
         console.print(line)
+    for line in ladder_lines(ladder, chosen):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     for fs in chosen.filesystems:
         if mode == OFFLINE and fs.pending_reclaim_bytes and fs.excess_bytes > 0:
             console.print(
@@ -245,6 +249,37 @@ def render_plan(
         console.print(line, style="bold", markup=False, highlight=False, soft_wrap=True)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
+
+
+def ladder_lines(ladder: LadderPlan | None, chosen: Plan) -> list[str]:
+    """The ladder, lossless first: per filesystem which rung frees what and when, then each
+    eviction and move (deletions follow in their own table)."""
+    if ladder is None or not (ladder.evictions or ladder.moves):
+        return []
+    lines = []
+    for fs in chosen.filesystems:
+        steps = [
+            f"{r.rung} {format_bytes(r.bytes)} in ~{r.latency_s:.0f} s"
+            for r in ladder.steps.get(fs.mount, ())
+        ]
+        if fs.chosen_count:
+            steps.append(f"delete {format_bytes(fs.chosen_bytes)}")
+        if steps:
+            lines.append(f"{fs.mount}: the ladder: {'; then '.join(steps)}")
+    for ev in ladder.evictions:
+        lines.append(
+            f"tiered: {ev.topic} local.retention.ms -> {ev.local_retention_ms} "
+            f"({plural(len(ev.segments), 'uploaded segment')}, {format_bytes(ev.bytes)}, "
+            f"up to {format_timestamp_ms_utc(ev.cutoff_ms)}): dropped locally at the broker's "
+            "next retention check, still read from remote storage; restored once the disk "
+            "is back under its target"
+        )
+    for move in ladder.moves:
+        lines.append(
+            f"move: {move.topic}-{move.partition} {move.source_dir} -> {move.target_dir} "
+            f"({format_bytes(move.bytes)}, ~{move.expected_s:.0f} s): nothing lost"
+        )
+    return lines
 
 
 #: What broker mode's DeleteRecords really does, said wherever it acts (plan, audit, README).
@@ -323,5 +358,6 @@ def plan_command(config_path: Path, as_json: bool) -> None:
             outcome.mode.reason,
             list(outcome.warnings),
             outcome.scan.filesystems,
+            outcome.ladder,
         )
     leave_process()

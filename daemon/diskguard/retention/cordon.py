@@ -9,7 +9,10 @@ cordoned dir cannot receive a moved replica either, which is why only the fillin
 cordoned. diskguard lifts only the cordons it set (``ladderstate``), never an operator's; it
 writes each down before asking the broker, so a crash in between is lifted later all the
 same (SUBTRACT of an absent entry is harmless). A broker without the setting (before 4.3) is
-said once (``cordon_unavailable``), then left alone.
+said once (``cordon_unavailable``), then left alone. Never every log dir of the broker
+(``cordon_skipped``): that would keep the whole broker from new replicas, so that a topic
+needing it could not be created, a cluster decision left to the operator; cordons steer new
+replicas to the broker's other dirs.
 
 The metadata log: a full ``metadata.log.dir`` halts a KRaft broker outright (and a combined
 node's controller with it), whatever its other dirs hold; when the filesystem holding it
@@ -39,6 +42,7 @@ class Cordon:
         #: None until asked; False: the broker has no cordoned.log.dirs (said once).
         self.available: bool | None = None
         self._failing = False
+        self._all_filling = False
 
     def converge(
         self,
@@ -55,6 +59,26 @@ class Cordon:
             if level >= 1:
                 for path in dirs_by_mount.get(mount, ()):
                     want[named.get(os.path.realpath(path), path)] = (mount, level)
+        every = {d.path for d in broker_dirs or () if d.online} or {
+            named.get(os.path.realpath(p), p) for paths in dirs_by_mount.values() for p in paths
+        }
+        operators = {d.path for d in broker_dirs or () if d.cordoned} - set(self.state.cordoned())
+        if want and every <= set(want) | operators:
+            # Every log dir of the broker filling: cordoning them all would keep the whole
+            # broker from new replicas (a topic needing it could not be made): a cluster
+            # decision, left to the operator. Cordons steer replicas within the broker.
+            if not self._all_filling:
+                self._all_filling = True
+                log.info(
+                    "cordon_skipped",
+                    log_dirs=sorted(want),
+                    reason="every log dir of this broker is filling: cordoning them all "
+                    "would fence the broker from new replicas (a cluster decision, left to "
+                    "the operator)",
+                )
+            want = {}
+        else:
+            self._all_filling = False
         have = set(self.state.cordoned())
         add = sorted(set(want) - have)
         lift = sorted(have - set(want))

@@ -338,7 +338,13 @@ class Ladder:
         """Carry out the plan's evictions and moves, each audited and recorded first."""
         results: list[RungResult] = []
         if self._tiered is not None:
-            results.extend(self._tiered.evict(ev, usage_before) for ev in ladder.evictions)
+            for ev in ladder.evictions:
+                result = self._tiered.evict(ev, usage_before)
+                results.append(result)
+                if result.ok and self._bound is not None:
+                    # The broker drops them at its retention check, like DeleteRecords'd
+                    # segments: timing them teaches the forecast that check's phase too.
+                    self._bound[1].reclaim.requested(ev.segments, time.monotonic())
         if self._moves is not None and ladder.moves:
             results.extend(self._moves.move(ladder.moves, usage_before))
         return results

@@ -294,6 +294,35 @@ class KafkaCluster:
         producer.flush(60)
         return errors
 
+    def read_all(self, topic: str, want: int, timeout: float = 90) -> int:
+        """Records a fresh consumer group reads from offset 0 of every partition, until it
+        has ``want`` or none came for 20 s (or ``timeout`` in all)."""
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"read-all-{time.monotonic_ns()}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "log_level": 0,
+            }
+        )
+        consumer.subscribe([topic])
+        got, start = 0, time.monotonic()
+        idle = start
+        try:
+            while got < want and time.monotonic() - start < timeout:
+                if time.monotonic() - idle > 20:
+                    break
+                msg = consumer.poll(1.0)
+                if msg is not None and msg.error() is None:
+                    got += 1
+                    idle = time.monotonic()
+        finally:
+            consumer.close()
+        return got
+
 
 @contextlib.contextmanager
 def running_cluster(

@@ -1,5 +1,5 @@
 """Rung 2 against the broker (edge): cordon the log dirs of a filesystem at the first alert
-level, lift the cordon when the alert clears; and say when the metadata log is at risk.
+level, lift the cordon when the alert clears.
 
 A cordoned log dir (KIP-1066, Kafka 4.3+: the dynamic broker config ``cordoned.log.dirs``)
 gets no new replica: a topic created, or partitions added, while a disk fills land on the
@@ -13,11 +13,6 @@ said once (``cordon_unavailable``), then left alone. Never every log dir of the 
 (``cordon_skipped``): that would keep the whole broker from new replicas, so that a topic
 needing it could not be created, a cluster decision left to the operator; cordons steer new
 replicas to the broker's other dirs.
-
-The metadata log: a full ``metadata.log.dir`` halts a KRaft broker outright (and a combined
-node's controller with it), whatever its other dirs hold; when the filesystem holding it
-reaches the first alert level or its ceiling, ``metadata_log_at_risk`` says so, once per
-episode. It is never a deletion candidate (internal topic) nor moved (``ladderrun``).
 """
 
 from __future__ import annotations
@@ -120,28 +115,3 @@ class Cordon:
                     "new replicas may still be placed in a filling log dir",
                 )
         return self.available
-
-
-class MetadataWatch:
-    """Says once per episode that the filesystem holding the metadata log is filling."""
-
-    def __init__(self) -> None:
-        self._at_risk = False
-
-    def observe(
-        self, where: str | None, mount: str | None, level: int, over: bool, usage_percent: float
-    ) -> None:
-        risky = where is not None and (level >= 1 or over)
-        if risky and not self._at_risk:
-            log.warning(
-                "metadata_log_at_risk",
-                metadata_log_dir=where,
-                mount=mount,
-                alert_level=level,
-                usage_percent=round(usage_percent, 3),
-                message="the KRaft metadata log shares this filling filesystem: if it fills, "
-                "the broker halts (and a combined node's controller with it), whatever its "
-                "other log dirs hold. diskguard never deletes or moves it; consider "
-                "metadata.log.dir on a disk of its own",
-            )
-        self._at_risk = risky

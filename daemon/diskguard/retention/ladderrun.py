@@ -29,7 +29,7 @@ from diskguard.kafkalog.scan import ScanResult
 from diskguard.logs import get_logger
 from diskguard.retention.audit import AuditLog
 from diskguard.retention.ceilings import Ceilings
-from diskguard.retention.cordon import Cordon, MetadataWatch
+from diskguard.retention.cordon import Cordon
 from diskguard.retention.ladder import (
     HOT_S,
     BalanceFacts,
@@ -40,6 +40,7 @@ from diskguard.retention.ladder import (
     climb,
 )
 from diskguard.retention.ladderstate import LADDER_FILE, LadderState, move_key
+from diskguard.retention.logdirwatch import MetadataWatch, OfflineDirs
 from diskguard.retention.mode import BROKER
 from diskguard.retention.moverung import MoveRung, moving_bytes, real
 from diskguard.retention.requested import RequestedLogStart
@@ -102,7 +103,7 @@ class Ladder:
         self._dirs_at = 0.0
         #: The broker's log dirs as the last ``observe`` found them (None: not known).
         self.dirs: list[LogDirInfo] | None = None
-        self._offline: set[str] = set()
+        self._offline = OfflineDirs()
         self._failing: set[str] = set()
         self._bound: tuple[Ceilings, Forecaster, PlanInputs] | None = None
         #: The latest upload lags, for ``plan`` and ``status``.
@@ -359,7 +360,7 @@ class Ladder:
         self._watch_metadata(scan, ceilings)
         if mode != BROKER:
             return
-        self._offline_dirs(self.dirs)
+        self._offline.observe(self.dirs)
         if self._cordon is not None and self.alert_levels is not None:
             by_mount = {fs.usage.mount: [d.path for d in fs.log_dirs] for fs in scan.filesystems}
             self._cordon.converge(self.alert_levels, by_mount, self.dirs)
@@ -382,29 +383,6 @@ class Ladder:
                     over = ceilings.over_usage(fs.usage)
                     self._metadata.observe(where, mount, level, over, fs.usage.usage_percent)
                     return
-
-    def _offline_dirs(self, dirs: list[LogDirInfo] | None) -> None:
-        if dirs is None:
-            return
-        now_offline = {real(d.path): d for d in dirs if not d.online}
-        for path, info in sorted(now_offline.items()):
-            if path in self._offline:
-                continue
-            self._offline.add(path)
-            log.error(
-                "log_dir_offline",
-                log_dir=info.path,
-                error=info.error,
-                message="the broker took this log dir offline and serves its other dirs; "
-                "its partitions are not served here and diskguard deletes nothing in it "
-                "while the broker runs (DeleteRecords cannot reach it). To bring it back: "
-                "fix or free the disk (stop the broker, then `diskguard enforce --once` "
-                "frees space offline), and restart the broker: a failed log dir returns "
-                "only at a restart",
-            )
-        for path in sorted(self._offline - set(now_offline)):
-            self._offline.discard(path)
-            log.info("log_dir_online", log_dir=path)
 
 
 def _partitions(scan: ScanResult) -> list[Partition]:

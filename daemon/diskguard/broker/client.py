@@ -1,6 +1,11 @@
 """The broker edge: DeleteRecords, reachability and committed consumer offsets, through
 confluent-kafka's ``AdminClient``.
 
+Size: over 400 lines: one client for every confluent-kafka admin call a cycle makes, so that
+they share one timeout per cycle (``one_timeout``), one error wording and one log bridge;
+split by call, each part would need the others' rules (the ladder's config calls reuse the
+same ``admin``).
+
 With the broker running, segments are deleted *through* it: ``DeleteRecords`` moves the
 partition's log start offset to the end of the chosen segments, and the broker removes the
 files itself at its next retention check (``log.retention.check.interval.ms``) plus

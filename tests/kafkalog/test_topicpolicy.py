@@ -681,6 +681,25 @@ def test_metadata_transactions_take_effect_at_their_end_and_aborted_ones_never(
     assert meta.topic_ids == {"orders": kraftmeta.uuid_text(orders)}
 
 
+def test_a_record_version_newer_than_known_makes_the_read_incomplete(tmp_path: Path) -> None:
+    """Every record type read is version 0 up to Kafka 4.4; a newer one may be laid out
+    otherwise, so the read stops there: incomplete, which only adds protection."""
+    from diskguard.kafkalog import kraftmeta
+
+    log_dir = tmp_path / "kafka"
+    orders = tid()
+    newer = uvarint(1) + uvarint(4) + uvarint(1) + bytes([2]) + cstr("orders")
+    newer += cstr("cleanup.policy") + cstr("delete") + uvarint(0)
+    metadata_file(
+        log_dir / "__cluster_metadata-0" / "00000000000000000000.log",
+        [[topic_record("orders", orders)], [newer]],
+    )
+    meta = kraftmeta.read_metadata(log_dir)
+    assert meta is not None and not meta.complete
+    assert "record type 4 version 1 is newer than this reader knows (0)" in (meta.problem or "")
+    assert kraftmeta.topic_policy(meta, "orders", "delete", 1, 0) is None
+
+
 def test_topic_ids_and_removed_topics_as_partition_metadata_writes_them(tmp_path: Path) -> None:
     from diskguard.kafkalog import kraftmeta
 

@@ -65,6 +65,15 @@ API_REMOVE_TOPIC = 9
 API_BEGIN_TRANSACTION = 23
 API_END_TRANSACTION = 24
 API_ABORT_TRANSACTION = 25
+#: The newest version of each record type read here: all 0 up to Kafka 4.4.
+_KNOWN_VERSIONS = {
+    API_TOPIC: 0,
+    API_CONFIG: 0,
+    API_REMOVE_TOPIC: 0,
+    API_BEGIN_TRANSACTION: 0,
+    API_END_TRANSACTION: 0,
+    API_ABORT_TRANSACTION: 0,
+}
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
@@ -218,8 +227,15 @@ class _State:
         if frame != 1:
             raise MetadataCorrupt(f"{where}: metadata frame version {frame} is not 1")
         api_key = buf.uvarint()
-        buf.uvarint()  # record version
+        version = buf.uvarint()
         self.counts[api_key] += 1
+        if version > _KNOWN_VERSIONS.get(api_key, version):
+            # A later Kafka may lay the record out otherwise: read no further (incomplete,
+            # which only ever adds protection) rather than guess.
+            raise MetadataCorrupt(
+                f"{where}: metadata record type {api_key} version {version} is newer than "
+                f"this reader knows ({_KNOWN_VERSIONS[api_key]})"
+            )
         if api_key == API_BEGIN_TRANSACTION:
             self.pending = []
         elif api_key in (API_END_TRANSACTION, API_ABORT_TRANSACTION):

@@ -56,7 +56,7 @@ test-kafka-matrix: venv tools
 	$(KAFKA_RUNNER).matrix --output ../docs/kafka-matrix.md
 
 demo: venv
-	PYTHONPATH=demo $(BIN)/python -m diskguard_demo
+	PYTHONPATH=demo:tests $(BIN)/python -m diskguard_demo
 
 bench: venv
 	$(BIN)/python bench/run_all.py

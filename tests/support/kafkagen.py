@@ -31,7 +31,7 @@ from pathlib import Path
 
 # The encoding lives in the package (the demo's simulated broker writes segments too); these
 # names stay importable from here, as tests and bench use them.
-from diskguard_demo.segmentwriter import (
+from support.segmentwriter import (
     DEFAULT_SEGMENT_INDEX_BYTES,
     OFFSET_INDEX_ENTRY,
     TIME_INDEX_ENTRY,

@@ -19,7 +19,7 @@ What it mirrors of Kafka's ``LogManager`` / ``Log``:
   when absent; ``cleaner-offset-checkpoint`` created empty (0 bytes, as on a fresh broker);
   ``.kafka_cleanshutdown`` written on a clean stop, removed at start.
 - Partitions are ``<topic>-<n>`` dirs (placed round-robin over the log dirs) holding real
-  segments (``diskguard_demo.segmentwriter``: RecordBatch v2, ``.index``/``.timeindex``, active
+  segments (``support.segmentwriter``: RecordBatch v2, ``.index``/``.timeindex``, active
   indexes preallocated sparse to ``segment.index.bytes`` and trimmed on roll, a producer
   ``.snapshot`` at each roll). A producer thread appends at ``write_rate`` bytes/s spread
   round-robin over the partitions and rolls when a batch would overflow ``segment.bytes``
@@ -109,7 +109,7 @@ from kafka.protocol.metadata import (
 
 from diskguard.kafkalog.model import parse_partition_dir, parse_segment_file, segment_file_name
 from diskguard.kafkalog.recordbatch import iter_batches
-from diskguard_demo.segmentwriter import ActiveSegment, empty_producer_snapshot, write_checkpoint
+from support.segmentwriter import ActiveSegment, empty_producer_snapshot, write_checkpoint
 
 # Kafka error codes used here.
 NONE = 0

@@ -1,8 +1,8 @@
 """Writing Kafka's on-disk segment format (edge: writes files).
 
-diskguard itself only ever *reads* segments; this writer exists so that the demo's simulated
-broker (``diskguard_demo.demo``) and the tests' generator (``tests/kafkagen.py``) produce the same
-bytes a Kafka 3.x broker leaves on disk, from one implementation:
+diskguard itself only ever *reads* segments; this writer exists so that the tests' generator
+(``support.kafkagen``) and the stand-in broker (``support.standin``, appending as it goes)
+produce the same bytes a Kafka 3.x broker leaves on disk, from one implementation:
 
 - ``.log``: RecordBatch v2 (varint-encoded records, CRC32C over attributes..end);
 - ``.index`` (4-byte relative offset + 4-byte position) and ``.timeindex`` (8-byte timestamp

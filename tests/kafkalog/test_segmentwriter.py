@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from diskguard.kafkalog import offsetindex, recordbatch, timeindex
-from diskguard_demo.segmentwriter import (
+from support import kafkagen
+from support.segmentwriter import (
     DEFAULT_SEGMENT_INDEX_BYTES,
     OFFSET_INDEX_ENTRY,
     TIME_INDEX_ENTRY,
     ActiveSegment,
 )
-from support import kafkagen
 
 T0 = 1_700_000_000_000
 RECORDS = 300

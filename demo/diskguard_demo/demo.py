@@ -74,8 +74,8 @@ STEADY_BYTES_PER_S = 2 * MiB
 BURST_BYTES_PER_S = 8 * MiB
 #: How long a phase may wait for the daemon or the broker.
 WAIT_S = 90.0
-#: A fall of df's Use% this large, and then stable, is the broker removing segments.
-RECLAIM_POINTS = 1.5
+#: The broker's ``Deleting segment files`` lines of one reclaim come within this of each other.
+RECLAIM_QUIET_S = 0.5
 #: Retention cycles are told together, at most this often (under a burst there is one per
 #: usage poll).
 BATCH_S = 2.0
@@ -127,6 +127,10 @@ class Story:
         self.held_seconds = 0.0
         self.refused = 0
         self.reclaims = 0
+        self._reclaim_files = 0
+        self._reclaim_partitions: set[str] = set()
+        self._reclaim_from = 0.0
+        self._reclaim_last = 0.0
         self._samples: list[tuple[float, float]] = []
         self._last_status = time.monotonic()
         self._last_sample = time.monotonic()
@@ -169,18 +173,31 @@ class Story:
             self.over_s += now - self._last_sample
         self._last_sample = now
         self.peak = max(self.peak, self.usage)
-        self._samples = [(t, u) for t, u in self._samples if now - t <= 5.0]
+        self._samples = [(t, u) for t, u in self._samples if now - t <= 3.0]
         self._samples.append((now, self.usage))
-        high = max(u for _t, u in self._samples)
-        settled = [u for t, u in self._samples if now - t <= 0.6]
-        if high - self.usage >= RECLAIM_POINTS and max(settled) - self.usage < 0.15:
+        self._watch_broker_log(now)
+
+    def _watch_broker_log(self, now: float) -> None:
+        """The broker's own word for a reclaim: its ``Deleting segment files`` lines (the
+        unlinks, a delete delay after the retention check renamed them), told once they stop
+        coming, with df before and after."""
+        for line in self.host.new_log_lines():
+            if "Deleting segment files" not in line:
+                continue
+            if not self._reclaim_files:
+                self._reclaim_from = max(u for _t, u in self._samples)
+            self._reclaim_files += line.count("LogSegment(")
+            self._reclaim_partitions.add(line.split("partition=", 1)[-1].split(",", 1)[0])
+            self._reclaim_last = now
+        if self._reclaim_files and now - self._reclaim_last >= RECLAIM_QUIET_S:
             self.reclaims += 1
-            self.tell_line(None)
-            self.con.say(
-                f"broker: its retention check removed the segments asked for:"
-                f" disk {high:.1f}% -> {self.usage:.1f}%"
+            self.tell_line(
+                f"broker: deleted {self._reclaim_files} segments of"
+                f" {len(self._reclaim_partitions)} partitions (its retention check, then the"
+                f" delete delay): disk {self._reclaim_from:.1f}% -> {self.usage:.1f}%"
             )
-            self._samples = [(now, self.usage)]
+            self._reclaim_files = 0
+            self._reclaim_partitions = set()
 
     def wait(self, what: str, done: Callable[[], bool], bound: float = WAIT_S) -> None:
         deadline = time.monotonic() + bound
@@ -258,7 +275,8 @@ class Story:
             + " back)"
         )
         self._commit_group()
-        self.pump()
+        self._sample()
+        self._last_status = time.monotonic()
         self.con.say(f"disk: {self.usage:.1f}% used")
 
     def _commit_group(self) -> None:
@@ -342,8 +360,11 @@ class Story:
             "the daemon's first DeleteRecords (retention_cycle in broker mode)",
             lambda: any(c.get("mode") == "broker" for c in self.t.cycles),
         )
-        self.wait("the broker to remove the segments asked for", lambda: self.reclaims >= 1)
-        self.wait("a second reclaim", lambda: self.reclaims >= 2)
+        self.wait(
+            "the broker to delete the segments asked for (Deleting segment files in its log)",
+            lambda: self.reclaims >= 1,
+        )
+        self.wait("the broker's second reclaim", lambda: self.reclaims >= 2)
         self.tell_line(None)
         self.retention_peak, self.retention_over_s = self.peak, self.over_s
         held = "held" if self.peak <= CEILING_PERCENT else "NOT held"
@@ -437,34 +458,19 @@ class Story:
         return rescue.deleted
 
     def _broker_back(self, rescued: Deletions) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
         broker = self.host.broker
         started = time.monotonic()
         broker.start()
         self.con.say(f"broker: started again, up in {time.monotonic() - started:.0f} s")
-        errors = broker.produce("orders", 10, 100, settings={"acks": "all"})
-        if errors:
-            raise Stalled(f"the restarted broker refused writes: {errors[0]}")
-        reader = Consumer(
-            {"bootstrap.servers": broker.bootstrap, "group.id": "demo-check", "log_level": 0}
-        )
+        refused = broker.produce("orders", 10, 100, settings={"acks": "all"})
+        if refused:
+            raise Stalled(f"the restarted broker refused writes: {refused[0]}")
         starts: list[str] = []
-        try:
-            for topic, part in [*sorted(rescued.by_partition), ("customers", 0)]:
-                low, _high = reader.get_watermark_offsets(TopicPartition(topic, part), timeout=15)
-                reader.assign([TopicPartition(topic, part, low)])
-                first = -1
-                until = time.monotonic() + 20
-                while first < 0 and time.monotonic() < until:
-                    msg = reader.poll(0.5)
-                    if msg is not None and msg.error() is None:
-                        first = msg.offset()
-                if first < 0:
-                    raise Stalled(f"reading {topic}-{part} from its new log start {low}")
-                starts.append(f"{topic}-{part} from {first}")
-        finally:
-            reader.close()
+        for topic, part in [*sorted(rescued.by_partition), ("customers", 0)]:
+            ((low, first),) = broker.first_offsets(topic, (part,), timeout=20).values()
+            if first < 0:
+                raise Stalled(f"reading {topic}-{part} from its new log start {low}")
+            starts.append(f"{topic}-{part} from {first}")
         self.con.say(
             "broker: serves again; accepts writes; a reader gets "
             + ", ".join(starts)

@@ -76,6 +76,10 @@ class Traffic:
                 "batch.size": 512 * 1024,
                 "queue.buffering.max.kbytes": 32 * 1024,
                 "message.timeout.ms": 15_000,
+                # After a TOPIC_AUTHORIZATION_FAILED the client may refuse the topic itself
+                # (produce() raises) until its next metadata refresh, by default 5 min away:
+                # once a second here, so the producers notice soon that the hold is gone.
+                "topic.metadata.refresh.interval.ms": 1000,
                 "acks": "all",
                 "log_level": 0,
             }
@@ -110,6 +114,8 @@ class Traffic:
         return value, key
 
     def _produce(self, topic: Topic, timestamp_ms: int = 0, callback: Any = None) -> None:
+        from confluent_kafka import KafkaException
+
         value, key = self._record(topic)
         while True:
             try:
@@ -125,6 +131,10 @@ class Traffic:
                 if self._stop.is_set():
                     return  # a broker that died leaves the queue full: nothing more goes
                 self._producer.poll(0.05)
+            except KafkaException as exc:
+                # Refused before it is sent: the client's own view of the topic (above).
+                self._on_delivery(exc.args[0], None)
+                return
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         from confluent_kafka import KafkaError
@@ -185,6 +195,12 @@ class Traffic:
         self._producer.flush(flush_s)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:  # the story must hear of it, not a traceback on stderr
+            self.notices.put(f"producers: stopped by {type(exc).__name__}: {exc}")
+
+    def _loop(self) -> None:
         last = time.monotonic()
         while not self._stop.is_set():
             now = time.monotonic()

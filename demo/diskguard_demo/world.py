@@ -164,6 +164,7 @@ class BrokerHost:
         self._stack = contextlib.ExitStack()
         self.mount = Path()
         self.cluster: KafkaCluster | None = None
+        self._log_pos = 0
 
     def __enter__(self) -> BrokerHost:
         try:
@@ -211,6 +212,19 @@ class BrokerHost:
     @property
     def server_properties(self) -> Path:
         return self.broker.workdir / "server.properties"
+
+    def new_log_lines(self) -> list[str]:
+        """The complete lines the broker logged since the last call (its log spans its
+        restarts)."""
+        try:
+            with open(self.broker.node.log_path, "rb") as log:
+                log.seek(self._log_pos)
+                data = log.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self._log_pos += end
+        return data[:end].decode(errors="replace").splitlines()
 
     def _stop_broker(self) -> None:
         cluster = self.cluster

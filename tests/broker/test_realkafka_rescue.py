@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
 from support import fsfixtures
 from support.cli import run_cli
@@ -114,23 +114,7 @@ def restarted(
     write_errors = [
         str(e) for e in broker.produce(topic, 10, 100, partition=0, settings={"acks": "all"})
     ]
-    reads: dict[int, tuple[int, int]] = {}
-    reader = Consumer(
-        {"bootstrap.servers": broker.bootstrap, "group.id": "rescue-check", "log_level": 0}
-    )
-    try:
-        for part in (0, 1):
-            low, _high = reader.get_watermark_offsets(TopicPartition(topic, part), timeout=10)
-            reader.assign([TopicPartition(topic, part, low)])
-            first = -1
-            until = time.monotonic() + 30
-            while first < 0 and time.monotonic() < until:
-                msg = reader.poll(0.5)
-                if msg is not None and msg.error() is None:
-                    first = msg.offset()
-            reads[part] = (low, first)
-    finally:
-        reader.close()
+    reads = broker.first_offsets(topic, (0, 1))
     errors = [
         line
         for line in broker.log_since_start().splitlines()

@@ -80,7 +80,7 @@ def test_the_demo_tells_the_whole_story(tmp_path: Path) -> None:
     asked = _named(daemon, "segment_deleted")
     assert asked and {e["mode"] for e in asked} == {"broker"}
     assert _named(daemon, "delete_records")
-    assert re.search(r"broker: its retention check removed the segments asked for", out), out
+    assert re.search(r"broker: deleted \d+ segments of \d+ partitions \(its retention", out), out
 
     # 2. Flow control: overfull -> the broker refuses the producers -> cleared -> writing again.
     names = [e["event"] for e in daemon]
@@ -94,7 +94,7 @@ def test_the_demo_tells_the_whole_story(tmp_path: Path) -> None:
     assert "Shutdown broker because all log dirs in" in out, out
     offline = _named(rescue, "segment_deleted")
     assert offline and {e["mode"] for e in offline} == {"offline"}, rescue[-5:]
-    assert re.search(r"enforce: exit 0, mode offline; disk 100\.0% -> ", out), out
+    assert re.search(r"enforce: exit 0, mode offline; disk [\d.]+% -> ", out), out
     assert "broker: serves again; accepts writes" in out, out
     audit = _events(sandbox / "state" / "audit.jsonl")
     assert {a.get("mode") for a in audit if a.get("phase") == "done"} >= {"broker", "offline"}

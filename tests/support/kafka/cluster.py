@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +253,31 @@ class KafkaCluster:
                     return
             time.sleep(0.1)
         raise ServerSetupError(f"topic {topic}: no leader for every partition within {timeout} s")
+
+    def first_offsets(
+        self, topic: str, partitions: Iterable[int], timeout: float = 30
+    ) -> dict[int, tuple[int, int]]:
+        """Per partition: its log start offset and the offset a reader assigned there gets
+        first (-1 if nothing within ``timeout``): where the partition begins, as a consumer
+        sees it (after a DeleteRecords, or an offline deletion and a restart)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        reader = Consumer({**self.client_config(), "group.id": f"first-{time.monotonic_ns()}"})
+        out: dict[int, tuple[int, int]] = {}
+        try:
+            for part in partitions:
+                low, _high = reader.get_watermark_offsets(TopicPartition(topic, part), timeout=10)
+                reader.assign([TopicPartition(topic, part, low)])
+                first = -1
+                until = time.monotonic() + timeout
+                while first < 0 and time.monotonic() < until:
+                    msg = reader.poll(0.5)
+                    if msg is not None and msg.error() is None:
+                        first = msg.offset()
+                out[part] = (low, first)
+        finally:
+            reader.close()
+        return out
 
     def produce(
         self,

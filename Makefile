@@ -46,7 +46,7 @@ kafka: venv tools
 	@$(KAFKA_RUNNER) classpath
 
 unit: venv tools kafka
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider --durations=25
 
 test: lint typecheck unit
 

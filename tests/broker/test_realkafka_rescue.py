@@ -123,6 +123,37 @@ def restarted(
     return alive, write_errors, reads, errors
 
 
+def rescued(
+    broker: KafkaCluster,
+    topic: str,
+    proc: subprocess.CompletedProcess[str],
+    log_before: str,
+    usage_full: float,
+    before: dict[str, dict[str, int]],
+    timestamps: dict[tuple[int, int], int],
+) -> Rescue:
+    """What the rescue left (``proc``: its ``enforce --once``) and what the broker did when
+    started on it (``restarted``)."""
+    usage_after = df_percent(broker.log_dir.parent)
+    dirs = [broker.log_dir / name for name in before]
+    after = {d.name: files_of(d) for d in dirs if d.is_dir()}
+    alive, write_errors, reads, errors = restarted(broker, topic)
+    return Rescue(
+        shutdown_logged="Shutdown broker because all log dirs in" in log_before,
+        usage_full=usage_full,
+        enforce_rc=proc.returncode,
+        enforce_output=proc.stdout[-3000:] + proc.stderr[-3000:],
+        usage_after=usage_after,
+        before=before,
+        after=after,
+        timestamps=timestamps,
+        alive_after_10s=alive,
+        write_errors=write_errors,
+        reads=reads,
+        errors_in_log=errors,
+    )
+
+
 @pytest.fixture(scope="module")
 def rescue(kafka_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rescue]:
     state = tmp_path_factory.mktemp("rescue-state")
@@ -204,24 +235,7 @@ def rescue(kafka_target: Target, tmp_path_factory: pytest.TempPathFactory) -> It
         }
 
         proc = run_cli("enforce", "--once", "-c", str(config), timeout=120)
-        usage_after = df_percent(mount)
-        after = {p.name: files_of(p) for p in pdirs if p.is_dir()}
-
-        alive, write_errors, reads, errors = restarted(broker, ORDERS)
-        yield Rescue(
-            shutdown_logged="Shutdown broker because all log dirs in" in log_before,
-            usage_full=usage_full,
-            enforce_rc=proc.returncode,
-            enforce_output=proc.stdout[-3000:] + proc.stderr[-3000:],
-            usage_after=usage_after,
-            before=before,
-            after=after,
-            timestamps=timestamps,
-            alive_after_10s=alive,
-            write_errors=write_errors,
-            reads=reads,
-            errors_in_log=errors,
-        )
+        yield rescued(broker, ORDERS, proc, log_before, usage_full, before, timestamps)
 
 
 def test_rescue_after_the_broker_died_of_a_full_disk(rescue: Rescue) -> None:
@@ -475,27 +489,10 @@ def kraft_rescue(
         }
 
         proc = run_cli("enforce", "--once", "-c", str(config), timeout=120)
-        usage_after = df_percent(mount)
-        after = {p.name: files_of(p) for p in pdirs if p.is_dir()}
         metadata_after = files_of(meta_dir)
         top_after = top_files(log_dir)
-
-        alive, write_errors, reads, errors = restarted(broker, KR_ORDERS)
         yield KraftRescue(
-            rescue=Rescue(
-                shutdown_logged="Shutdown broker because all log dirs in" in log_before,
-                usage_full=usage_full,
-                enforce_rc=proc.returncode,
-                enforce_output=proc.stdout[-3000:] + proc.stderr[-3000:],
-                usage_after=usage_after,
-                before=before,
-                after=after,
-                timestamps=timestamps,
-                alive_after_10s=alive,
-                write_errors=write_errors,
-                reads=reads,
-                errors_in_log=errors,
-            ),
+            rescue=rescued(broker, KR_ORDERS, proc, log_before, usage_full, before, timestamps),
             plan=json.loads(planned.stdout),
             plan_text=planned_text.stdout,
             plan_without_defaults=json.loads(without.stdout),

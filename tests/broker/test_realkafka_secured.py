@@ -15,7 +15,6 @@ not the super user: producers meant to be held back must not be super users.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from support.disks import ceiling_under
 from support.kafka import Target
 from support.kafka.broker import acl_settings, fast_retention, sasl_client_settings
 from support.kafka.cluster import KafkaCluster, running_broker
+from support.kafka.guarded import wait_until
 
 pytestmark = pytest.mark.realkafka
 
@@ -243,10 +243,7 @@ def test_diskguard_with_only_its_documented_acls_on_a_secured_broker(
         assert quotas.describe_producer_byte_rate(entity) == 1024.0
         # Enforced once the broker applied it: at once on KRaft (the describe above reads the
         # same metadata image), a moment later in ZooKeeper mode (a change notification).
-        deadline = time.monotonic() + 30
-        while throttle_ms(broker, "app") == 0:
-            assert time.monotonic() < deadline, "the broker never throttled app"
-            time.sleep(0.5)
+        wait_until(lambda: throttle_ms(broker, "app"), 60, "the broker throttling app")
         assert throttle_ms(broker, "admin") == 0  # the quota is app's alone
         quotas.alter_producer_byte_rate(entity, None)
         assert quotas.describe_producer_byte_rate(entity) is None

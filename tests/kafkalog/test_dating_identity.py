@@ -36,10 +36,24 @@ def test_files_bytes_and_identity_are_those_lstat_gives(tmp_path: Path) -> None:
     assert info.bytes == sum(s.st_blocks * 512 for s in stats)
     assert info.timestamp_source == "timeindex"
     key = tuple((p, s.st_ino, s.st_size, s.st_mtime_ns) for p, s in zip(paths, stats, strict=True))
-    assert ages.get(key) == (info.max_timestamp_ms, "timeindex")
+    assert ages.get(key) == (info.max_timestamp_ms, "timeindex", ())
     # Cached: the next reader takes the age from the cache, and says the same.
     again = SegmentFileReader(ages)
     assert again(part, 0) == info and again.warnings == []
+
+
+def test_an_age_from_the_cache_brings_the_warnings_its_dating_gave(tmp_path: Path) -> None:
+    """What a plan warns of does not depend on which heads an earlier walk dated (a
+    broker-mode plan walks twice; its worker dated ahead in the first walk)."""
+    part, log_path = _partition(tmp_path)
+    with open(log_path.with_suffix(".timeindex"), "ab") as f:
+        f.write(b"\x01\x02\x03")  # not a whole number of entries: the .log dates it
+    ages = AgeCache()
+    first = SegmentFileReader(ages)
+    info = first(part, 0)
+    assert info.timestamp_source == "log" and len(first.warnings) == 1
+    again = SegmentFileReader(ages)
+    assert again(part, 0) == info and again.warnings == first.warnings
 
 
 @pytest.mark.parametrize("kind", ["missing", "symlink", "fifo", "dir"])

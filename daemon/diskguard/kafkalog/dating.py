@@ -24,6 +24,8 @@ from diskguard.kafkalog.model import (
 )
 
 _Key = tuple[tuple[str, int, int, int], ...]
+#: A cached age: (largest timestamp, its source, the warnings dating it gave).
+_Age = tuple[int, str, tuple[str, ...]]
 #: A segment's files when its partition dir has no ``.txnindex`` at all (the common case).
 _NO_TXN_SUFFIXES = tuple(s for s in SEGMENT_FILE_SUFFIXES if s != ".txnindex")
 _TIMEINDEX = ".timeindex"
@@ -34,23 +36,26 @@ class AgeCache:
 
     A closed segment's files do not change, so while every file has the same inode, size and
     mtime its age is the one computed before: the daemon's cycles then read no index at all
-    for partition heads they have already dated. ``prune`` drops entries no plan used, or,
-    given the segments that still exist, only those of segments gone.
+    for partition heads they have already dated. An entry keeps the warnings its dating gave
+    (an index read past, an mtime fallback): a read answered from the cache says them again,
+    so what a plan warns of does not depend on which heads an earlier walk dated. ``prune``
+    drops entries no plan used, or, given the segments that still exist, only those of
+    segments gone.
     """
 
     def __init__(self) -> None:
-        self._entries: dict[_Key, tuple[int, str]] = {}
+        self._entries: dict[_Key, _Age] = {}
         self._used: set[_Key] = set()
         #: (partition dir, base offset) of every entry: what ``warm_heads`` has dated.
         self._segments: dict[tuple[str, int], _Key] = {}
 
-    def get(self, key: _Key) -> tuple[int, str] | None:
+    def get(self, key: _Key) -> _Age | None:
         value = self._entries.get(key)
         if value is not None:
             self._used.add(key)
         return value
 
-    def put(self, key: _Key, value: tuple[int, str], segment: tuple[str, int]) -> None:
+    def put(self, key: _Key, value: _Age, segment: tuple[str, int]) -> None:
         """``segment``: the (partition dir, base offset) whose files ``key`` identifies."""
         self._entries[key] = value
         self._used.add(key)
@@ -258,8 +263,11 @@ class SegmentFileReader:
             )
             cached = ages.get(key)
         if cached is not None:
-            ts, source = cached
+            ts, source, said = cached
+            if said:
+                self.warnings.extend(said)
         else:
+            before = len(self.warnings)
             found, source = self._max_timestamp(
                 partition.path, base_offset, _next_base(partition, base_offset), ti
             )
@@ -267,7 +275,8 @@ class SegmentFileReader:
             if found is None:
                 source = "mtime"
             if ages is not None:
-                ages.put(key, (ts, source), (partition.path, base_offset))
+                said = tuple(self.warnings[before:])
+                ages.put(key, (ts, source, said), (partition.path, base_offset))
         return SegmentInfo(
             bytes=freeable,
             max_timestamp_ms=ts,

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -440,6 +441,98 @@ def test_plan_and_enforce_in_broker_mode(real_kafka: RealBroker, tmp_path: Path)
     assert watermarks(real_kafka, topic)[0] == bases[1]
     real_kafka.wait_retention_check()
     wait_until(lambda: segments(real_kafka, topic)[0] == bases[1], 15, "segment removed")
+
+
+#: ``diskguard plan --json -c argv[1]`` counting the requests it sends its forked worker.
+_COUNTING_PLAN = """
+import sys
+from diskguard.host import forked
+made = []
+real = forked.Worker.stream
+def counting(self, *a, **kw):
+    made.append(1)
+    return real(self, *a, **kw)
+forked.Worker.stream = counting
+from diskguard.cli import cli
+try:
+    cli(["plan", "-c", sys.argv[1], "--json"], prog_name="diskguard")
+finally:
+    sys.stderr.write(f"worker requests={len(made)}\\n")
+"""
+
+
+def test_plan_in_broker_mode_on_two_cores_says_what_one_core_says(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    """With the broker up, ``plan`` runs the Kafka client (librdkafka's threads) and plans
+    twice (the second time knowing a group's offsets and the leaders); its worker, forked
+    before the client, lists and dates on the second core. The plan and its warnings are
+    those of ``taskset -c 0`` (one core, no worker): every closed segment of a 300-partition
+    topic chosen in the same order, one partition stopped at a hard-linked segment."""
+    from confluent_kafka.admin import AdminClient
+
+    topic = "bm-wide-plan"
+    partitions = 300
+    real_kafka.create_topic(topic, partitions, **real_kafka.segment_config(SEGMENT))
+    producer = Producer({**real_kafka.client_config(), **PRODUCER, "linger.ms": 5})
+    for _round in range(3 * SEGMENT // 500):
+        for p in range(partitions):
+            producer.produce(topic, b"v" * 500, partition=p)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    group = Consumer({**real_kafka.client_config(), "group.id": "bm-plan-readers"})
+    try:
+        group.commit(
+            offsets=[TopicPartition(topic, p, 30) for p in range(0, partitions, 2)],
+            asynchronous=False,
+        )
+    finally:
+        group.close()
+    linked = real_kafka.log_dir.parent / "bm-wide-plan-backup.log"
+    os.link(segment_files(real_kafka, topic, 0, partition=7)[0], linked)
+    try:
+        settled(real_kafka)
+        config = write_config(
+            tmp_path,
+            real_kafka.log_dir,
+            broker={"bootstrap_servers": real_kafka.bootstrap},
+            logging={"level": "warning"},
+            assume_delete_policy=None,
+            # Every closed segment of the topic: the same set whatever the disk does meanwhile.
+            disk_usage_percent=1.0,
+            protect_topics=only(topic),
+        )
+
+        def plan(*prefix: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*prefix, sys.executable, "-c", _COUNTING_PLAN, str(config)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+
+        two, one = plan(), plan("taskset", "-c", "0")
+    finally:
+        linked.unlink()
+        admin = AdminClient(real_kafka.client_config())
+        for future in admin.delete_topics([topic], operation_timeout=30).values():
+            future.result(60)
+    assert two.returncode == one.returncode == 0, two.stderr + one.stderr
+    # The early listing, then each of the two walks.
+    assert two.stderr.endswith("worker requests=3\n"), two.stderr[-500:]
+    assert one.stderr.endswith("worker requests=0\n"), one.stderr[-500:]
+    got, want = json.loads(two.stdout), json.loads(one.stdout)
+    assert want["mode"] == "broker", want["mode_reason"]
+    assert len(want["deletions"]) >= partitions * 2 - 1
+    assert any(d["unconsumed_records"] for d in want["deletions"])
+    for deletion in got["deletions"] + want["deletions"]:
+        for key in ("usage_percent", "excess_bytes", "predicted_usage_percent"):
+            deletion["why"].pop(key)
+    assert got["deletions"] == want["deletions"]
+    assert two.stderr.replace("requests=3", "") == one.stderr.replace("requests=0", "")
+    assert "hard-linked elsewhere" in one.stderr
+    settled(real_kafka)
 
 
 def sent_requests(events: list[dict[str, Any]]) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""Work in a forked child, streamed back: order, errors, an early close, a dead child."""
+"""Work in a forked worker, streamed back: order, errors, an early close, a dead child, and a
+worker forked before the threads that would make a fork unsafe."""
 
 from __future__ import annotations
 
@@ -15,60 +16,125 @@ from collections.abc import Iterator
 
 import pytest
 
-from diskguard.host.forked import ChildFailed, ForkedStream, can_fork
+from diskguard.host.forked import ChildFailed, Worker, can_fork
+
+# What the worker runs: module-level functions (the child finds them by name).
+
+_STATE: dict[str, int] = {}
 
 
-def test_items_come_back_in_order_across_chunks() -> None:
-    stream = ForkedStream(lambda: ((i, str(i), [i] * 3) for i in range(1000)), chunk=7)
-    with contextlib.closing(stream) as items:
+def numbered(n: int) -> Iterator[tuple[int, str, list[int]]]:
+    return ((i, str(i), [i] * 3) for i in range(n))
+
+
+def counting() -> Iterator[int]:
+    return itertools.count()
+
+
+def then_oserror() -> Iterator[int]:
+    yield 1
+    yield 2
+    raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/gone/x.log")
+
+
+def then_valueerror() -> Iterator[int]:
+    yield 1
+    raise ValueError("corrupt time index")
+
+
+def then_killed() -> Iterator[int]:
+    yield 1
+    os.kill(os.getpid(), signal.SIGKILL)
+    yield 2
+
+
+def remembered(add: int) -> Iterator[int]:
+    """State kept in the child between requests."""
+    _STATE["n"] = _STATE.get("n", 0) + add
+    yield _STATE["n"]
+
+
+def pid() -> Iterator[int]:
+    yield os.getpid()
+
+
+@pytest.fixture
+def worker() -> Iterator[Worker]:
+    made = Worker.start(force=True)  # the test process may hold other threads (Spark's)
+    assert made is not None
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_items_come_back_in_order_across_chunks(worker: Worker) -> None:
+    with contextlib.closing(worker.stream(numbered, 1000, chunk=7)) as items:
         assert list(items) == [(i, str(i), [i] * 3) for i in range(1000)]
 
 
-def test_nothing_to_send_is_an_empty_stream() -> None:
-    assert list(ForkedStream(lambda: iter(()))) == []
+def test_nothing_to_send_is_an_empty_stream(worker: Worker) -> None:
+    assert list(worker.stream(numbered, 0)) == []
 
 
-def test_an_oserror_in_the_child_is_raised_again_after_the_items_before_it() -> None:
-    def produce() -> Iterator[int]:
-        yield 1
-        yield 2
-        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/gone/x.log")
+def test_one_child_serves_request_after_request_and_keeps_its_state(worker: Worker) -> None:
+    """The worker is forked once: later requests run in the same child, which keeps what
+    its modules hold (the age cache of a plan that walks twice)."""
+    first = list(worker.stream(pid))
+    assert first != [os.getpid()]
+    assert list(worker.stream(remembered, 2)) == [2]
+    assert list(worker.stream(remembered, 3)) == [5]
+    assert list(worker.stream(pid)) == first
+    assert "n" not in _STATE  # the parent's own state is untouched
 
+
+def test_an_oserror_in_the_child_is_raised_again_after_the_items_before_it(
+    worker: Worker,
+) -> None:
     got: list[int] = []
     with pytest.raises(FileNotFoundError) as raised:
-        got.extend(ForkedStream(produce, chunk=1))
+        got.extend(worker.stream(then_oserror, chunk=1))
     assert got == [1, 2]
     assert raised.value.filename == "/gone/x.log" and raised.value.errno == errno.ENOENT
+    assert list(worker.stream(numbered, 3))[-1][0] == 2  # the worker goes on
 
 
-def test_anything_else_the_child_raises_is_child_failed_with_its_text() -> None:
-    def produce() -> Iterator[int]:
-        yield 1
-        raise ValueError("corrupt time index")
-
+def test_anything_else_the_child_raises_is_child_failed_with_its_text(worker: Worker) -> None:
     with pytest.raises(ChildFailed, match="ValueError: corrupt time index"):
-        list(ForkedStream(produce))
+        list(worker.stream(then_valueerror))
 
 
-def test_closing_early_ends_a_child_that_would_run_forever() -> None:
-    stream = ForkedStream(lambda: itertools.count(), chunk=16)
-    pid = stream._pid
-    assert pid is not None
+def test_closing_early_ends_the_request_not_the_worker(worker: Worker) -> None:
+    stream = worker.stream(counting, chunk=16)
     assert list(itertools.islice(stream, 50)) == list(range(50))
     stream.close()
-    with pytest.raises(ChildProcessError):  # reaped: no zombie left behind
-        os.waitpid(pid, os.WNOHANG)
     stream.close()  # twice is fine
+    assert list(worker.stream(numbered, 2)) == [(0, "0", [0] * 3), (1, "1", [1] * 3)]
 
 
-def test_a_child_killed_midway_is_an_error_not_a_short_answer() -> None:
-    def produce() -> Iterator[int]:
-        yield 1
-        os.kill(os.getpid(), signal.SIGKILL)
-        yield 2
+def test_a_new_request_ends_the_one_not_read_to_its_end(worker: Worker) -> None:
+    endless = worker.stream(counting, chunk=16)
+    assert next(iter(endless)) == 0
+    assert list(worker.stream(numbered, 1)) == [(0, "0", [0] * 3)]
 
+
+def test_closing_the_worker_reaps_it(worker: Worker) -> None:
+    child = worker.pid
+    assert child is not None
+    list(worker.stream(numbered, 1))
+    worker.close()
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left behind
+        os.waitpid(child, os.WNOHANG)
+    with pytest.raises(ChildFailed, match="closed"):
+        worker.stream(numbered, 1)
+    worker.close()  # twice is fine
+
+
+def test_a_child_killed_midway_is_an_error_not_a_short_answer(worker: Worker) -> None:
     with pytest.raises(ChildFailed, match="ended before"):
-        list(ForkedStream(produce, chunk=1))
+        list(worker.stream(then_killed, chunk=1))
+    with pytest.raises(ChildFailed):
+        list(worker.stream(numbered, 1))
 
 
 def test_no_fork_while_another_thread_runs() -> None:
@@ -77,9 +143,26 @@ def test_no_fork_while_another_thread_runs() -> None:
     thread.start()
     try:
         assert not can_fork()
+        assert Worker.start() is None
     finally:
         stop.set()
         thread.join()
+
+
+def test_a_worker_forked_first_serves_beside_threads_started_after() -> None:
+    """What ``plan`` does with a broker configured: the worker is forked before the Kafka
+    client's threads exist, and works while they run."""
+    code = (
+        "import threading\n"
+        "from diskguard.host.forked import Worker, can_fork\n"
+        "from diskguard.kafkalog.parallellisting import listed_plain\n"
+        "worker = Worker.start()\n"
+        "stop = threading.Event()\n"
+        "threading.Thread(target=stop.wait).start()\n"
+        "print(can_fork(), len(list(worker.stream(listed_plain, ['/', '/gone'], False))))\n"
+        "stop.set()\n"
+    )
+    assert _python(code).stdout == "False 2\n"
 
 
 def test_output_buffered_before_the_fork_is_written_once() -> None:
@@ -87,19 +170,22 @@ def test_output_buffered_before_the_fork_is_written_once() -> None:
     code = (
         "import sys\n"
         "sys.stdout.write('before ')\n"
-        "from diskguard.host.forked import ForkedStream\n"
-        "print(list(ForkedStream(lambda: [1, 2])))\n"
+        "from diskguard.host.forked import Worker\n"
+        "from diskguard.kafkalog.parallellisting import listed_plain\n"
+        "w = Worker.start()\n"
+        "print(len(list(w.stream(listed_plain, ['/'], False))))\n"
+        "w.close()\n"
     )
-    assert _python(code).stdout == "before [1, 2]\n"
+    assert _python(code).stdout == "before 1\n"
 
 
 def test_no_fork_when_the_process_may_run_on_one_core_only() -> None:
     """``taskset -c 0 diskguard plan``: a child would only take turns with its parent."""
     code = (
         "import os; os.sched_setaffinity(0, {0})\n"
-        "from diskguard.host.forked import can_fork; print(can_fork())"
+        "from diskguard.host.forked import Worker, can_fork; print(can_fork(), Worker.start())"
     )
-    assert _python(code).stdout == "False\n"
+    assert _python(code).stdout == "False None\n"
 
 
 def test_no_fork_while_a_thread_python_does_not_know_of_runs() -> None:
@@ -117,15 +203,18 @@ def test_no_fork_while_a_thread_python_does_not_know_of_runs() -> None:
     assert _python(code).stdout == "1 False\n"
 
 
-def test_a_child_whose_parent_dies_does_not_outlive_it() -> None:
-    """The parent killed (SIGKILL, OOM): its end of the pipe closes, the child's next send
-    fails and it leaves; no orphan keeps working (or keeps a log dir's files open)."""
+def test_a_worker_whose_parent_dies_does_not_outlive_it() -> None:
+    """The parent killed (SIGKILL, OOM) mid-request: its ends of the pipe and the socket
+    close, the child's next send fails and it leaves; no orphan keeps working (or keeps a
+    log dir's files open)."""
     code = (
         "import itertools, os, sys\n"
-        "from diskguard.host.forked import ForkedStream\n"
-        "stream = ForkedStream(lambda: itertools.count(), chunk=16)\n"
+        "from diskguard.host.forked import Worker\n"
+        "from diskguard.kafkalog.parallellisting import listed_plain\n"
+        "w = Worker.start()\n"
+        "stream = w.stream(listed_plain, ['/'] * 100000, False, chunk=16)\n"
         "next(iter(stream))\n"
-        "print(stream._pid, flush=True)\n"
+        "print(w.pid, flush=True)\n"
         "os.kill(os.getpid(), 9)\n"
     )
     out = _python(code, check=False)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from diskguard.host.forked import Worker
 from diskguard.kafkalog import parallellisting
 from diskguard.kafkalog.listing import REMOTE_LOG_SNAPSHOT, ListingCache, list_partition
 from diskguard.kafkalog.parallellisting import list_in_parallel
@@ -31,17 +33,29 @@ def _odd_tree(root: Path) -> list[str]:
     return paths
 
 
+@pytest.fixture
+def worker() -> Iterator[Worker]:
+    made = Worker.start(force=True)  # the test process may hold other threads (Spark's)
+    assert made is not None
+    try:
+        yield made
+    finally:
+        made.close()
+
+
 @pytest.mark.parametrize("full", [False, True], ids=["names", "full"])
-def test_every_dir_is_listed_as_alone_with_its_stat_key(tmp_path: Path, full: bool) -> None:
+def test_every_dir_is_listed_as_alone_with_its_stat_key(
+    tmp_path: Path, full: bool, worker: Worker
+) -> None:
     paths = _odd_tree(tmp_path / "logs")
-    got = list_in_parallel(paths, full, force=True)
+    got = list_in_parallel(paths, full, worker, force=True)
     assert sorted(got) == sorted(paths)
     for path in paths:
         st = os.stat(path)
         assert got[path] == ((st.st_ino, st.st_mtime_ns), list_partition(path, full))
 
 
-def test_a_dir_that_cannot_be_listed_carries_its_own_error(tmp_path: Path) -> None:
+def test_a_dir_that_cannot_be_listed_carries_its_own_error(tmp_path: Path, worker: Worker) -> None:
     paths = _odd_tree(tmp_path / "logs")
     (tmp_path / "logs" / "orders-9").write_text("not a dir")
     odd = [
@@ -50,35 +64,55 @@ def test_a_dir_that_cannot_be_listed_carries_its_own_error(tmp_path: Path) -> No
         str(tmp_path / "logs" / "orders-9"),
         *paths[3:],
     ]
-    got = list_in_parallel(odd, False, force=True)
+    got = list_in_parallel(odd, False, worker, force=True)
     assert isinstance(got[odd[3]], FileNotFoundError) and got[odd[3]].filename == odd[3]
     assert isinstance(got[odd[4]], NotADirectoryError)
     assert all(not isinstance(got[p], OSError) for p in paths)
 
 
-def test_few_dirs_are_not_worth_a_fork(tmp_path: Path) -> None:
+def test_few_dirs_or_no_worker_are_listed_by_the_scan_itself(
+    tmp_path: Path, worker: Worker
+) -> None:
     paths = _odd_tree(tmp_path / "logs")
-    assert list_in_parallel(paths, False) == {}  # the scan lists them itself
+    assert list_in_parallel(paths, False, worker) == {}
+    assert list_in_parallel(paths, False, None, force=True) == {}
 
 
 def test_a_scan_with_a_parallel_cache_is_the_scan_without(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker: Worker
 ) -> None:
     _odd_tree(tmp_path / "logs")
     (tmp_path / "logs" / "orders-0-delete").mkdir()
     (tmp_path / "logs" / "orders-3.abc-future").mkdir()
     os.symlink(tmp_path / "logs" / "orders-1", tmp_path / "logs" / "orders-20")
     log_dir = str(tmp_path / "logs")
-    listed: list[int] = []
-    real = parallellisting.list_in_parallel
-
-    def forced(paths: list[str], full: bool) -> dict[str, parallellisting.Listed]:
-        listed.append(len(paths))
-        return real(paths, full, force=True)  # few dirs: a fork all the same
-
-    monkeypatch.setattr(parallellisting, "list_in_parallel", forced)
+    monkeypatch.setattr(parallellisting, "MIN_DIRS", 0)  # few dirs: the worker all the same
     for full in (False, True):
         alone = scan_log_dir(log_dir, "/", [], full=full, cache=ListingCache())
-        parallel = scan_log_dir(log_dir, "/", [], full=full, cache=ListingCache(parallel=True))
-        assert parallel == alone
-    assert listed == [7, 7]  # the live partition dirs, no symlink, no -delete/-future dir
+        parallel = ListingCache(worker=worker)
+        assert scan_log_dir(log_dir, "/", [], full=full, cache=parallel) == alone
+        assert parallel.misses == 7  # the live partition dirs, no symlink, no -delete/-future
+        # Begun early (before a plan's broker round trips), taken by the scan.
+        early = ListingCache(worker=worker)
+        early.start_early([log_dir], full)
+        assert scan_log_dir(log_dir, "/", [], full=full, cache=early) == alone
+        # Begun early for names only, the scan stats every file: the worker's are not used.
+        names = ListingCache(worker=worker)
+        names.start_early([log_dir], False)
+        assert scan_log_dir(log_dir, "/", [], full=True, cache=names) == scan_log_dir(
+            log_dir, "/", [], full=True, cache=ListingCache()
+        )
+
+
+def test_a_dir_made_after_the_early_listing_is_listed_by_the_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker: Worker
+) -> None:
+    _odd_tree(tmp_path / "logs")
+    log_dir = str(tmp_path / "logs")
+    monkeypatch.setattr(parallellisting, "MIN_DIRS", 0)
+    early = ListingCache(worker=worker)
+    early.start_early([log_dir], False)
+    write_partition(tmp_path / "logs", "late", 0, [SegmentSpec(records=5)] * 3)
+    scanned = scan_log_dir(log_dir, "/", [], cache=early)
+    assert scanned == scan_log_dir(log_dir, "/", [], cache=ListingCache())
+    assert [p.topic for p in scanned.partitions].count("late") == 1

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from diskguard.host import forked
-from diskguard.kafkalog.dating import SegmentFileReader
+from diskguard.host.forked import Worker
+from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage
 from diskguard.kafkalog.scan import scan_log_dir
 from diskguard.kafkalog.topicpolicy import ProtectionRule
@@ -73,25 +74,36 @@ def _files(root: Path) -> list[str]:
 
 
 def _plan(
-    fs: Filesystem, limit: float, parallel: bool, **kw: object
+    fs: Filesystem,
+    limit: float,
+    parallel: bool,
+    ages: AgeCache | None = None,
+    **kw: object,
 ) -> tuple[list[Deletion], list[str]]:
-    reader = SegmentFileReader()
-    heads = parallel_heads(reader, force=True) if parallel else parallelheads.LocalHeads
-    _fs_plan, chosen = plan_filesystem(fs, Limits(limit, limit), reader, heads=heads, **kw)  # type: ignore[arg-type]
+    """One plan of ``fs`` on one core, or on two with a worker forked for it (the test
+    process may hold other threads: forked all the same, as a plan forks before its own)."""
+    reader = SegmentFileReader(ages)
+    worker = Worker.start(force=True) if parallel else None
+    try:
+        heads = parallel_heads(reader, worker, 0) if parallel else parallelheads.LocalHeads
+        _fs_plan, chosen = plan_filesystem(fs, Limits(limit, limit), reader, heads=heads, **kw)  # type: ignore[arg-type]
+    finally:
+        if worker is not None:
+            worker.close()
     return chosen, reader.warnings
 
 
 @pytest.fixture
 def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many children the plans forked (each must really have used one)."""
+    """How many requests the plans sent a worker (each must really have used one)."""
     made: list[int] = []
-    real = forked.ForkedStream.__init__
+    real = forked.Worker.stream
 
-    def counting(self: forked.ForkedStream, *a: object, **kw: object) -> None:
+    def counting(self: forked.Worker, *a: object, **kw: object) -> forked.WorkStream:
         made.append(1)
-        real(self, *a, **kw)  # type: ignore[arg-type]
+        return real(self, *a, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(forked.ForkedStream, "__init__", counting)
+    monkeypatch.setattr(forked.Worker, "stream", counting)
     return made
 
 
@@ -136,6 +148,38 @@ def test_consumer_offsets_and_leadership_order_both_alike(tmp_path: Path) -> Non
         assert any(d.unconsumed_records for d in one[0])
 
 
+@pytest.mark.parametrize("limit", [47.0, 30.0, 0.0])
+def test_a_broker_mode_plan_walks_twice_on_two_cores_as_on_one(
+    tmp_path: Path, limit: float
+) -> None:
+    """Broker mode plans twice, the second time knowing offsets and leaders, each process
+    with an age cache kept from the first walk (the worker its own): the second plan and
+    its warnings are one core's, whatever the first walk and the worker's look-ahead dated."""
+    root = tmp_path / "logs"
+    _tree(root)
+    fs = _filesystem(root)
+    committed = {("orders", p): {"billing": 9, "audit": 2} for p in range(8)}
+    led_here = {("orders", p) for p in range(0, 8, 2)} | {("clicks", 0)}
+
+    def twice(worker: Worker | None) -> tuple[list[Deletion], list[str]]:
+        ages = AgeCache()
+        for facts in ({}, {"committed": committed, "led_here": led_here}):
+            reader = SegmentFileReader(ages)
+            heads = parallel_heads(reader, worker, 0) if worker else parallelheads.LocalHeads
+            _fs, chosen = plan_filesystem(fs, Limits(limit, limit), reader, heads=heads, **facts)  # type: ignore[arg-type]
+        return chosen, reader.warnings
+
+    one = twice(None)
+    worker = Worker.start(force=True)
+    assert worker is not None
+    try:
+        two = twice(worker)
+    finally:
+        worker.close()
+    assert two == one
+    assert one[0] and one[1]
+
+
 def test_a_failure_in_the_child_fails_the_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -158,18 +202,19 @@ def test_a_failure_in_the_child_fails_the_plan(
 
 
 #: ``diskguard plan`` in a fresh interpreter (no other thread: the test process may hold
-#: Spark's), counting the children it forks; argv[1] "one" puts the thresholds out of reach.
+#: Spark's), counting the requests it sends its worker; argv[1] "one" puts the thresholds out
+#: of reach.
 _COUNTING_PLAN = """
 import sys
 from diskguard.host import forked
 from diskguard.kafkalog import parallellisting
 from diskguard.retention import parallelheads
 made = []
-real = forked.ForkedStream.__init__
+real = forked.Worker.stream
 def counting(self, *a, **kw):
     made.append(1)
-    real(self, *a, **kw)
-forked.ForkedStream.__init__ = counting
+    return real(self, *a, **kw)
+forked.Worker.stream = counting
 if sys.argv[1] == "one":
     parallellisting.MIN_DIRS = parallelheads.MIN_PARTITIONS = 10**9
 from diskguard.cli import cli
@@ -181,8 +226,9 @@ finally:
 
 
 def test_the_plan_command_forks_for_a_large_log_dir_and_says_the_same(tmp_path: Path) -> None:
-    """``diskguard plan --json`` over 300 partitions lists and dates on two cores (one fork
-    each); with the thresholds out of reach it forks nothing and prints the same plan."""
+    """``diskguard plan --json`` over 300 partitions lists and dates on two cores (one
+    request to its worker each); with the thresholds out of reach it sends none and prints
+    the same plan."""
     root = tmp_path / "logs"
     for p in range(300):
         spec = SegmentSpec(records=2, first_timestamp_ms=T0 + (p * 7919) % 1000 * MINUTE)

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from diskguard.cli import config_option, leave_process, load_or_exit, no_traceback
+from diskguard.host.forked import Worker
 from diskguard.kafkalog.model import Filesystem
 from diskguard.progress import progress
 from diskguard.retention.cycle import RetentionCycle
@@ -328,17 +329,24 @@ def plan_command(config_path: Path, as_json: bool) -> None:
     taken_over = daemon_memory(config)
     if taken_over.problem:
         click.echo(f"warning: {taken_over.problem}", err=True)
-    with (
-        progress(None, "scanning") as advance,
-        RetentionCycle(
-            config,
-            read_only=True,
-            taken_over=taken_over,
-            on_partition=advance,
-            parallel_listing=True,  # one-shot: list on two cores where worth it
-        ) as retention,
-    ):
-        outcome = retention.plan()
+    # Forked first, while this process has no other thread: the Kafka client's and the
+    # progress bar's would make a fork unsafe. It lists and dates on the second core.
+    worker = Worker.start()
+    try:
+        with (
+            progress(None, "scanning") as advance,
+            RetentionCycle(
+                config,
+                read_only=True,
+                taken_over=taken_over,
+                on_partition=advance,
+                worker=worker,
+            ) as retention,
+        ):
+            outcome = retention.plan()
+    finally:
+        if worker is not None:
+            worker.close()
     if as_json:
         data = plan_json(outcome.plan)
         data["ladder"] = ladder_json(outcome.ladder, outcome.plan)

@@ -1,30 +1,34 @@
 """Work done in a forked child, its results streamed back through a pipe (edge).
 
 Why: a one-shot ``plan`` over a large log dir is Python per name listed and per head dated,
-one core busy and the other idle. A forked child sees the parent's memory as it was at the
-fork (copy on write), so it needs no inputs sent; what it yields comes back ``marshal``'d
-(plain data: tuples, lists, str, int) in length-prefixed chunks. The pipe's capacity bounds
-how far ahead of its reader the child works: a stream read only partly costs the child a
-pipe's worth of work, then it waits, and ``close`` ends it.
+one core busy and the other idle. A child forked from the command (``Worker``) does part of
+that work; what it yields comes back ``marshal``'d (plain data: tuples, lists, str, int) in
+length-prefixed chunks. The pipe's capacity bounds how far ahead of its reader the child
+works: a stream read only partly costs the child a pipe's worth of work, then it waits, and
+``close`` ends it.
 
-Only where forking is safe (:func:`can_fork`): a process with other threads may fork while
-one of them holds a lock the child would need. The child leaves with ``os._exit``: no atexit
-handler, no flush of the parent's buffered output, no ``finally`` of the parent's runs twice.
+Forked only where that is safe (:func:`can_fork`): a process with other threads may fork
+while one of them holds a lock the child would need. So the child is forked before any
+client starts its threads and is sent its work later (``Worker.stream``). It leaves with
+``os._exit``: no atexit handler, no flush of the parent's buffered output, no ``finally`` of
+the parent's runs twice.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import marshal
 import os
 import signal
+import socket
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["ChildFailed", "ForkedStream", "can_fork"]
+__all__ = ["ChildFailed", "WorkStream", "Worker", "can_fork"]
 
 _LENGTH = struct.Struct("<I")
 _ITEMS, _ERROR, _END = 0, 1, 2
@@ -60,40 +64,114 @@ def _threads() -> int:
         return threading.active_count()
 
 
-class ForkedStream:
-    """The items ``produce()`` yields, produced in a forked child, in order.
+class Worker:
+    """A child forked early, before any other thread exists, that does work sent to it later.
 
-    ``with contextlib.closing(ForkedStream(lambda: work(args))) as items: ...``. An ``OSError``
-    the child raises is raised again here (errno, text and file name kept), anything else as
-    :class:`ChildFailed`, both after the items before it.
+    Why: the work worth a second core comes late in a command (a plan lists and dates after
+    the mode is known), and by then the Kafka client's librdkafka threads may run, which
+    makes a fork unsafe (``can_fork``). So the child is forked first (``start``), waits, and
+    runs each request when it comes: ``stream(produce, *args)`` calls the module-level
+    function ``produce(*args)`` in the child (found there by name; ``args`` plain data that
+    ``marshal`` takes) and gives back what it yields, in order (``WorkStream``). The child
+    keeps what its module-level state holds between requests (an age cache, say).
+
+    One request at a time: a new ``stream`` first ends the one before. The child leaves when
+    this process closes its end (``close``, exit, or death: the socket's end of file).
     """
 
-    def __init__(
-        self, produce: Callable[[], Iterable[Any]], chunk: int = CHUNK, pipe_bytes: int = PIPE_BYTES
-    ) -> None:
-        read_fd, write_fd = os.pipe()
-        with contextlib.suppress(OSError, AttributeError):  # a bigger pipe where allowed
-            fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, pipe_bytes)
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self._sock: socket.socket | None = sock
+        self.pid: int | None = pid
+        self._current: WorkStream | None = None
+
+    @classmethod
+    def start(cls, force: bool = False) -> Worker | None:
+        """A worker, or None where forking is not safe or not worth it (``can_fork``;
+        ``force``: fork all the same, for tests) or the fork failed (then the caller does
+        the work itself)."""
+        if not force and not can_fork():
+            return None
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError:
+            return None
         try:
             pid = os.fork()
         except OSError:
-            os.close(read_fd)
-            os.close(write_fd)
-            raise
+            ours.close()
+            theirs.close()
+            return None
         if pid == 0:  # the child: never returns
+            ours.close()
+            _work(theirs)
+        theirs.close()
+        return cls(ours, pid)
+
+    def stream(
+        self, produce: Callable[..., Iterable[Any]], *args: Any, chunk: int = CHUNK
+    ) -> WorkStream:
+        """``produce(*args)`` run in the child, its items streamed back (``WorkStream``).
+
+        An ``OSError`` the child raises is raised again while iterating (errno, text and
+        file name kept), anything else as ``ChildFailed``, both after the items before it;
+        so is the child's death. Raises ``ChildFailed`` at once when the worker is gone."""
+        if self._current is not None:
+            self._current.close()
+            self._current = None
+        if self._sock is None:
+            raise ChildFailed("the worker is closed")
+        request = marshal.dumps((produce.__module__, produce.__qualname__, args, chunk))
+        read_fd, write_fd = os.pipe()
+        with contextlib.suppress(OSError, AttributeError):  # a bigger pipe where allowed
+            fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        try:
+            # The pipe's write end travels with the length (SCM_RIGHTS); the body follows.
+            socket.send_fds(self._sock, [_LENGTH.pack(len(request))], [write_fd])
+            self._sock.sendall(request)
+        except OSError as exc:
             os.close(read_fd)
-            _serve(produce, write_fd, chunk)
-        os.close(write_fd)
-        self._pid: int | None = pid
-        self._file = os.fdopen(read_fd, "rb")
+            self.close()
+            raise ChildFailed(f"the worker is gone ({exc.strerror or exc})") from exc
+        finally:
+            os.close(write_fd)
+        self._current = WorkStream(read_fd)
+        return self._current
+
+    def close(self) -> None:
+        """End the child (whatever it is doing: it only reads) and reap it."""
+        if self._current is not None:
+            self._current.close()
+            self._current = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        pid, self.pid = self.pid, None
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class WorkStream:
+    """The items of one request to a ``Worker``, in order. ``close`` (or reading to the end)
+    ends it: a child still producing gets a broken pipe and waits for the next request."""
+
+    def __init__(self, read_fd: int) -> None:
+        self._file: Any = os.fdopen(read_fd, "rb")
 
     def __iter__(self) -> Iterator[Any]:
+        if self._file is None:
+            return
         read = self._file.read
         while True:
             head = read(_LENGTH.size)
             if len(head) < _LENGTH.size:
                 self.close()
-                raise ChildFailed("the forked child ended before its work was done")
+                raise ChildFailed("the worker ended before its work was done")
             body = read(_LENGTH.unpack(head)[0])
             kind, payload = marshal.loads(body)
             if kind == _ITEMS:
@@ -106,31 +184,72 @@ class ForkedStream:
                 raise _raised(payload)
 
     def close(self) -> None:
-        """End the child (whatever it is doing: it only reads) and reap it."""
-        if getattr(self, "_pid", None) is None:
-            return
-        pid = self._pid
-        self._pid = None
-        assert pid is not None
-        self._file.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def __del__(self) -> None:
         self.close()
 
 
-def _serve(produce: Callable[[], Iterable[Any]], fd: int, chunk: int) -> None:
-    """The child's whole life: produce, send, leave (``os._exit``, whatever happens)."""
+def _work(sock: socket.socket) -> None:
+    """The child's whole life: each request in turn, until the parent's end closes; then
+    ``os._exit``, whatever happens."""
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it with the parent
+        while (request := _receive(sock)) is not None:
+            (module, name, args, chunk), fd = request
+            try:
+                _serve(module, name, args, fd, chunk)
+            finally:
+                os.close(fd)
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _receive(sock: socket.socket) -> tuple[Any, int] | None:
+    """The next request and its pipe's write end, or None once the parent closed its end."""
+    head, fds, _flags, _addr = socket.recv_fds(sock, _LENGTH.size, 1)
+    if not head:
+        return None
+    if len(fds) != 1:
+        raise ChildFailed("a request without its pipe")
+    head += _exactly(sock, _LENGTH.size - len(head))
+    return marshal.loads(_exactly(sock, _LENGTH.unpack(head)[0])), fds[0]
+
+
+def _exactly(sock: socket.socket, size: int) -> bytes:
+    parts = []
+    while size > 0:
+        got = sock.recv(min(size, 1 << 20))
+        if not got:
+            raise ChildFailed("the request ended early")
+        parts.append(got)
+        size -= len(got)
+    return b"".join(parts)
+
+
+def _resolve(module: str, name: str) -> Callable[..., Iterable[Any]]:
+    """The function ``module.name`` in this (the child's) process."""
+    found: Any = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found  # type: ignore[no-any-return]
+
+
+def _serve(module: str, name: str, args: tuple[Any, ...], fd: int, chunk: int) -> None:
+    """One request: ``module.name(*args)``'s items sent, then the end or what went wrong. A
+    reader gone (the pipe broken) just ends it."""
+    try:
+        produce = _resolve(module, name)
         batch: list[Any] = []
         # The first messages small, then doubling up to ``chunk``: the reader may be waiting
         # for the first item (a plan merging heads), not only for the last.
         size = min(_FIRST_CHUNK, chunk)
-        for item in produce():
+        for item in produce(*args):
             batch.append(item)
             if len(batch) >= size:
                 _send(fd, _ITEMS, batch)
@@ -141,12 +260,9 @@ def _serve(produce: Callable[[], Iterable[Any]], fd: int, chunk: int) -> None:
         _send(fd, _END, None)
     except BrokenPipeError:
         pass  # the reader has what it wanted
-    except BaseException as exc:
-        code = 1
-        with contextlib.suppress(BaseException):
+    except Exception as exc:
+        with contextlib.suppress(Exception):
             _send(fd, _ERROR, _described(exc))
-    finally:
-        os._exit(code)
 
 
 def _send(fd: int, kind: int, payload: Any) -> None:

@@ -15,18 +15,25 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from diskguard.host.fsusage import allocated_bytes
 from diskguard.kafkalog.model import (
     DELETED_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
     Partition,
+    PartitionDirKind,
+    parse_partition_dir,
     parse_segment_base,
     parse_segment_file,
     segment_file_name,
 )
+
+if TYPE_CHECKING:
+    from diskguard.host.forked import Worker
+    from diskguard.kafkalog.parallellisting import EarlyListing
 
 _T = TypeVar("_T")
 
@@ -285,10 +292,12 @@ class ListingCache:
     the planner re-stats every segment it considers (``SegmentFileReader``).
     """
 
-    def __init__(self, settle_s: float = 2.0, parallel: bool = False) -> None:
+    def __init__(self, settle_s: float = 2.0, worker: Worker | None = None) -> None:
         self.settle_s = settle_s
-        #: List many uncached dirs on two cores (``prefetch``): one-shot commands only.
-        self.parallel = parallel
+        #: List many uncached dirs on two cores (``prefetch``), with this forked worker:
+        #: one-shot commands only.
+        self.worker = worker
+        self._early: EarlyListing | None = None
         self._prefetched: dict[str, tuple[tuple[int, int], PartitionListing] | OSError] = {}
         self._entries: dict[str, tuple[tuple[int, int], PartitionListing]] = {}
         self._log_dirs: dict[str, tuple[tuple[int, int], list[os.DirEntry[str]]]] = {}
@@ -298,16 +307,43 @@ class ListingCache:
         self.hits = 0
         self.misses = 0
 
+    @property
+    def parallel(self) -> bool:
+        return self.worker is not None
+
+    def start_early(self, log_dirs: Iterable[str], full: bool) -> None:
+        """With a worker: it starts listing its share of the log dirs' partition dirs now,
+        while this process does what comes before the scan (the broker's round trips);
+        ``prefetch`` takes what it listed. A log dir that cannot be listed is left to the
+        scan, which says why."""
+        if self.worker is None:
+            return
+        from diskguard.kafkalog.parallellisting import EarlyListing
+
+        paths: list[str] = []
+        for log_dir in log_dirs:
+            try:
+                paths.extend(live_partition_dirs(self.log_dir_entries(log_dir)))
+            except OSError:
+                continue
+        self._early = EarlyListing.start(paths, full, self.worker)
+
     def prefetch(self, paths: list[str], full: bool) -> None:
-        """With ``parallel``: list the dirs among ``paths`` never listed before, on two cores
-        (``parallellisting``); ``listing`` then hands each out once."""
-        if not self.parallel:
+        """With a worker: list the dirs among ``paths`` never listed before, on two cores
+        (``parallellisting``: what ``start_early`` began, or now); ``listing`` then hands
+        each out once."""
+        if self.worker is None:
             return
         from diskguard.kafkalog.parallellisting import list_in_parallel
 
-        self._prefetched.update(
-            list_in_parallel([p for p in paths if p not in self._entries], full)
-        )
+        wanted = [p for p in paths if p not in self._entries and p not in self._prefetched]
+        early, self._early = self._early, None
+        if early is not None and (early.full or not full):
+            self._prefetched.update(early.take(wanted))
+        else:
+            if early is not None:
+                early.close()  # names only, where this scan stats every file
+            self._prefetched.update(list_in_parallel(wanted, full, self.worker))
 
     def listing(self, path: str, full: bool) -> PartitionListing:
         self._touched.add(path)
@@ -397,6 +433,21 @@ class ListingCache:
             del self._partitions[path]
         self._touched.clear()
         self._prefetched.clear()
+
+
+def live_partition_dirs(entries: Iterable[os.DirEntry[str]]) -> list[str]:
+    """The paths ``scan_log_dir`` will list: live partition dirs, no symlink."""
+    out = []
+    for entry in entries:
+        name = parse_partition_dir(entry.name)
+        if name is None or name.kind is not PartitionDirKind.LIVE:
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                out.append(entry.path)
+        except OSError:
+            continue
+    return out
 
 
 def active_stats(path: str, listing: PartitionListing) -> list[os.stat_result]:

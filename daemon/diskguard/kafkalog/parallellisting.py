@@ -1,47 +1,92 @@
-"""Listing many partition dirs on two cores: every other one in a forked child (edge).
+"""Listing many partition dirs on two cores: every other one in a forked worker (edge).
 
 Why: listing 1,000 partition dirs of 300 files each is ~0.16 s of a one-shot ``plan``, half of it
-Python per name, on one core of a machine that has more (a cold plan should take no longer than
-``du`` of the same tree). The child lists every other dir (interleaved, so neither half is all of
-one big topic) while this process lists the rest; each listing is the same ``list_partition`` with
-the same ``stat`` key ``ListingCache`` keeps it under. What fails for one dir (vanished,
-unreadable) is kept as that dir's ``OSError`` and raised where the scan asks for it, as if
-it had been listed there and then.
+Python per name, on one core of a machine that has more (a plan should take no longer than ``du``
+of the same tree). The worker (``host.forked.Worker``) lists every other dir (interleaved, so
+neither half is all of one big topic) while this process lists the rest; each listing is the same
+``list_partition`` with the same ``stat`` key ``ListingCache`` keeps it under. What fails for one
+dir (vanished, unreadable) is kept as that dir's ``OSError`` and raised where the scan asks for
+it, as if it had been listed there and then.
+
+The worker's share may be asked for early (``start``: before the plan's broker round trips, which
+it then overlaps) and taken later (``EarlyListing.take``), with this process's share listed then.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from diskguard.host.forked import ForkedStream, can_fork
+from diskguard.host.forked import ChildFailed, Worker, WorkStream
 from diskguard.kafkalog.listing import LinkedFile, PartitionListing, list_partition
 
-__all__ = ["MIN_DIRS", "Listed", "list_in_parallel"]
+__all__ = ["MIN_DIRS", "EarlyListing", "Listed", "list_in_parallel"]
 
-#: Below this many dirs to list, a fork costs more than it saves.
+#: Below this many dirs to list, sending them to the worker costs more than it saves.
 MIN_DIRS = 256
 #: A dir's ``(inode, mtime_ns)`` when it was listed, and its listing or why there is none.
 Listed = tuple[tuple[int, int], PartitionListing] | OSError
 
 
-def list_in_parallel(paths: Sequence[str], full: bool, force: bool = False) -> dict[str, Listed]:
-    """Every path's listing (and stat key), or its error; {} when not worth a fork or not
-    safe (other threads), unless ``force`` (tests). The caller lists those itself then."""
-    if not force and (len(paths) < MIN_DIRS or not can_fork()):
-        return {}
-    theirs = paths[1::2]
-    try:
-        stream = ForkedStream(lambda: (_listed_plain(p, full) for p in theirs))
-    except OSError:
-        return {}  # no fork today (EAGAIN, ENOMEM): one core does it all
-    with contextlib.closing(stream):
-        out = {p: _listed(p, full) for p in paths[0::2]}
-        for path, item in zip(theirs, stream, strict=True):
-            out[path] = _from_plain(item)
-    return out
+def list_in_parallel(
+    paths: Sequence[str], full: bool, worker: Worker | None, force: bool = False
+) -> dict[str, Listed]:
+    """Every path's listing (and stat key), or its error; {} without a worker or when not
+    worth it, unless ``force`` (tests). The caller lists those itself then."""
+    early = EarlyListing.start(paths, full, worker, force)
+    return {} if early is None else early.take(paths)
+
+
+class EarlyListing:
+    """The worker lists every other one of ``paths`` from now on; ``take`` lists the rest
+    here and gathers the worker's."""
+
+    def __init__(self, paths: Sequence[str], full: bool, stream: WorkStream) -> None:
+        self.full = full
+        self._theirs = list(paths[1::2])
+        self._stream: WorkStream | None = stream
+
+    @classmethod
+    def start(
+        cls, paths: Sequence[str], full: bool, worker: Worker | None, force: bool = False
+    ) -> EarlyListing | None:
+        if worker is None or (not force and len(paths) < MIN_DIRS):
+            return None
+        try:
+            return cls(paths, full, worker.stream(listed_plain, list(paths[1::2]), full))
+        except ChildFailed:
+            return None  # the worker is gone: one core does it all
+
+    def close(self) -> None:
+        """Not taken after all: the worker stops (its listings are of no use)."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def take(self, paths: Sequence[str]) -> dict[str, Listed]:
+        """The listings of ``paths``: this process lists those not the worker's, then takes
+        the worker's (every one it listed, whether in ``paths`` or not). {} if taken before.
+        A worker that failed on its share costs nothing but the time: the scan lists them."""
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return {}
+        theirs = set(self._theirs)
+        out = {p: _listed(p, self.full) for p in paths if p not in theirs}
+        with contextlib.closing(stream):
+            try:
+                for path, item in zip(self._theirs, stream, strict=True):
+                    out[path] = _from_plain(item)
+            except (ChildFailed, ValueError):
+                pass  # the rest are listed one by one where the scan asks for them
+        return out
+
+
+def listed_plain(paths: list[str], full: bool) -> Iterator[tuple[Any, ...]]:
+    """The worker's side: each path's ``_listed`` as plain data for ``marshal``."""
+    for path in paths:
+        yield _listed_plain(path, full)
 
 
 def _listed(path: str, full: bool) -> Listed:

@@ -27,6 +27,7 @@ from diskguard.kafkalog.listing import (
     ListingCache,
     active_stats,
     list_partition,
+    live_partition_dirs,
     segment_stats,
     tree_stats,
 )
@@ -124,7 +125,7 @@ def scan_log_dir(
             error=exc.strerror or str(exc),
         )
     if cache is not None and cache.parallel:
-        cache.prefetch(_live_partition_dirs(entries), full)
+        cache.prefetch(live_partition_dirs(entries), full)
     top_files: list[os.stat_result] = []
     for entry in entries:
         try:
@@ -239,21 +240,6 @@ def _stray(rule: ProtectionRule, topic: str, path: str, has_metadata: bool) -> s
     if has_metadata and kraft is not None and topic in kraft.ids:
         dir_id = partition_topic_id(path)
     return stray_reason(topic, has_metadata, dir_id, kraft)
-
-
-def _live_partition_dirs(entries: Iterable[os.DirEntry[str]]) -> list[str]:
-    """The paths ``scan_log_dir`` will list: live partition dirs, no symlink."""
-    out = []
-    for entry in entries:
-        name = parse_partition_dir(entry.name)
-        if name is None or name.kind is not PartitionDirKind.LIVE:
-            continue
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                out.append(entry.path)
-        except OSError:
-            continue
-    return out
 
 
 def _max_known(a: int | None, b: int | None) -> int | None:

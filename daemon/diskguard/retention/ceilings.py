@@ -70,6 +70,12 @@ class PendingReclaim:
         return PendingReclaim(self.scanned - from_scanned, self.requested - from_requested)
 
 
+def has_byte_budget(config: Config) -> bool:
+    """Is a per-log-dir byte budget (``retention.max_bytes``) set? Only a full scan (a stat of
+    every file) can check it; asked before the owner exists too (a plan's early listing)."""
+    return config.retention.max_bytes is not None
+
+
 class Ceilings:
     """A config's retention limits per filesystem and mode, and what is pending on each.
 
@@ -113,8 +119,7 @@ class Ceilings:
 
     @property
     def byte_budget(self) -> bool:
-        """Is a per-log-dir byte budget (``retention.max_bytes``) set? Only a full scan (a
-        stat of every file) can check it."""
+        """Is a per-log-dir byte budget (``retention.max_bytes``) set? (``has_byte_budget``)"""
         return self._plain.max_bytes is not None
 
     def limits(self, mode: str, mount: str, forecast: bool = True) -> Limits:

@@ -38,7 +38,7 @@ from diskguard.kafkalog.scan import ScanResult, still_listed
 from diskguard.kafkalog.serverprops import local_broker_id
 from diskguard.logs import get_logger
 from diskguard.retention.audit import AuditLog
-from diskguard.retention.ceilings import Ceilings
+from diskguard.retention.ceilings import Ceilings, has_byte_budget
 from diskguard.retention.daemonstate import TakenOver
 from diskguard.retention.forecaster import Forecaster
 from diskguard.retention.inputs import PlanInputs
@@ -58,6 +58,7 @@ from diskguard.retention.unfreed import UnfreedSpace
 
 if TYPE_CHECKING:
     from diskguard.broker.client import BrokerClient
+    from diskguard.host.forked import Worker
     from diskguard.retention.executor import Executor
     from diskguard.retention.offline.fileexecutor import FileExecutor
 
@@ -77,7 +78,7 @@ class RetentionCycle:
         warm_heads_s: float = 0.0,
         taken_over: TakenOver | None = None,
         on_partition: Callable[[float], None] | None = None,
-        parallel_listing: bool = False,
+        worker: Worker | None = None,
         broker: BrokerClient | None = None,
         reachability: Callable[[], bool | None] | None = None,
     ) -> None:
@@ -88,7 +89,9 @@ class RetentionCycle:
         has no later cycle to prepare for). ``taken_over``: what a running daemon knows that a
         one-shot command does not (its write rates, the partitions it set aside).
         ``on_partition``: called per partition dir scanned (a progress bar);
-        ``parallel_listing``: list large log dirs on two cores (a one-shot ``plan``).
+        ``worker``: a child forked before any thread existed (a one-shot ``plan``): large
+        log dirs are listed and their heads dated on two cores, and it starts listing at
+        once, while the broker is asked what comes first.
         ``broker``: the broker's client (default: one for ``broker.bootstrap_servers``).
         ``reachability``: whether the broker answers, when known without asking it (the
         daemon's background probe while it probes)."""
@@ -102,6 +105,10 @@ class RetentionCycle:
             state_dir.mkdir(parents=True, exist_ok=True)
             self.audit.prepare()  # the audit reserve, whenever the state dir exists
         self.requested = RequestedLogStart(state_dir / "requested-log-start.json")
+        self.worker = worker
+        cache = ListingCache(worker=worker)
+        # Before the Kafka client: its module's import and the broker's answers overlap it.
+        cache.start_early([str(d) for d in config.broker.log_dirs], has_byte_budget(config))
         if broker is None and config.broker.bootstrap_servers:
             from diskguard.broker.client import BrokerClient  # only where a broker is set
 
@@ -113,7 +120,7 @@ class RetentionCycle:
             config,
             self.requested,
             on_partition=on_partition,
-            cache=ListingCache(parallel=parallel_listing),
+            cache=cache,
             policies=PolicyStore(state_dir / CACHE_FILE, not read_only),
         )
         self._files: FileExecutor | None = None
@@ -357,11 +364,12 @@ class RetentionCycle:
     ) -> tuple[Plan, list[str]]:
         """The pure planner over the scan, reading segment ages through the age cache.
 
-        A one-shot dry run (``plan``) dates each head once, on two cores (``parallelheads``),
-        except in broker mode (planned twice: ``_plan_with_broker_facts``)."""
+        A one-shot dry run (``plan``) dates heads on two cores where it has a worker
+        (``parallelheads``); each head once, except in broker mode, which plans twice
+        (``_plan_with_broker_facts``) and keeps the ages of the first for the second."""
         once = self.read_only and mode != BROKER
         reader = SegmentFileReader(None if once else self.inputs.ages)
-        heads = parallel_heads(reader) if once else LocalHeads
+        heads = parallel_heads(reader, self.worker) if self.read_only else LocalHeads
         standing_of = self.ceilings.standing_of(mode)
         covered = self._covered  # what the ladder's lossless rungs free first
         chosen = plan(

@@ -3,7 +3,8 @@
 Why: after listing, a one-shot ``plan`` over 1,000 partitions spends most of its time dating the
 heads it walks, ~11 µs each in syscalls and Python, one after another on one core (a cold plan
 should take no longer than ``du`` of the same tree). Here three partitions in five (spread out, so
-both shares hold some of every topic) are walked in a forked child (``host.forked``) while this
+both shares hold some of every topic) are walked in a forked child (``host.forked.Worker``, forked
+before the Kafka client's threads exist, so a plan in broker mode has it too) while this
 process walks the rest; the planner merges the two queues (``MergedHeads``). The plan is the one a
 single heap gives: keys are unique, so the merge of two key-ordered queues is the order of
 one.
@@ -15,8 +16,10 @@ dating its successor gave, and they are kept only when the plan chooses that hea
 warnings of every partition's first head, dated before any choice, come first, in partition
 order — the warnings, and their order, of a plan on one core.
 
-Only for a one-shot plan (no age cache: a child's dating would be lost with it), only with
-many partitions (a fork costs ~1 ms) and only when forking is safe (``can_fork``).
+Only for a one-shot plan, only with many partitions (sending them costs ~1 ms). A broker-mode
+plan walks twice (the second time knowing consumer offsets and leaders): the worker keeps an
+age cache of its own as this process does, and a cached age brings the warnings its dating
+gave (``AgeCache``), so the second walk's warnings are again those of one core.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
-from diskguard.host.forked import ForkedStream, can_fork
-from diskguard.kafkalog.dating import SegmentFileReader
+from diskguard.host.forked import ChildFailed, Worker, WorkStream
+from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
 from diskguard.kafkalog.model import Partition, SegmentInfo
 from diskguard.retention.order import HeadKey, new_named
 from diskguard.retention.planner import (
@@ -48,10 +51,14 @@ MIN_PARTITIONS = 256
 OWN_SHARE = (2, 5)
 
 
-def parallel_heads(reader: SegmentFileReader, force: bool = False) -> HeadsFactory:
+def parallel_heads(
+    reader: SegmentFileReader, worker: Worker | None, min_partitions: int | None = None
+) -> HeadsFactory:
     """A ``HeadsFactory`` for plans that date through ``reader`` (its warnings get the
-    child's): two cores where worth it and safe, else ``LocalHeads``; ``force``: always
-    fork (tests)."""
+    child's): on two cores with ``worker`` where worth it (``min_partitions``, default
+    ``MIN_PARTITIONS``), else
+    ``LocalHeads``. The worker dates with an age cache of its own when ``reader`` has one
+    (a broker-mode plan plans twice)."""
 
     def factory(
         parts: Sequence[Partition],
@@ -59,17 +66,26 @@ def parallel_heads(reader: SegmentFileReader, force: bool = False) -> HeadsFacto
         committed: CommittedOffsets,
         led_here: Collection[tuple[str, int]] | None,
     ) -> HeadQueue:
-        if not force and (len(parts) < MIN_PARTITIONS or not can_fork()):
+        least = MIN_PARTITIONS if min_partitions is None else min_partitions
+        if worker is None or len(parts) < least:
             return LocalHeads(parts, read, committed, led_here)
         num, den = OWN_SHARE
         # Spread out, not a block: partitions of one topic sit together and may be the
-        # oldest of all; either process gets some of every topic.
+        # oldest of all; either process gets some of every topic. A protected partition
+        # has no head (``LocalHeads``): not sent.
         mine_parts = [p for i, p in enumerate(parts) if (i * num) % den < num]
-        theirs = [p for i, p in enumerate(parts) if (i * num) % den >= num]
+        theirs = [p for i, p in enumerate(parts) if (i * num) % den >= num and not p.protected]
+        names = {(p.topic, p.partition) for p in theirs}
         try:
-            stream = ForkedStream(lambda: _walk_half(theirs, reader, committed, led_here))
-        except OSError:
-            return LocalHeads(parts, read, committed, led_here)
+            stream = worker.stream(
+                walk_share,
+                [_plain(p) for p in theirs],
+                {k: dict(v) for k, v in committed.items() if k in names},
+                None if led_here is None else [k for k in led_here if k in names],
+                reader.ages is not None,
+            )
+        except ChildFailed:
+            return LocalHeads(parts, read, committed, led_here)  # the worker is gone
         try:
             items = iter(stream)
             mine = _Capture(reader)
@@ -86,6 +102,39 @@ def parallel_heads(reader: SegmentFileReader, force: bool = False) -> HeadsFacto
         return MergedHeads((local, remote))
 
     return factory
+
+
+def _plain(part: Partition) -> tuple[Any, ...]:
+    """What dating and walking a partition read of it, as plain data for the worker."""
+    return (
+        part.log_dir,
+        part.topic,
+        part.partition,
+        part.path,
+        part.base_offsets,
+        part.log_start_offset,
+        part.txn_indexes,
+    )
+
+
+#: The worker's own age cache: a broker-mode plan walks twice (the second time knowing the
+#: consumer offsets and leaders), and its second walk finds the first's heads dated.
+_WORKER_AGES = AgeCache()
+
+
+def walk_share(
+    plain: list[tuple[Any, ...]],
+    committed: dict[tuple[str, int], dict[str, int]],
+    led_here: list[tuple[str, int]] | None,
+    ages: bool,
+) -> Iterator[Any]:
+    """The worker's side: its share of the partitions walked (``_walk_half``)."""
+    parts = [
+        Partition(log_dir, topic, partition, path, bases, start, txn_indexes=txn)
+        for log_dir, topic, partition, path, bases, start, txn in plain
+    ]
+    reader = SegmentFileReader(_WORKER_AGES if ages else None)
+    yield from _walk_half(parts, reader, committed, None if led_here is None else set(led_here))
 
 
 class _Capture:
@@ -146,7 +195,7 @@ class _Streamed:
 
     def __init__(
         self,
-        stream: ForkedStream,
+        stream: WorkStream,
         items: Iterator[Any],
         parts: Sequence[Partition],
         committed: CommittedOffsets,

@@ -26,6 +26,7 @@ alternation (exported with ``git archive``), both plans as ``python -m diskguard
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -102,20 +104,68 @@ def segment_bytes(tree: Path) -> int:
     )
 
 
-def write_config(path: Path, tree: Path, limit_percent: float, state_dir: Path) -> None:
+def write_config(
+    path: Path, tree: Path, limit_percent: float, state_dir: Path, bootstrap: str | None = None
+) -> None:
+    """Offline (auto mode, no broker: every topic assumed ``delete``), or with ``bootstrap``
+    auto mode with a broker up: broker mode, the policies asked of the broker."""
+    broker = f'bootstrap_servers = "{bootstrap}"\n' if bootstrap else ""
+    assume = "" if bootstrap else 'assume_delete_policy = [".*"]\n'
     path.write_text(
         "[broker]\n"
-        f'log_dirs = ["{tree}"]\n\n'
+        f'log_dirs = ["{tree}"]\n{broker}\n'
         "[retention]\n"
         f"disk_usage_percent = {limit_percent!r}\n"
         'mode = "auto"\n'
         "offline_headroom = 0\n"
-        'assume_delete_policy = [".*"]\n\n'
+        f"{assume}\n"
         "[daemon]\n"
         f'state_dir = "{state_dir}"\n\n'
         "[logging]\n"
         'level = "warning"\n'
     )
+
+
+@contextlib.contextmanager
+def broker_for(parts: int) -> Iterator[str]:
+    """A real Kafka broker (the project's harness, the newest 4.x or ``DISKGUARD_KAFKA_*``)
+    that knows the tree's topics (``gen_tree``'s names and partition counts; its log dir is
+    its own, not the tree) and a consumer group that has read half of them up to the middle
+    of each partition: a plan in broker mode asks it for the policies, the group's offsets
+    and the leaders. Yields its bootstrap address."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import NewTopic
+
+    from support.kafka import target
+    from support.kafka.cluster import running_broker
+
+    kafka = target()
+    log_dir = Path(tempfile.mkdtemp(prefix="diskguard-bench-plan-broker-")) / "kafka-logs"
+    topics: dict[str, int] = {}
+    for p in range(parts):
+        topic, partition = gen_tree.partition_name(p, parts)
+        topics[topic] = max(topics.get(topic, 0), partition + 1)
+    with running_broker(kafka.release, kafka.classpath, log_dir, mode=kafka.mode) as broker:
+        admin = broker.admin()
+        new = [NewTopic(t, num_partitions=n, replication_factor=1) for t, n in topics.items()]
+        for future in admin.create_topics(new, request_timeout=120).values():
+            future.result(180)
+        for topic, n in topics.items():
+            broker._wait_leaders(admin, topic, n, timeout=120)
+        group = Consumer({**broker.client_config(), "group.id": "bench-plan-readers"})
+        try:
+            middle = gen_tree.RECORDS_PER_SEGMENT * 50
+            offsets = [
+                TopicPartition(t, p, middle)
+                for t, n in sorted(topics.items())[::2]
+                for p in range(n)
+            ]
+            group.commit(offsets=offsets, asynchronous=False)
+        finally:
+            group.close()
+        print(f"broker {kafka}: {len(topics)} topics, {parts} partitions", flush=True)
+        yield broker.bootstrap
 
 
 def verify_plan(
@@ -347,8 +397,10 @@ def warm_run(
     choose: int | None,
     workers: int,
     baseline: str | None = None,
+    broker: bool = False,
 ) -> dict[str, Any]:
-    """Warm plan vs warm du on a tmpfs of its own (issue 15's scenario).
+    """Warm plan vs warm du on a tmpfs of its own (issue 15's scenario); ``broker``: with a
+    real broker up and ``bootstrap_servers`` set (broker mode, ``broker_for``).
 
     With ``baseline``: that commit's plan runs too, in the same alternation (du, plan,
     baseline; reversed every other round), and both plans run as ``python -m diskguard``
@@ -368,7 +420,10 @@ def warm_run(
         "segments": segs,
         "files": n_segments * 3,
     }
+    stack = contextlib.ExitStack()
     try:
+        bootstrap = stack.enter_context(broker_for(parts)) if broker else None
+        result["broker"] = bootstrap is not None
         tree = mnt / "kafka-logs"
         print(f"warm: generating {parts} x {segs} segments on tmpfs...", flush=True)
         result["generate_s"] = round(gen_tree.generate(str(tree), parts, segs, workers=workers), 1)
@@ -377,7 +432,7 @@ def warm_run(
         limit = 100.0 * (used - int((want - 0.5) * per_segment)) / (used + avail)
         work = Path(tempfile.mkdtemp(prefix="diskguard-bench-plan-"))
         config = work / "diskguard.toml"
-        write_config(config, tree, limit, work / "state")
+        write_config(config, tree, limit, work / "state", bootstrap)
         plan_args = ["-c", str(config), "--json"]
         commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
             "du": (["du", "-s", str(tree)], None)
@@ -437,14 +492,17 @@ def warm_run(
             targets={"warm_plan_at_most_du": result["plan_median_s"] <= du_med},
         )
     finally:
+        stack.close()
         subprocess.run(["umount", str(mnt)], check=False)
         os.rmdir(mnt)
     return result
 
 
 def print_warm(r: dict[str, Any]) -> None:
+    mode = ", broker up (broker mode)" if r.get("broker") else ""
     print(
-        f"warm, tmpfs, {r['partitions']} x {r['segments']} segments: du {r['du_median_s']:.2f} s,"
+        f"warm, tmpfs{mode}, {r['partitions']} x {r['segments']} segments:"
+        f" du {r['du_median_s']:.2f} s,"
         f" plan {r['plan_median_s']:.2f} s (rss {r['plan_peak_rss_mb']:.0f} MB),"
         f" ratio plan/du = {r['ratio_plan_over_du']:.2f} (target <= 1);"
         f" chose {r['plan_check']['chosen_segments']}, ok={r['plan_check']['ok']}"
@@ -481,6 +539,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REV",
         help="--warm/--scaling: also time commit REV's plan in the same alternation",
     )
+    ap.add_argument(
+        "--broker",
+        action="store_true",
+        help="--warm/--scaling: a real Kafka broker up and bootstrap_servers set (broker mode)",
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_plan needs root (loop mounts, drop_caches)", file=sys.stderr)
@@ -495,9 +558,9 @@ def main(argv: list[str] | None = None) -> int:
         choose = None if args.scaling or "--choose" not in (argv or sys.argv) else args.choose
         ok = True
         for parts, segs in sizes:
-            r = warm_run(parts, segs, args.runs, choose, args.workers, args.baseline)
+            r = warm_run(parts, segs, args.runs, choose, args.workers, args.baseline, args.broker)
             r["machine"] = machine_info()
-            out = RESULTS / f"plan-warm-{parts}x{segs}.json"
+            out = RESULTS / f"plan-warm-{parts}x{segs}{'-broker' if args.broker else ''}.json"
             out.write_text(json.dumps(r, indent=2) + "\n")
             print_warm(r)
             print(f"wrote {out}")

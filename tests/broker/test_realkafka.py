@@ -14,7 +14,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -39,6 +38,7 @@ from support.disks import ceiling_under, df_percent
 from support.fsfixtures import fill
 from support.kafka.cluster import KafkaCluster as RealBroker
 from support.net import Gate, free_port
+from support.workerplan import counting_plan
 
 pytestmark = pytest.mark.realkafka
 
@@ -443,24 +443,6 @@ def test_plan_and_enforce_in_broker_mode(real_kafka: RealBroker, tmp_path: Path)
     wait_until(lambda: segments(real_kafka, topic)[0] == bases[1], 15, "segment removed")
 
 
-#: ``diskguard plan --json -c argv[1]`` counting the requests it sends its forked worker.
-_COUNTING_PLAN = """
-import sys
-from diskguard.host import forked
-made = []
-real = forked.Worker.stream
-def counting(self, *a, **kw):
-    made.append(1)
-    return real(self, *a, **kw)
-forked.Worker.stream = counting
-from diskguard.cli import cli
-try:
-    cli(["plan", "-c", sys.argv[1], "--json"], prog_name="diskguard")
-finally:
-    sys.stderr.write(f"worker requests={len(made)}\\n")
-"""
-
-
 def test_plan_in_broker_mode_on_two_cores_says_what_one_core_says(
     real_kafka: RealBroker, tmp_path: Path
 ) -> None:
@@ -502,17 +484,7 @@ def test_plan_in_broker_mode_on_two_cores_says_what_one_core_says(
             disk_usage_percent=1.0,
             protect_topics=only(topic),
         )
-
-        def plan(*prefix: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [*prefix, sys.executable, "-c", _COUNTING_PLAN, str(config)],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
-            )
-
-        two, one = plan(), plan("taskset", "-c", "0")
+        two, one = counting_plan(config), counting_plan(config, "taskset", "-c", "0")
     finally:
         linked.unlink()
         admin = AdminClient(real_kafka.client_config())

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from diskguard.host.forked import ChildFailed, Worker, can_fork
+from support.workerplan import forced_worker
 
 # What the worker runs: module-level functions (the child finds them by name).
 
@@ -60,12 +61,8 @@ def pid() -> Iterator[int]:
 
 @pytest.fixture
 def worker() -> Iterator[Worker]:
-    made = Worker.start(force=True)  # the test process may hold other threads (Spark's)
-    assert made is not None
-    try:
+    with forced_worker() as made:
         yield made
-    finally:
-        made.close()
 
 
 def test_items_come_back_in_order_across_chunks(worker: Worker) -> None:

@@ -14,6 +14,7 @@ from diskguard.kafkalog.listing import REMOTE_LOG_SNAPSHOT, ListingCache, list_p
 from diskguard.kafkalog.parallellisting import list_in_parallel
 from diskguard.kafkalog.scan import scan_log_dir
 from support.kafkagen import SegmentSpec, write_partition
+from support.workerplan import forced_worker
 
 
 def _odd_tree(root: Path) -> list[str]:
@@ -35,12 +36,8 @@ def _odd_tree(root: Path) -> list[str]:
 
 @pytest.fixture
 def worker() -> Iterator[Worker]:
-    made = Worker.start(force=True)  # the test process may hold other threads (Spark's)
-    assert made is not None
-    try:
+    with forced_worker() as made:
         yield made
-    finally:
-        made.close()
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["names", "full"])

@@ -3,10 +3,9 @@ the same warnings in the same order, none for heads only the child's look-ahead 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from diskguard.retention.parallelheads import parallel_heads
 from diskguard.retention.planner import Deletion, plan_filesystem
 from support.configs import write_config
 from support.kafkagen import SegmentSpec, write_partition
+from support.workerplan import counting_plan, forced_worker
 
 T0 = 1_700_000_000_000
 MINUTE = 60_000
@@ -83,13 +83,10 @@ def _plan(
     """One plan of ``fs`` on one core, or on two with a worker forked for it (the test
     process may hold other threads: forked all the same, as a plan forks before its own)."""
     reader = SegmentFileReader(ages)
-    worker = Worker.start(force=True) if parallel else None
-    try:
+    with contextlib.ExitStack() as stack:
+        worker = stack.enter_context(forced_worker()) if parallel else None
         heads = parallel_heads(reader, worker, 0) if parallel else parallelheads.LocalHeads
         _fs_plan, chosen = plan_filesystem(fs, Limits(limit, limit), reader, heads=heads, **kw)  # type: ignore[arg-type]
-    finally:
-        if worker is not None:
-            worker.close()
     return chosen, reader.warnings
 
 
@@ -170,12 +167,8 @@ def test_a_broker_mode_plan_walks_twice_on_two_cores_as_on_one(
         return chosen, reader.warnings
 
     one = twice(None)
-    worker = Worker.start(force=True)
-    assert worker is not None
-    try:
+    with forced_worker() as worker:
         two = twice(worker)
-    finally:
-        worker.close()
     assert two == one
     assert one[0] and one[1]
 
@@ -201,30 +194,6 @@ def test_a_failure_in_the_child_fails_the_plan(
         _plan(fs, 0.0, parallel=True)
 
 
-#: ``diskguard plan`` in a fresh interpreter (no other thread: the test process may hold
-#: Spark's), counting the requests it sends its worker; argv[1] "one" puts the thresholds out
-#: of reach.
-_COUNTING_PLAN = """
-import sys
-from diskguard.host import forked
-from diskguard.kafkalog import parallellisting
-from diskguard.retention import parallelheads
-made = []
-real = forked.Worker.stream
-def counting(self, *a, **kw):
-    made.append(1)
-    return real(self, *a, **kw)
-forked.Worker.stream = counting
-if sys.argv[1] == "one":
-    parallellisting.MIN_DIRS = parallelheads.MIN_PARTITIONS = 10**9
-from diskguard.cli import cli
-try:
-    cli(["plan", "-c", sys.argv[2], "--json"], prog_name="diskguard")
-finally:
-    sys.stderr.write(f"forks={len(made)}\\n")
-"""
-
-
 def test_the_plan_command_forks_for_a_large_log_dir_and_says_the_same(tmp_path: Path) -> None:
     """``diskguard plan --json`` over 300 partitions lists and dates on two cores (one
     request to its worker each); with the thresholds out of reach it sends none and prints
@@ -235,19 +204,9 @@ def test_the_plan_command_forks_for_a_large_log_dir_and_says_the_same(tmp_path: 
         write_partition(root, f"t{p % 3}", p // 3, [spec] * 3)
     (root / "t0-0" / f"{0:020d}.timeindex").write_bytes(b"\x01")  # a warning, on stderr
     config = write_config(tmp_path, root, disk_usage_percent=1.0)
-
-    def plan(how: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-c", _COUNTING_PLAN, how, str(config)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-    two, one = plan("two"), plan("one")
+    two, one = counting_plan(config), counting_plan(config, thresholds=False)
     assert two.returncode == one.returncode == 0, two.stderr + one.stderr
-    assert two.stderr.endswith("forks=2\n") and one.stderr.endswith("forks=0\n")
+    assert two.stderr.endswith("requests=2\n") and one.stderr.endswith("requests=0\n")
     got, want = json.loads(two.stdout), json.loads(one.stdout)
     for deletion in got["deletions"] + want["deletions"]:
         # The usage the plan saw moves with the disk (the suite may share it with others).
@@ -263,5 +222,5 @@ def test_the_plan_command_forks_for_a_large_log_dir_and_says_the_same(tmp_path: 
             for key in moving:
                 fs.pop(key, None)
     assert got == want
-    assert two.stderr == one.stderr.replace("forks=0", "forks=2")
+    assert two.stderr == one.stderr.replace("requests=0", "requests=2")
     assert "t0-0/00000000000000000000.timeindex" in one.stderr

@@ -1,0 +1,62 @@
+"""A one-shot ``plan`` and its forked worker, for tests: a worker to hand to a function, and
+``diskguard plan --json`` run in a fresh interpreter counting the requests it sends its
+worker (a fresh one: the test process may hold threads, Spark's, that keep a plan from
+forking)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from diskguard.host.forked import Worker
+
+#: argv[1] "one" puts the thresholds of both kinds of work out of reach; argv[2] the config.
+_COUNTING_PLAN = """
+import sys
+from diskguard.host import forked
+from diskguard.kafkalog import parallellisting
+from diskguard.retention import parallelheads
+made = []
+real = forked.Worker.stream
+def counting(self, *a, **kw):
+    made.append(1)
+    return real(self, *a, **kw)
+forked.Worker.stream = counting
+if sys.argv[1] == "one":
+    parallellisting.MIN_DIRS = parallelheads.MIN_PARTITIONS = 10**9
+from diskguard.cli import cli
+try:
+    cli(["plan", "-c", sys.argv[2], "--json"], prog_name="diskguard")
+finally:
+    sys.stderr.write(f"worker requests={len(made)}\\n")
+"""
+
+
+@contextmanager
+def forced_worker() -> Iterator[Worker]:
+    """A worker forked whatever threads the test process holds (Spark's): a plan forks
+    before any of its own."""
+    made = Worker.start(force=True)
+    assert made is not None
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def counting_plan(
+    config: Path, *prefix: str, thresholds: bool = True, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``plan --json`` with ``config`` under ``prefix`` (``taskset -c 0``, say); its stderr
+    ends ``worker requests=N``. ``thresholds=False``: no work is worth the worker."""
+    how = "two" if thresholds else "one"
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", _COUNTING_PLAN, how, str(config)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

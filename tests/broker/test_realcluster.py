@@ -13,6 +13,7 @@ import re
 import signal
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,14 @@ from support.net import free_port
 pytestmark = pytest.mark.realkafka
 
 SEGMENT = 256 * 1024
+
+
+@pytest.fixture(autouse=True)
+def left_as_found(real_cluster: GuardedCluster) -> Iterator[None]:
+    """Every test leaves the cluster's ACLs and quotas as it found them, and no filler, even
+    when it fails with a killed guard's hold still in place."""
+    with real_cluster.as_it_was():
+        yield
 
 
 def flow(
@@ -279,7 +288,12 @@ def test_a_hold_lasts_while_any_guard_needs_it(
             guards[2].wait_for("overfull_cleared", timeout=30)
             guards[2].wait_for("acl_removed", timeout=60)
             guards[2].wait_for("quota_restored", timeout=60, entity="user=<default>")
-            wait_until(lambda: cluster.quotas() == before_quotas, 30, "quotas as before")
+            wait_until(
+                lambda: cluster.quotas() == before_quotas,
+                30,
+                f"quotas as before ({before_quotas})",
+                cluster.quotas,
+            )
             assert cluster.acls() == before_acls
             wait_until(lambda: released(cluster, topic), 30, "producer released")
             for guard in guards.values():
@@ -290,8 +304,6 @@ def test_a_hold_lasts_while_any_guard_needs_it(
                 guard.kill()
     finally:
         cluster.clear()
-        cluster.set_quota({"user": None}, None)
-        cluster.set_quota({"user": "producer"}, None)
 
 
 def test_a_guard_killed_while_holding_stops_counting_at_its_lease(
@@ -327,8 +339,14 @@ def test_a_guard_killed_while_holding_stops_counting_at_its_lease(
 
         cluster.clear(2)  # disk 1 is still full, but its guard is dead: its hold is gone
         guards[2].wait_for("acl_removed", timeout=60)
-        wait_until(lambda: cluster.acls() == before_acls, 30, "ACLs as before")
-        wait_until(lambda: cluster.quotas() == before_quotas, 30, "quotas as before")
+        guards[2].wait_for("quota_restored", timeout=60, entity="user=<default>")
+        wait_until(lambda: cluster.acls() == before_acls, 30, "ACLs as before", cluster.acls)
+        wait_until(
+            lambda: cluster.quotas() == before_quotas,
+            30,
+            f"quotas as before ({before_quotas})",
+            cluster.quotas,
+        )
         wait_until(lambda: released(cluster, topic), 30, "producer released")
 
         guards[1] = DaemonProc(configs[1])  # restarted on its overfull disk: holds again
@@ -336,8 +354,13 @@ def test_a_guard_killed_while_holding_stops_counting_at_its_lease(
         wait_until(lambda: held(cluster, topic), 30, "held again")
         cluster.clear(1)
         guards[1].wait_for("acl_removed", timeout=60)
-        wait_until(lambda: cluster.acls() == before_acls, 30, "ACLs as before")
-        wait_until(lambda: cluster.quotas() == before_quotas, 30, "quotas as before")
+        wait_until(lambda: cluster.acls() == before_acls, 30, "ACLs as before", cluster.acls)
+        wait_until(
+            lambda: cluster.quotas() == before_quotas,
+            30,
+            f"quotas as before ({before_quotas})",
+            cluster.quotas,
+        )
         for guard in guards.values():
             assert guard.stop() == 0
     finally:

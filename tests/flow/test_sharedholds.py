@@ -357,3 +357,37 @@ def test_internal_and_snapshot_topics_are_never_held(tmp_path: Path) -> None:
     a = cluster.guard(1, ("acl",))
     overfull(a, ["orders", "__consumer_offsets", "__diskguard_holds", "diskguard-snapshots"])
     assert {b.name for b in cluster.acl_set()} == {"orders"}
+
+
+def test_a_guard_whose_state_dir_was_lost_undoes_what_it_published(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    a = cluster.guard(1)
+    overfull(a, ["orders"])
+    del a
+    (tmp_path / "state-1" / "actuators.json").unlink()  # reinstalled: no ledger
+    fresh = cluster.guard(1)
+    fresh.reconcile({"/data": False})
+    assert cluster.acl_set() == set() and cluster.quotas.quotas == {}
+    assert cluster.registry.records == {}
+
+
+def test_a_throttle_in_place_is_never_taken_for_the_value_before(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """Guard 2 goes overfull while the holds topic cannot be read: the 1 KiB/s it finds is
+    guard 1's throttle, which only guard 1's record says. It waits for the record rather
+    than restore the throttle for good later."""
+    cluster = Cluster(tmp_path)
+    a, b = cluster.guard(1), cluster.guard(2)
+    overfull(a, ["orders"])
+    cluster.registry.broken = True
+    overfull(b, ["orders"])
+    waiting = [e for e in events(logs, "actuator_failed") if e["actuator"] == "quota"]
+    assert "value before the throttle is unknown" in waiting[0]["error"]
+    cluster.registry.broken = False
+    b.sync()
+    saved = json.loads((tmp_path / "state-2" / "actuators.json").read_text())
+    assert {p["value"] for p in saved["quota"]["previous"]} == {None}
+    cleared(a)
+    cleared(b)
+    assert cluster.quotas.quotas == {}

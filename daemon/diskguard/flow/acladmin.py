@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -127,7 +128,13 @@ class ConfluentAclAdmin:
         natives = [self._native(b, exact=False) for b in bindings]
         futures = self._admin.create_acls(natives, request_timeout=self._timeout)
         self._results(futures, "CreateAcls", len(natives))
-        missing = sorted(set(bindings) - self.topic_acls())
+        # KRaft: the controller has the ACLs when CreateAcls answers, the broker answering
+        # DescribeAcls only once it replayed them; a moment's lag is not a lost ACL.
+        deadline = time.monotonic() + self._timeout
+        while missing := sorted(set(bindings) - self.topic_acls()):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         if missing:
             raise ActuatorError(
                 f"CreateAcls was accepted but DescribeAcls does not list {len(missing)} of "

@@ -93,11 +93,23 @@ class HoldsRegistry:
                 except KafkaException as exc:
                     if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                         raise
+            self._wait_leader(admin)
         except Exception as exc:
             raise ActuatorError(
                 f"holds topic {self.topic}: cannot create it: {describe_error(exc)}"
             ) from None
         self._created = True
+
+    def _wait_leader(self, admin: Any) -> None:
+        """A topic just created has no leader in every broker's metadata yet: the first read
+        would fail with an unknown partition."""
+        deadline = time.monotonic() + self._timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                meta = admin.list_topics(self.topic, timeout=self._timeout).topics[self.topic]
+                if meta.error is None and meta.partitions and meta.partitions[0].leader >= 0:
+                    return
+            time.sleep(0.2)
 
     # -- reading ----------------------------------------------------------------------------
     def read(self) -> dict[str, GuardHold]:
@@ -119,10 +131,10 @@ class HoldsRegistry:
                     logger=rdkafka_logger(),
                 )
                 self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
-            tp = TopicPartition(self.topic, 0)
-            _low, high = self._consumer.get_watermark_offsets(
-                tp, timeout=self._timeout, cached=False
-            )
+            # Paused between reads: an idle guard's consumer does not fetch at all.
+            partition = [TopicPartition(self.topic, 0)]
+            self._consumer.resume(partition)
+            high = self._high_watermark()
             deadline = time.monotonic() + self._timeout
             position = self._position()
             while position < high:
@@ -138,6 +150,7 @@ class HoldsRegistry:
                     raise ActuatorError(f"holds topic {self.topic}: {message.error().str()}")
                 self._take(message)
                 position = message.offset() + 1
+            self._consumer.pause(partition)
         except ActuatorError:
             self.reset()
             raise
@@ -145,6 +158,26 @@ class HoldsRegistry:
             self.reset()
             raise ActuatorError(f"holds topic {self.topic}: {describe_error(exc)}") from None
         return dict(self._records)
+
+    def _high_watermark(self) -> int:
+        """The partition's end offset from its leader; a fresh consumer may not know the
+        partition yet (``_UNKNOWN_PARTITION`` until its first metadata answer), a restarted
+        leader drops its connection (``_DESTROY_BROKER``): asked again within the timeout."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, 0), timeout=self._timeout, cached=False
+                )
+                return int(high)
+            except KafkaException:
+                # A partition its fresh consumer does not know yet, a leader restarting:
+                # asked again until the timeout; then the error is the pass's.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def _position(self) -> int:
         from confluent_kafka import TopicPartition

@@ -272,9 +272,15 @@ class QuotaActuator:
         if mine and not had and self._unsupported:
             return True  # already said this episode; retrying cannot help
         admin = self._admin
+        waiting = False
         try:
             for key, (entity, rate) in sorted(mine.items()):
                 claim = owned.get(key) or claims.get(key)
+                if claim is None and not holds.complete:
+                    # The value there now may be another guard's throttle, which only its
+                    # record says: taken for "before", it would be restored for good.
+                    waiting = True
+                    continue
                 previous = admin.describe_producer_byte_rate(entity) if claim is None else claim[1]
                 if key not in owned:
                     with ledger.lock:
@@ -294,6 +300,14 @@ class QuotaActuator:
                         producer_byte_rate=value,
                         previous=previous,
                     )
+            if waiting:
+                ledger.failed(
+                    "quota",
+                    "throttle",
+                    "the holds topic could not be read: the value before the throttle is "
+                    "unknown; throttling when it answers",
+                )
+                return False
             with ledger.lock:
                 applied.quota_applied = bool(mine)
             ledger.save()

@@ -70,6 +70,7 @@ class SharedHolds:
         self._complete = registry is None
         self._published: dict[str, object] | None = None
         self._reported: set[tuple[str, int]] = set()
+        self._adopted = False
         #: The others' records changed since the previous refresh (a pass must re-check).
         self.changed = False
 
@@ -118,6 +119,12 @@ class SharedHolds:
             self._complete = False
             self._ledger.broker_failed("holds", "read", exc)
             return self.view()
+        mine = records.get(self.identity.guard)
+        if mine is not None and not self._adopted:
+            # What this guard's earlier run published: a state dir lost or wiped since must
+            # not turn its ACLs and restore values into the operator's.
+            self._merge_owned(mine)
+        self._adopted = True
         others = {k: h for k, h in records.items() if k != self.identity.guard}
         self.changed = others != self._others
         self._others = others
@@ -149,11 +156,7 @@ class SharedHolds:
                 )
                 if self._on_expired is not None:
                     self._on_expired()
-            with self._ledger.lock:
-                self._ledger.applied.acl_owned.update(hold.acl_owned)
-                for key, claim in hold.quota_owned.items():
-                    self._ledger.applied.quota_previous.setdefault(key, claim)
-        self._ledger.save()
+            self._merge_owned(hold)
         self.publish(force=True)
         assert self.registry is not None
         for hold in expired:
@@ -163,6 +166,15 @@ class SharedHolds:
                 self._ledger.broker_failed("holds", "remove", exc)
                 continue
             self._others.pop(hold.guard, None)
+
+    def _merge_owned(self, hold: GuardHold) -> None:
+        if not hold.acl_owned and not hold.quota_owned:
+            return
+        with self._ledger.lock:
+            self._ledger.applied.acl_owned.update(hold.acl_owned)
+            for key, claim in hold.quota_owned.items():
+                self._ledger.applied.quota_previous.setdefault(key, claim)
+        self._ledger.save()
 
     def publish(self, force: bool = False) -> bool:
         """Write this guard's record (a tombstone once it needs and owns nothing); False on

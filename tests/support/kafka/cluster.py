@@ -222,19 +222,26 @@ class KafkaCluster:
         return AdminClient(self.client_config(user))
 
     def create_topic(
-        self, topic: str, partitions: int = 1, replication: int = 1, **config: str
+        self,
+        topic: str,
+        partitions: int = 1,
+        replication: int = 1,
+        assignment: list[list[int]] | None = None,
+        **config: str,
     ) -> None:
+        """``assignment``: each partition's replicas (broker ids, the preferred leader
+        first), instead of ``partitions`` x ``replication`` placed by the controller."""
         from confluent_kafka.admin import NewTopic
 
         admin = self.admin()  # kept referenced until the futures resolve
-        futures = admin.create_topics(
-            [
-                NewTopic(
-                    topic, num_partitions=partitions, replication_factor=replication, config=config
-                )
-            ],
-            request_timeout=30,
-        )
+        if assignment is not None:
+            new = NewTopic(topic, len(assignment), replica_assignment=assignment, config=config)
+            partitions = len(assignment)
+        else:
+            new = NewTopic(
+                topic, num_partitions=partitions, replication_factor=replication, config=config
+            )
+        futures = admin.create_topics([new], request_timeout=30)
         for future in futures.values():
             future.result(30)
         self._wait_leaders(admin, topic, partitions)

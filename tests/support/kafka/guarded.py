@@ -33,6 +33,8 @@ USERS = {
     "producer": "producer-secret",
     "consumer": "consumer-secret",
 }
+#: Every client quota of the cluster: entity -> {quota key: value}.
+QuotaMap = dict[tuple[tuple[str, str | None], ...], dict[str, float]]
 #: Each broker's own disk; 256 MiB leaves room for a filler that crosses any limit.
 DISK_BYTES = 256 * 1024 * 1024
 HEAP_MB = 256
@@ -106,9 +108,112 @@ class GuardedCluster:
                 self.fillers.remove(path)
 
     # -- what the cluster holds ---------------------------------------------------------
+    def _ask_each_broker(self, request: Any) -> dict[int, Any]:
+        """One kafka-python request sent to every broker, as admin: each broker's answer."""
+        from kafka.admin import KafkaAdminClient
+
+        answers = {}
+        for node in self.cluster.nodes:
+            admin = KafkaAdminClient(
+                bootstrap_servers=node.bootstrap,
+                security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism="PLAIN",
+                sasl_plain_username="admin",
+                sasl_plain_password=USERS["admin"],
+                request_timeout_ms=15_000,
+            )
+            try:
+                answers[node.node_id] = admin._manager.run(
+                    admin._manager.send, request, node.node_id
+                )
+            finally:
+                admin.close()
+        return answers
+
+    def _agreed(self, read: Callable[[Any], Any], request: Any, what: str) -> Any:
+        """What every broker answers alike. KRaft brokers answer DescribeAcls and
+        DescribeClientQuotas from their own replay of the metadata log: right after a change
+        (or a broker's restart) they may differ for a moment."""
+        deadline = time.monotonic() + 60
+        while True:
+            answers = {n: read(r) for n, r in self._ask_each_broker(request).items()}
+            first = next(iter(answers.values()))
+            if all(a == first for a in answers.values()):
+                return first
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the brokers disagree on {what} for 60 s: {answers}")
+            time.sleep(0.5)
+
     def acls(self) -> set[tuple[str, ...]]:
-        """Every ACL of the cluster, each as its seven fields as the broker lists them."""
+        """Every ACL of the cluster, each as its seven fields, as every broker lists them."""
         from confluent_kafka.admin import (
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+        from kafka.protocol.admin import DescribeAclsRequest
+
+        def read(response: Any) -> set[tuple[str, ...]]:
+            assert not response.error_code, response
+            return {
+                (
+                    ResourceType(r.resource_type).name,
+                    r.resource_name,
+                    ResourcePatternType(r.pattern_type).name,
+                    acl.principal,
+                    acl.host,
+                    AclOperation(acl.operation).name,
+                    AclPermissionType(acl.permission_type).name,
+                )
+                for r in response.resources
+                for acl in r.acls
+            }
+
+        any_ = 1  # ANY in each of the filter's enums
+        request = DescribeAclsRequest(
+            resource_type_filter=any_,
+            resource_name_filter=None,
+            pattern_type_filter=any_,
+            principal_filter=None,
+            host_filter=None,
+            operation=any_,
+            permission_type=any_,
+        )
+        return set(self._agreed(read, request, "the ACLs"))
+
+    def quotas(self) -> QuotaMap:
+        """Every client quota of the cluster (DescribeClientQuotas, no filter), as every
+        broker answers."""
+        from kafka.protocol.admin import DescribeClientQuotasRequest
+
+        def read(response: Any) -> QuotaMap:
+            assert not response.error_code, response
+            return {
+                tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)): {
+                    v.key: v.value for v in entry.values
+                }
+                for entry in response.entries or ()
+            }
+
+        request = DescribeClientQuotasRequest(components=[], strict=False)
+        return dict(self._agreed(read, request, "the client quotas"))
+
+    @contextlib.contextmanager
+    def as_it_was(self) -> Iterator[tuple[set[tuple[str, ...]], QuotaMap]]:
+        """The cluster's ACLs and quotas now; put back (and fillers removed) when the block
+        ends however it ends: a hold left by a guard a failed test killed must not hold the
+        next test's producers."""
+        acls, quotas = self.acls(), self.quotas()
+        try:
+            yield acls, quotas
+        finally:
+            self.clear()
+            self.restore(acls, quotas)
+
+    def restore(self, acls: set[tuple[str, ...]], quotas: QuotaMap) -> None:
+        from confluent_kafka.admin import (
+            AclBinding,
             AclBindingFilter,
             AclOperation,
             AclPermissionType,
@@ -116,56 +221,45 @@ class GuardedCluster:
             ResourceType,
         )
 
-        everything = AclBindingFilter(
-            ResourceType.ANY,
-            None,
-            ResourcePatternType.ANY,
-            None,
-            None,
-            AclOperation.ANY,
-            AclPermissionType.ANY,
-        )
-        admin = self.cluster.admin()
-        listed = admin.describe_acls(everything, request_timeout=15).result(15)
-        return {
-            (
-                b.restype.name,
-                b.name,
-                b.resource_pattern_type.name,
-                b.principal,
-                b.host,
-                b.operation.name,
-                b.permission_type.name,
+        def native(fields: tuple[str, ...], cls: Any) -> Any:
+            kind, name, pattern, principal, host, op, permission = fields
+            return cls(
+                ResourceType[kind],
+                name,
+                ResourcePatternType[pattern],
+                principal,
+                host,
+                AclOperation[op],
+                AclPermissionType[permission],
             )
-            for b in listed
-        }
 
-    def quotas(self) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
-        """Every client quota of the cluster (DescribeClientQuotas, no filter), as admin."""
-        from kafka.admin import KafkaAdminClient
-        from kafka.protocol.admin import DescribeClientQuotasRequest
+        now = self.acls()
+        admin = self.cluster.admin()
+        if now - acls:
+            filters = [native(f, AclBindingFilter) for f in sorted(now - acls)]
+            for future in admin.delete_acls(filters, request_timeout=15).values():
+                future.result(15)
+        if acls - now:
+            bindings = [native(f, AclBinding) for f in sorted(acls - now)]
+            for future in admin.create_acls(bindings, request_timeout=15).values():
+                future.result(15)
+        # The guards' records too: a killed guard's claim of "the value before" would
+        # otherwise outlive the state it described.
+        from diskguard.flow.holdsregistry import HoldsRegistry
 
-        admin = KafkaAdminClient(
-            bootstrap_servers=self.cluster.bootstrap,
-            security_protocol="SASL_PLAINTEXT",
-            sasl_mechanism="PLAIN",
-            sasl_plain_username="admin",
-            sasl_plain_password=USERS["admin"],
-            request_timeout_ms=15_000,
+        registry = HoldsRegistry(
+            self.cluster.bootstrap, sasl_client_settings("admin", USERS["admin"])
         )
         try:
-            response = admin._manager.run(
-                admin._manager.send, DescribeClientQuotasRequest(components=[], strict=False)
-            )
+            for guard in registry.read():
+                registry.remove(guard)
         finally:
-            admin.close()
-        assert not response.error_code, response
-        return {
-            tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)): {
-                v.key: v.value for v in entry.values
-            }
-            for entry in response.entries or ()
-        }
+            registry.close()
+        current = self.quotas()
+        for entity in set(current) | set(quotas):
+            want = quotas.get(entity, {}).get("producer_byte_rate")
+            if current.get(entity, {}).get("producer_byte_rate") != want:
+                self.set_quota(dict(entity), want)
 
     def set_quota(self, entity: dict[str, str | None], rate: float | None) -> None:
         """An operator's own quota (``None`` removes it)."""
@@ -224,14 +318,19 @@ class GuardedCluster:
         return count
 
 
-def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+def wait_until(
+    check: Callable[[], Any], timeout: float, what: str, show: Callable[[], Any] | None = None
+) -> Any:
+    """``check()`` once it is true; else an AssertionError naming ``what`` (and ``show()``:
+    the state that did not come)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
+            seen = f"; now: {show()}" if show is not None else ""
+            raise AssertionError(f"{what}: not within {timeout} s{seen}")
         time.sleep(0.3)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import diskguard
+from diskguard.broker.kafkapython import KafkaPythonAdmin
 from diskguard.config import BrokerConfig, parse_config
 from diskguard.flow.actuator import ActuatorError
 from diskguard.flow.kafkaquota import KafkaAdminConnection, kafka_python_options
@@ -101,3 +102,51 @@ def test_only_the_kafka_python_adapters_import_it() -> None:
         if importing.search(path.read_text(encoding="utf-8"))
     )
     assert found == ["broker/kafkapython.py", "broker/ladderapi.py", "flow/kafkaquota.py"]
+
+
+class _Brokers:
+    """kafka-python's connection manager as ``KafkaPythonAdmin.send`` sees it: three brokers,
+    ``down`` refuse the connection; kafka-python's own choice is ``first``."""
+
+    def __init__(self, down: set[int], first: int) -> None:
+        from types import SimpleNamespace
+
+        self.down, self.first, self.sent_to = down, first, []
+        nodes = [SimpleNamespace(node_id=i) for i in (1, 2, 3)]
+        self.cluster = SimpleNamespace(brokers=lambda: nodes)
+
+    def run(self, call: object, *args: object) -> object:
+        return call(*args)  # type: ignore[operator]
+
+    def least_loaded_node(self) -> int:
+        return self.first
+
+    def send(self, request: object, node: int) -> str:
+        from kafka.errors import KafkaConnectionError
+
+        self.sent_to.append(node)
+        if node in self.down:
+            raise KafkaConnectionError("111 ECONNREFUSED")
+        return f"answer from {node}"
+
+
+def _admin_over(manager: _Brokers) -> KafkaPythonAdmin:
+    from types import SimpleNamespace
+
+    admin = KafkaPythonAdmin("127.0.0.1:9", {})
+    admin._admin = SimpleNamespace(_manager=manager)
+    return admin
+
+
+def test_one_dead_broker_of_three_is_not_the_cluster() -> None:
+    """A broker killed or restarting refuses the connection: the request goes to the next
+    one the metadata names; only when none answers is that the error."""
+    manager = _Brokers(down={3}, first=3)
+    assert _admin_over(manager).send("DescribeClientQuotas") == "answer from 1"
+    assert manager.sent_to == [3, 1]
+    from kafka.errors import KafkaConnectionError
+
+    dead = _Brokers(down={1, 2, 3}, first=2)
+    with pytest.raises(KafkaConnectionError):
+        _admin_over(dead).send("DescribeClientQuotas")
+    assert dead.sent_to == [2, 1, 3]

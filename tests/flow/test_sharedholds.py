@@ -253,7 +253,8 @@ def test_one_guard_clearing_keeps_the_hold_another_still_needs(
     assert cluster.quotas.quotas == before_quotas
     # Broker 1's guard still recorded a claim on the quotas it no longer needs: its next
     # pass (the lease renewal) restores the same values and drops it; nothing changes.
-    a.sync(renewal=True)
+    assert a.sync(renewal=True) is False  # the ACL it owned missed once: read again
+    assert a.sync()  # missed twice: lifted by broker 2's guard, not ours to remove any more
     assert cluster.quotas.quotas == before_quotas and cluster.acl_set() == before_acls
     assert cluster.registry.records == {}
 
@@ -391,3 +392,41 @@ def test_a_throttle_in_place_is_never_taken_for_the_value_before(
     cleared(a)
     cleared(b)
     assert cluster.quotas.quotas == {}
+
+
+def raced(tmp_path: Path) -> tuple[Cluster, Actuators, Actuators, dict[str, Any]]:
+    """Guards 1 and 2 go overfull at once: guard 2 reads the registry before guard 1's claim
+    is there, then describes the quota after guard 1's throttle, and claims the throttle."""
+    cluster = Cluster(tmp_path)
+    cluster.quotas.quotas[USER_DEFAULT] = 4096.0
+    a, b = cluster.guard(1), cluster.guard(2)
+    overfull(a, ["orders"])
+    record = cluster.registry.records.pop("broker-1")  # not there yet when guard 2 reads
+    overfull(b, ["orders"])
+    saved = json.loads((tmp_path / "state-2" / "actuators.json").read_text())
+    assert {p["value"] for p in saved["quota"]["previous"]} == {1024.0}
+    cluster.registry.records["broker-1"] = record
+    return cluster, a, b, record
+
+
+def test_two_guards_overfull_at_once_restore_what_was_there(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    cluster, a, b, _record = raced(tmp_path)
+    b.sync()  # guard 1's record is read: its claim is the operator's value
+    settled = events(logs, "quota_claim_settled")
+    assert {(e["claimed"], e["previous"]) for e in settled} == {(1024.0, 4096.0), (1024.0, None)}
+    cleared(b)
+    cleared(a)
+    assert cluster.quotas.quotas == {USER_DEFAULT: 4096.0}
+    b.sync(renewal=True)  # its claim, kept while guard 1 still held, goes at its renewal
+    assert cluster.registry.records == {}
+
+
+def test_a_guard_killed_after_the_race_leaves_its_claim_to_the_survivor(tmp_path: Path) -> None:
+    cluster, a, b, _record = raced(tmp_path)
+    del a  # kill -9; guard 2 has not read guard 1's record before its lease expires
+    cluster.clock.now += LEASE + 1
+    cleared(b)
+    assert cluster.quotas.quotas == {USER_DEFAULT: 4096.0}
+    assert cluster.registry.records == {}

@@ -135,10 +135,29 @@ class KafkaPythonAdmin:
             return self._admin
 
     def send(self, request: Any) -> Any:
-        """Send one kafka-python request to the least loaded broker; its response."""
+        """Send one kafka-python request to the least loaded broker; its response.
+
+        A broker that refuses the connection (killed, restarting: one of three) is not the
+        cluster: the request goes to the next broker the metadata names, each tried once,
+        and only when none answers is the connection error raised. Only a failure to reach
+        a broker moves on (the request never left, or the connection died under it: the
+        calls sent this way are reads and idempotent writes); any answer is the answer."""
+        from kafka.errors import KafkaConnectionError, NodeNotReadyError
+
         admin = self.admin()
-        # The same call kafka-python's own admin mixins make (kafka/admin/_acls.py).
-        return admin._manager.run(admin._manager.send, request)
+        manager = admin._manager
+        tried: set[Any] = set()
+        while True:
+            node = manager.run(_next_node, manager, frozenset(tried))
+            try:
+                # The same call kafka-python's own admin mixins make (kafka/admin/_acls.py).
+                return manager.run(manager.send, request, node)
+            except (KafkaConnectionError, NodeNotReadyError):
+                if node is None:
+                    raise
+                tried.add(node)
+                if manager.run(_next_node, manager, frozenset(tried)) is None:
+                    raise
 
     def reset(self) -> None:
         """Drop the client (after a failure): the next call reconnects."""
@@ -147,3 +166,14 @@ class KafkaPythonAdmin:
         if admin is not None:
             with contextlib.suppress(Exception):
                 admin.close()
+
+
+def _next_node(manager: Any, tried: frozenset[Any]) -> Any:
+    """The least loaded broker not tried yet (kafka-python's choice when none was), else any
+    broker the metadata names that was not tried; None when every one was. Runs on the
+    client's event loop (it reads the client's connection state)."""
+    node = manager.least_loaded_node()
+    if node is not None and node not in tried:
+        return node
+    others = sorted(b.node_id for b in manager.cluster.brokers() if b.node_id not in tried)
+    return others[0] if others else None

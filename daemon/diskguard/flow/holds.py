@@ -36,6 +36,7 @@ __all__ = [
     "allow_all",
     "deny_write",
     "entity_key",
+    "settled_claim",
 ]
 
 #: The record shape's version; a record of another version is read as needing nothing.
@@ -235,6 +236,15 @@ class ClusterHolds:
                 out.setdefault(key, claim)
         return out
 
+    def throttle_rates(self, key: str) -> set[float]:
+        """The rates guards write for ``key`` while holding (every record, live or not)."""
+        return {
+            rate
+            for hold in [self.own, *self.others.values()]
+            for k, (_e, rate) in hold.quota_needs.items()
+            if k == key
+        }
+
     def needed_by(self, topic: str) -> list[str]:
         """The other live guards that still need ``topic`` held (for the events)."""
         return [h.guard for h in self.live_others() if any(t == topic for t, _p in h.acl_needs)]
@@ -294,3 +304,21 @@ def acl_plan(
     return AclPlan(
         frozenset(desired), create, delete, tuple(sorted(allowed)), tuple(sorted(skipped))
     )
+
+
+def settled_claim(
+    mine: tuple[QuotaEntity, float | None],
+    theirs: tuple[QuotaEntity, float | None],
+    throttles: set[float],
+) -> tuple[QuotaEntity, float | None]:
+    """Of two guards' "value before the throttle" for one entity, the true one.
+
+    Each guard publishes its claim before it throttles, but two guards going overfull at
+    once can each read the registry before the other's claim is there; the later one then
+    describes the quota after the first one's throttle and claims the throttle. So when two
+    claims differ and one is a rate some guard throttles with while the other is not, the
+    other is what the operator had (restoring the throttle would hold producers for good).
+    Otherwise ``mine`` stands."""
+    if mine[1] != theirs[1] and mine[1] in throttles and theirs[1] not in throttles:
+        return theirs
+    return mine

@@ -71,6 +71,8 @@ class AclActuator:
         self._permissive = permissive
         self._publish = publish
         self._skipped_said: tuple[str, ...] = ()
+        #: ACLs this guard owns that the previous read did not list (see ``converge``).
+        self._missing: set[AclBinding] = set()
 
     def on_transition(self, transition: Transition) -> bool:
         return self._configured
@@ -132,10 +134,12 @@ class AclActuator:
                 ledger.broker_failed("acl", "deny", exc)
                 return False
         with ledger.lock:
-            # Ours but gone (another guard lifted it): no longer ours to remove.
-            applied.acl_owned.difference_update(
-                {b for b in applied.acl_owned if b not in present and b not in plan.create}
-            )
+            # Ours but gone (another guard lifted it): no longer ours to remove. Only when two
+            # reads in a row miss it: a KRaft broker lists an ACL once it replayed it, and one
+            # that lags (just restarted, loaded) must not make us forget an ACL we must lift.
+            missing = {b for b in applied.acl_owned if b not in present and b not in plan.create}
+            applied.acl_owned.difference_update(missing & self._missing)
+            self._missing = missing - self._missing
             held = {(t, p) for t, p in own_needs if t not in plan.skipped}
             applied.acl = held
         ledger.save()
@@ -177,7 +181,7 @@ class AclActuator:
                 "broker.server_properties to the broker's server.properties)",
             )
         self._skipped_said = skipped
-        return ok
+        return ok and not self._missing  # missed once: read again at the next pass
 
     @staticmethod
     def _removed(bindings: Sequence[AclBinding]) -> None:

@@ -20,7 +20,7 @@ from diskguard.broker.kafkapython import (
 )
 from diskguard.config import BrokerConfig, QuotaConfig
 from diskguard.flow.actuator import ActuatorError, Ledger, actuator_log
-from diskguard.flow.holds import ClusterHolds, QuotaEntity, entity_key
+from diskguard.flow.holds import ClusterHolds, QuotaEntity, entity_key, settled_claim
 from diskguard.flow.state import Transition
 
 __all__ = [
@@ -249,6 +249,60 @@ class QuotaActuator:
         if self._connection is not None:
             self._connection.reset()
 
+    def _settle(
+        self, owned: dict[str, tuple[QuotaEntity, float | None]], holds: ClusterHolds
+    ) -> dict[str, tuple[QuotaEntity, float | None]]:
+        """This guard's claims, each checked against the other guards' (``settled_claim``): a
+        claim that was another guard's throttle is replaced, in the ledger and the record."""
+        settled = dict(owned)
+        for key, claim in owned.items():
+            throttles = holds.throttle_rates(key) | {float(self._cfg.producer_byte_rate)}
+            for other in holds.others.values():
+                theirs = other.quota_owned.get(key)
+                if theirs is not None:
+                    settled[key] = settled_claim(settled[key], theirs, throttles)
+            if settled[key] != claim:
+                self._settled(key, claim[1], settled[key][1])
+        if settled != owned:
+            with self._ledger.lock:
+                self._ledger.applied.quota_previous.update(settled)
+            self._ledger.save()
+            self._publish()
+        return settled
+
+    def _recheck(
+        self, key: str, entity: QuotaEntity, claimed: float | None, holds: ClusterHolds
+    ) -> float | None:
+        """A claim that equals a throttle rate may be another guard's throttle read as the
+        value before it (``settled_claim``), kept in the ledger of a guard killed after the
+        race while the survivor restored the real value. Before throttling on it again the
+        quota is described: a value there now that is no throttle is what the operator has
+        (restored, or set since), and it replaces the claim."""
+        throttles = holds.throttle_rates(key) | {float(self._cfg.producer_byte_rate)}
+        if claimed not in throttles:
+            return claimed
+        now = self._admin.describe_producer_byte_rate(entity)
+        if now in throttles:
+            return claimed
+        self._settled(key, claimed, now)
+        with self._ledger.lock:
+            self._ledger.applied.quota_previous[key] = (entity, now)
+        self._ledger.save()
+        self._publish()
+        return now
+
+    @staticmethod
+    def _settled(key: str, claimed: float | None, previous: float | None) -> None:
+        actuator_log().warning(
+            "quota_claim_settled",
+            actuator="quota",
+            entity=key,
+            claimed=claimed,
+            previous=previous,
+            message="this guard had taken another guard's throttle for the value before it; "
+            "what the operator had is restored instead",
+        )
+
     def converge(self, confirmed: bool, holds: ClusterHolds) -> bool:
         """Throttle while any live guard needs it, restore what this guard owns when none does.
 
@@ -265,6 +319,7 @@ class QuotaActuator:
         with ledger.lock:
             had = applied.quota_applied
             owned = dict(applied.quota_previous)
+        owned = self._settle(owned, holds)
         if not mine and not owned and not had:
             return True
         if confirmed:
@@ -282,6 +337,8 @@ class QuotaActuator:
                     waiting = True
                     continue
                 previous = admin.describe_producer_byte_rate(entity) if claim is None else claim[1]
+                if claim is not None and key in owned:
+                    previous = self._recheck(key, entity, previous, holds)
                 if key not in owned:
                     with ledger.lock:
                         applied.quota_previous[key] = (entity, previous)

@@ -281,8 +281,9 @@ class Actuators:
             ok = self._shared.publish() and ok and self._shared.complete
             with self._lock:
                 self._failed_passes = 0 if ok else self._failed_passes + 1
-                if ok:
-                    self._converged_generation = generation
+                # A pass that did not converge leaves the next one unconfirmed: it reads the
+                # broker again rather than trusting an earlier pass's result.
+                self._converged_generation = generation if ok else -1
                 return ok and generation == self._generation
 
     def _needs(self) -> Needs:

@@ -13,12 +13,18 @@ hold what this guard needs, but lift nothing (another guard may need it).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from diskguard.flow.actuator import Ledger, actuator_log
-from diskguard.flow.holds import ClusterHolds, GuardHold, QuotaEntity, entity_key
+from diskguard.flow.holds import (
+    ClusterHolds,
+    GuardHold,
+    QuotaEntity,
+    entity_key,
+    settled_claim,
+)
 
 __all__ = ["GuardIdentity", "Registry", "SharedHolds", "quota_needs"]
 
@@ -156,7 +162,7 @@ class SharedHolds:
                 )
                 if self._on_expired is not None:
                     self._on_expired()
-            self._merge_owned(hold)
+            self._merge_owned(hold, self.own().quota_needs)
         self.publish(force=True)
         assert self.registry is not None
         for hold in expired:
@@ -167,13 +173,24 @@ class SharedHolds:
                 continue
             self._others.pop(hold.guard, None)
 
-    def _merge_owned(self, hold: GuardHold) -> None:
+    def _merge_owned(
+        self, hold: GuardHold, needs: Mapping[str, tuple[QuotaEntity, float]] | None = None
+    ) -> None:
+        """``hold``'s ACLs and quota claims become this guard's; where both claim a value
+        for one entity, ``settled_claim`` says which is the operator's (``needs``: this
+        guard's own throttle rates, beside those in ``hold``)."""
         if not hold.acl_owned and not hold.quota_owned:
             return
         with self._ledger.lock:
             self._ledger.applied.acl_owned.update(hold.acl_owned)
+            previous = self._ledger.applied.quota_previous
             for key, claim in hold.quota_owned.items():
-                self._ledger.applied.quota_previous.setdefault(key, claim)
+                throttles = {
+                    rate
+                    for k, (_e, rate) in [*(needs or {}).items(), *hold.quota_needs.items()]
+                    if k == key
+                }
+                previous[key] = settled_claim(previous.get(key, claim), claim, throttles)
         self._ledger.save()
 
     def publish(self, force: bool = False) -> bool:

@@ -145,28 +145,43 @@ def test_consumer_offsets_and_leadership_order_both_alike(tmp_path: Path) -> Non
         assert any(d.unconsumed_records for d in one[0])
 
 
+@pytest.mark.parametrize("remember", ["dated", "ages"])
 @pytest.mark.parametrize("limit", [47.0, 30.0, 0.0])
 def test_a_broker_mode_plan_walks_twice_on_two_cores_as_on_one(
-    tmp_path: Path, limit: float
+    tmp_path: Path, limit: float, remember: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Broker mode plans twice, the second time knowing offsets and leaders, each process
-    with an age cache kept from the first walk (the worker its own): the second plan and
-    its warnings are one core's, whatever the first walk and the worker's look-ahead dated."""
+    remembering the first walk (the plan command what it read, ``dated``; the daemon an age
+    cache; the worker what it read): the second plan and its warnings are one core's,
+    whatever the first walk and the worker's look-ahead dated. Remembering what it read,
+    one core's second walk reads no file."""
     root = tmp_path / "logs"
     _tree(root)
     fs = _filesystem(root)
     committed = {("orders", p): {"billing": 9, "audit": 2} for p in range(8)}
     led_here = {("orders", p) for p in range(0, 8, 2)} | {("clicks", 0)}
+    files_read: list[int] = []
+    real = SegmentFileReader._dated
+
+    def counted(self: SegmentFileReader, partition: object, base: int) -> object:
+        files_read[-1] += 1
+        return real(self, partition, base)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SegmentFileReader, "_dated", counted)
 
     def twice(worker: Worker | None) -> tuple[list[Deletion], list[str]]:
-        ages = AgeCache()
+        ages, dated = AgeCache(), {}  # type: ignore[var-annotated]
         for facts in ({}, {"committed": committed, "led_here": led_here}):
-            reader = SegmentFileReader(ages)
+            files_read.append(0)
+            reader = (
+                SegmentFileReader(None, dated) if remember == "dated" else SegmentFileReader(ages)
+            )
             heads = parallel_heads(reader, worker, 0) if worker else parallelheads.LocalHeads
             _fs, chosen = plan_filesystem(fs, Limits(limit, limit), reader, heads=heads, **facts)  # type: ignore[arg-type]
         return chosen, reader.warnings
 
     one = twice(None)
+    assert files_read[0] > 0 and (files_read[1] == 0) == (remember == "dated")
     with forced_worker() as worker:
         two = twice(worker)
     assert two == one

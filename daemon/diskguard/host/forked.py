@@ -73,7 +73,7 @@ class Worker:
     runs each request when it comes: ``stream(produce, *args)`` calls the module-level
     function ``produce(*args)`` in the child (found there by name; ``args`` plain data that
     ``marshal`` takes) and gives back what it yields, in order (``WorkStream``). The child
-    keeps what its module-level state holds between requests (an age cache, say).
+    keeps what its module-level state holds between requests (what a plan read, say).
 
     One request at a time: a new ``stream`` first ends the one before. The child leaves when
     this process closes its end (``close``, exit, or death: the socket's end of file).

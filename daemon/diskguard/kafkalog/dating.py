@@ -26,6 +26,9 @@ from diskguard.kafkalog.model import (
 _Key = tuple[tuple[str, int, int, int], ...]
 #: A cached age: (largest timestamp, its source, the warnings dating it gave).
 _Age = tuple[int, str, tuple[str, ...]]
+#: What one read gave, and the warnings it gave, by (partition dir, base offset): the memory of
+#: one command, not of a daemon (``SegmentFileReader.dated``).
+Dated = dict[tuple[str, int], tuple[SegmentInfo, tuple[str, ...]]]
 #: A segment's files when its partition dir has no ``.txnindex`` at all (the common case).
 _NO_TXN_SUFFIXES = tuple(s for s in SEGMENT_FILE_SUFFIXES if s != ".txnindex")
 _TIMEINDEX = ".timeindex"
@@ -152,12 +155,30 @@ class SegmentFileReader:
     or unreadable), falling back to the ``.log`` mtime only when no record carries a timestamp.
     """
 
-    def __init__(self, ages: AgeCache | None = None) -> None:
+    def __init__(self, ages: AgeCache | None = None, dated: Dated | None = None) -> None:
         self.warnings: list[str] = []
         self.reads = 0
         self.ages = ages
+        #: What earlier reads of this command gave, by (partition dir, base offset): a
+        #: one-shot plan that walks twice (broker mode) reads no file again in its second walk.
+        self.dated = dated
 
     def __call__(self, partition: Partition, base_offset: int) -> SegmentInfo:
+        dated = self.dated
+        if dated is None:
+            return self._dated(partition, base_offset)
+        known = dated.get((partition.path, base_offset))
+        if known is not None:
+            self.reads += 1
+            info, said = known
+            self.warnings.extend(said)
+            return info
+        before = len(self.warnings)
+        info = self._dated(partition, base_offset)
+        dated[(partition.path, base_offset)] = (info, tuple(self.warnings[before:]))
+        return info
+
+    def _dated(self, partition: Partition, base_offset: int) -> SegmentInfo:
         self.reads += 1
         # os.path.join's result: a partition dir's path never ends in "/". Formatted here,
         # not joined: this runs for every head a plan pops.

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from diskguard.config import Config
 from diskguard.kafkalog import lockfile
-from diskguard.kafkalog.dating import SegmentFileReader, warm_heads
+from diskguard.kafkalog.dating import Dated, SegmentFileReader, warm_heads
 from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult, still_listed
@@ -106,6 +106,8 @@ class RetentionCycle:
             self.audit.prepare()  # the audit reserve, whenever the state dir exists
         self.requested = RequestedLogStart(state_dir / "requested-log-start.json")
         self.worker = worker
+        #: A one-shot broker-mode plan's reads, for its second walk (``_plan``).
+        self._dated: Dated = {}
         cache = ListingCache(worker=worker)
         # Before the Kafka client: its module's import and the broker's answers overlap it.
         cache.start_early([str(d) for d in config.broker.log_dirs], has_byte_budget(config))
@@ -362,13 +364,16 @@ class RetentionCycle:
         committed: CommittedOffsets | None = None,
         led_here: frozenset[tuple[str, int]] | None = None,
     ) -> tuple[Plan, list[str]]:
-        """The pure planner over the scan, reading segment ages through the age cache.
+        """The pure planner over the scan; the daemon reads segment ages through its age cache.
 
         A one-shot dry run (``plan``) dates heads on two cores where it has a worker
-        (``parallelheads``); each head once, except in broker mode, which plans twice
-        (``_plan_with_broker_facts``) and keeps the ages of the first for the second."""
-        once = self.read_only and mode != BROKER
-        reader = SegmentFileReader(None if once else self.inputs.ages)
+        (``parallelheads``), each head once: broker mode plans twice
+        (``_plan_with_broker_facts``) and its second walk takes what the first read
+        (``self._dated``) rather than reading the files again."""
+        if self.read_only:
+            reader = SegmentFileReader(None, self._dated if mode == BROKER else None)
+        else:
+            reader = SegmentFileReader(self.inputs.ages)
         heads = parallel_heads(reader, self.worker) if self.read_only else LocalHeads
         standing_of = self.ceilings.standing_of(mode)
         covered = self._covered  # what the ladder's lossless rungs free first

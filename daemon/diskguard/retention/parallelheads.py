@@ -17,9 +17,9 @@ warnings of every partition's first head, dated before any choice, come first, i
 order — the warnings, and their order, of a plan on one core.
 
 Only for a one-shot plan, only with many partitions (sending them costs ~1 ms). A broker-mode
-plan walks twice (the second time knowing consumer offsets and leaders): the worker keeps an
-age cache of its own as this process does, and a cached age brings the warnings its dating
-gave (``AgeCache``), so the second walk's warnings are again those of one core.
+plan walks twice (the second time knowing consumer offsets and leaders): the worker remembers
+what it read as this process does (``SegmentFileReader.dated``), each read with the warnings
+it gave, so the second walk reads no file again and its warnings are again those of one core.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from diskguard.host.forked import ChildFailed, Worker, WorkStream
-from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
+from diskguard.kafkalog.dating import Dated, SegmentFileReader
 from diskguard.kafkalog.model import Partition, SegmentInfo
 from diskguard.retention.order import HeadKey, new_named
 from diskguard.retention.planner import (
@@ -56,9 +56,8 @@ def parallel_heads(
 ) -> HeadsFactory:
     """A ``HeadsFactory`` for plans that date through ``reader`` (its warnings get the
     child's): on two cores with ``worker`` where worth it (``min_partitions``, default
-    ``MIN_PARTITIONS``), else
-    ``LocalHeads``. The worker dates with an age cache of its own when ``reader`` has one
-    (a broker-mode plan plans twice)."""
+    ``MIN_PARTITIONS``), else ``LocalHeads``. The worker remembers what it read when
+    ``reader`` remembers anything (a broker-mode plan plans twice)."""
 
     def factory(
         parts: Sequence[Partition],
@@ -82,7 +81,7 @@ def parallel_heads(
                 [_plain(p) for p in theirs],
                 {k: dict(v) for k, v in committed.items() if k in names},
                 None if led_here is None else [k for k in led_here if k in names],
-                reader.ages is not None,
+                reader.ages is not None or reader.dated is not None,
             )
         except ChildFailed:
             return LocalHeads(parts, read, committed, led_here)  # the worker is gone
@@ -117,23 +116,24 @@ def _plain(part: Partition) -> tuple[Any, ...]:
     )
 
 
-#: The worker's own age cache: a broker-mode plan walks twice (the second time knowing the
-#: consumer offsets and leaders), and its second walk finds the first's heads dated.
-_WORKER_AGES = AgeCache()
+#: What the worker dated: a broker-mode plan walks twice (the second time knowing the consumer
+#: offsets and leaders), and its second walk reads no file its first read (the worker lives
+#: for one command).
+_WORKER_DATED: Dated = {}
 
 
 def walk_share(
     plain: list[tuple[Any, ...]],
     committed: dict[tuple[str, int], dict[str, int]],
     led_here: list[tuple[str, int]] | None,
-    ages: bool,
+    remember: bool,
 ) -> Iterator[Any]:
     """The worker's side: its share of the partitions walked (``_walk_half``)."""
     parts = [
         Partition(log_dir, topic, partition, path, bases, start, txn_indexes=txn)
         for log_dir, topic, partition, path, bases, start, txn in plain
     ]
-    reader = SegmentFileReader(_WORKER_AGES if ages else None)
+    reader = SegmentFileReader(None, _WORKER_DATED if remember else None)
     yield from _walk_half(parts, reader, committed, None if led_here is None else set(led_here))
 
 

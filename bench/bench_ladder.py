@@ -70,6 +70,12 @@ class Result:
     evictions: int
     moves: int
     deletions: int
+    #: Bytes per rung, from the daemon's own events: evicted = local copies the broker was
+    #: asked to drop (already uploaded), moved = replicas moved whole to dir B, deleted =
+    #: segments deleted (DeleteRecords).
+    evicted_bytes: int
+    moved_bytes: int
+    deleted_bytes: int
     load_before: str
     load_after: str
     notes: list[str] = field(default_factory=list)
@@ -212,10 +218,17 @@ def run_variant(release: Release, jars: tuple[Path, ...], variant: str, args: An
         evictions=names.count("tiered_eviction"),
         moves=names.count("replica_move_started"),
         deletions=names.count("segment_deleted"),
+        evicted_bytes=event_bytes(lines, "tiered_eviction"),
+        moved_bytes=event_bytes(lines, "replica_move_done"),
+        deleted_bytes=event_bytes(lines, "segment_deleted"),
         load_before=load_before,
         load_after=load_average(),
         notes=notes,
     )
+
+
+def event_bytes(lines: list[dict[str, Any]], name: str) -> int:
+    return sum(int(e.get("bytes") or 0) for e in lines if e.get("event") == name)
 
 
 def sample(burst: Burst, a: Path, b: Path, seconds: float) -> list[tuple[float, float, float]]:

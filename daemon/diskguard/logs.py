@@ -105,6 +105,10 @@ def _bridge_stdlib_logging(level: str) -> None:
     root.setLevel(max(_LEVELS[level], logging.WARNING))
 
 
+def _dropped(*_args: Any, **_kw: Any) -> None:
+    """An event below the configured level."""
+
+
 class _Logger:
     """What :func:`get_logger` returns: structlog's logger, looked up at each call.
 
@@ -118,6 +122,11 @@ class _Logger:
         self._component = component
 
     def __getattr__(self, name: str) -> Any:
+        pending = _pending
+        if pending is not None and name in _LEVELS and _LEVELS[name] < _LEVELS[pending[1]]:
+            # Filtered out by the level asked for (as structlog's filtering logger would):
+            # an info event of a plan run at "warning" does not import structlog.
+            return _dropped
         structlog = _structlog()
         logger = (
             structlog.get_logger(component=self._component)

@@ -117,7 +117,9 @@ def test_a_logged_event_still_loads_structlog_and_renders_as_configured(tmp_path
         "configure_logging('json', 'info', stream=sys.stderr)\n"
         "assert 'structlog' not in sys.modules\n"
         "log.debug('below_the_level')\n"
+        "assert 'structlog' not in sys.modules\n"  # an event filtered out imports nothing
         "log.warning('something_happened', n=1)\n"
+        "log.debug('below_the_level_after')\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout == ""

@@ -162,14 +162,29 @@ def produce_spread(
 
 
 def commit_group(broker: KafkaCluster, topics: list[tuple[str, int]], offset: int) -> int:
-    """``GROUP`` commits ``offset`` on every partition of every other topic; the partitions."""
-    from confluent_kafka import Consumer, TopicPartition
+    """``GROUP`` commits ``offset`` on every partition of every other topic; the partitions.
+    A coordinator not ready yet (``__consumer_offsets`` made by the first commit, or still
+    loading) is waited for, up to two minutes."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer({**broker.client_config(), "group.id": GROUP, "enable.auto.commit": False})
+    not_ready = {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
     try:
         offsets = [TopicPartition(name, p, offset) for name, n in topics[::2] for p in range(n)]
+        deadline = time.monotonic() + 120
         for i in range(0, len(offsets), 2000):
-            consumer.commit(offsets=offsets[i : i + 2000], asynchronous=False)
+            while True:
+                try:
+                    consumer.commit(offsets=offsets[i : i + 2000], asynchronous=False)
+                    break
+                except KafkaException as exc:
+                    if exc.args[0].code() not in not_ready or time.monotonic() > deadline:
+                        raise
+                    time.sleep(1)
         return len(offsets)
     finally:
         consumer.close()

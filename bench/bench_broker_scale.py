@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -553,6 +554,13 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench_broker_scale needs root (loop mounts)", file=sys.stderr)
         return 2
+    # A broker keeps a descriptor per segment file it has open: 5,000 partitions outgrow a
+    # shell's 20,000 ("Too many open files", the log dir taken offline). Kafka's own advice is
+    # 100,000 or more; the broker inherits this process's limit.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max(soft, 1 << 20)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(hard, want)))
     kafka = target(args.release, args.mode)
     sizes = [int(x) for x in args.partitions.split(",") if x]
     print(f"# {kafka}, load {load_average()}", flush=True)

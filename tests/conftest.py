@@ -157,7 +157,8 @@ def real_cluster(kafka_target: kafka.Target) -> Iterator[GuardedCluster]:
     """ONE real three-broker cluster for the whole session (the tests of many guards, one
     cluster): each broker on its own 256 MiB loop ext4, SASL/PLAIN (users in
     ``support.kafka.guarded.USERS``), the release's ACL authorizer with
-    allow.everyone.if.no.acl.found, 1 s retention checks, 256 MiB heaps. Tests start their
+    allow.everyone.if.no.acl.found, no retention check after start-up (a trim stays pending on
+    every replica), 256 MiB heaps. Tests start their
     own diskguard per broker (``guard_config``) and leave no filler, hold or ACL behind."""
     release = kafka_target.release
     try:
@@ -175,7 +176,16 @@ def real_cluster(kafka_target: kafka.Target) -> Iterator[GuardedCluster]:
                     kafka_target.mode,
                     root,
                     mounts,
-                    fast_retention(release) | acl_settings(release, kafka_target.mode),
+                    acl_settings(release, kafka_target.mode)
+                    | {
+                        # One retention check, at start-up: during the session a trim stays
+                        # pending (its files on every replica) until the test looks.
+                        "log.retention.check.interval.ms": "3600000",
+                        # ...and a follower's own checkpoint never says where a partition
+                        # starts: only its leader does (what a guard must ask).
+                        "log.flush.start.offset.checkpoint.interval.ms": "3600000",
+                        "log.segment.delete.delay.ms": "500",
+                    },
                 )
             )
     except (fsfixtures.FilesystemSetupError, ServerSetupError) as exc:

@@ -9,6 +9,7 @@ their own state dirs) and leaves the cluster as it found it: no filler, no hold,
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import time
@@ -28,9 +29,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from support.cli import run_cli
+from support.cli import json_events, run_cli
 from support.daemonproc import DaemonProc
-from support.disks import df_percent
+from support.disks import ceiling_under, df_percent
 from support.kafka.guarded import GuardedCluster, wait_until
 from support.net import free_port
 
@@ -444,3 +445,91 @@ def test_check_config_says_what_the_hold_will_do_and_what_diskguard_may(
             request_timeout=15,
         ).values():
             future.result(15)
+
+
+# ------------------------------------------------------------------ retention across brokers
+
+
+def test_one_brokers_trims_are_pending_reclaim_on_the_others(
+    real_cluster: GuardedCluster, tmp_path: Path
+) -> None:
+    """Broker 1's disk holds a partition it leads (RF 1) and one it follows (leader 2,
+    replicas 2, 1, 3). Its guard trims both through DeleteRecords, which the client routes to
+    each partition's leader; the plan and the audit say whose replicas each trim shortens.
+    Brokers 2 and 3 still hold the trimmed segments (the broker removes them only at its next
+    retention check, its checkpoint says so a minute later): their guards, over their ceilings
+    by less than that, count them as pending reclaim (the leaders' log start offsets) and trim
+    nothing again."""
+    cluster = real_cluster
+    follow, led = "trim-follow", "trim-led"
+    segments = cluster.cluster.segment_config(SEGMENT)
+    cluster.cluster.create_topic(follow, assignment=[[2, 1, 3]], **segments)
+    cluster.cluster.create_topic(led, assignment=[[1]], **segments)
+    producer = {**cluster.client("producer"), "acks": "all", "batch.size": 64_000}
+    for topic in (follow, led):  # the followed partition's segments are the oldest
+        wait_until(lambda t=topic: released(cluster, t), 30, f"{topic}: first write")
+        assert cluster.cluster.produce(topic, 3000, 1000, settings=producer) == []
+    only_these = [f"^(?!({follow}|{led})$)"]
+    MiB = 1024 * 1024
+
+    def pending(broker_id: int) -> int:
+        """What the guard of ``broker_id`` counts as on its way out of its disk now (earlier
+        tests' trims included: the brokers remove nothing during the session)."""
+        config = cluster.guard_config(
+            tmp_path / "pending",
+            broker_id,
+            mode="broker",
+            disk_usage_percent=1,
+            protect_topics=only_these,
+        )
+        planned = json.loads(run_cli("plan", "--json", "-c", str(config)).stdout)
+        return int(planned["filesystems"][0]["pending_reclaim_bytes"])
+
+    before = {i: pending(i) for i in (2, 3)}
+    config = cluster.guard_config(
+        tmp_path,
+        1,
+        mode="broker",
+        disk_usage_percent=ceiling_under(cluster.mount(1), 4 * MiB + pending(1)),
+        protect_topics=only_these,
+    )
+    planned = json.loads(run_cli("plan", "--json", "-c", str(config)).stdout)
+    by_topic = {d["topic"]: d for d in planned["deletions"]}
+    assert by_topic[follow]["leader"] == 2 and by_topic[follow]["replicas"] == [2, 1, 3]
+    assert by_topic[follow]["also_trims"] == [2, 3]
+    assert by_topic[led]["leader"] == 1 and by_topic[led]["also_trims"] == []
+    enforced = run_cli("enforce", "--once", "--json", "-c", str(config))
+    assert enforced.returncode == 0, enforced.stdout + enforced.stderr
+    trimmed = {
+        e["topic"]: e for e in json_events(enforced.stdout) if e["event"] == "delete_records"
+    }
+    assert set(trimmed) == {follow, led}, enforced.stdout
+    lows, _highs = watermarks(cluster, follow, 1)
+    assert lows[0] == trimmed[follow]["low_watermark"] > 0
+    audit = json_events(run_cli("audit", "--json", "-c", str(config)).stdout)
+    done = [r for r in audit if r.get("phase") == "done" and r.get("topic") == follow]
+    assert done and all(r["also_trims"] == [2, 3] and r["leader"] == 2 for r in done), done
+
+    for other in (2, 3):
+        # Still on this broker's disk: the trimmed segments below the new log start.
+        on_disk = sorted(
+            int(p.name[:-4]) for p in (cluster.log_dir(other) / f"{follow}-0").glob("*.log")
+        )
+        assert on_disk[0] < lows[0], (other, on_disk, lows)
+        config = cluster.guard_config(
+            tmp_path,
+            other,
+            mode="broker",
+            # Over by 1 MiB beyond what was pending before broker 1's trim.
+            disk_usage_percent=ceiling_under(cluster.mount(other), 1 * MiB + before[other]),
+            protect_topics=only_these,
+        )
+        proc = run_cli("plan", "--json", "-c", str(config))
+        planned = json.loads(proc.stdout)
+        assert planned["deletions"] == [], (other, planned["deletions"][:3])
+        assert planned["filesystems"][0]["pending_reclaim_bytes"] >= before[other] + MiB, planned
+        assert "cluster_trims_pending" in proc.stderr, proc.stderr
+        enforced = run_cli("enforce", "--once", "--json", "-c", str(config))
+        assert enforced.returncode == 0, enforced.stdout + enforced.stderr
+        assert [e for e in json_events(enforced.stdout) if e["event"] == "delete_records"] == []
+        assert watermarks(cluster, follow, 1)[0] == lows

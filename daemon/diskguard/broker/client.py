@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from diskguard.broker.authz import Authorized, authorized_operations, describe_acls_error
 from diskguard.broker.errors import describe_error, is_lasting, rdkafka_logger
 from diskguard.broker.patience import OneTimeout
+from diskguard.broker.placement import Placement, log_start_offsets
 from diskguard.logs import get_logger
 from diskguard.retention.planner import NO_OFFSET, Deletion, DeletionResult
 
@@ -279,12 +280,16 @@ class BrokerClient:
             self._serve_logs()
 
     def leaders(self, topics: Iterable[str]) -> dict[tuple[str, int], int]:
-        """``(topic, partition) -> leader broker id`` from one Metadata request for ``topics``
-        only (DescribeTopics): its answer grows with the topics a plan chose, not with every
-        partition of the cluster. A topic the broker does not answer for is left out (no
-        preference there); {} with a warning when nothing could be asked."""
+        """``(topic, partition) -> leader broker id`` (``placement``; {} on error)."""
+        return {tp: lead for tp, (lead, _r) in self.placement(topics).items() if lead >= 0}
+
+    def placement(self, topics: Iterable[str]) -> Placement:
+        """Leader and replicas of each partition of ``topics`` from one Metadata request for
+        ``topics`` only (DescribeTopics): its answer grows with the topics a plan chose, not
+        with every partition of the cluster. A topic the broker does not answer for is left
+        out (no preference there); {} with a warning when nothing could be asked."""
         wanted = sorted(set(topics))
-        out: dict[tuple[str, int], int] = {}
+        out: Placement = {}
         if not wanted:
             return out
         from confluent_kafka import TopicCollection
@@ -311,10 +316,29 @@ class BrokerClient:
                 continue
             for part in getattr(described, "partitions", None) or []:
                 leader = getattr(getattr(part, "leader", None), "id", -1)
-                if isinstance(leader, int) and leader >= 0:
-                    out[(str(name), int(part.id))] = leader
+                replicas = tuple(
+                    int(r.id) for r in getattr(part, "replicas", None) or () if r is not None
+                )
+                lead = leader if isinstance(leader, int) else -1
+                out[(str(name), int(part.id))] = (lead, replicas)
         self._serve_logs()
         return out
+
+    def log_start_offsets(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        """The log start offset each partition's leader reports ({} on error)."""
+        started = time.monotonic()
+        try:
+            self._patience.check()
+            return log_start_offsets(self._admin, partitions, self.timeout)
+        except Exception as exc:
+            error = describe_error(exc)
+            self._patience.waited_out(started, error)
+            log.warning("metadata_unavailable", error=error)
+            return {}
+        finally:
+            self._serve_logs()
 
     # -- consumer offsets ----------------------------------------------------------------
     def committed_offsets(self, topics: Iterable[str]) -> dict[tuple[str, int], dict[str, int]]:

@@ -316,6 +316,18 @@ def forecast_lines(chosen: Plan, mode: str) -> list[str]:
         )
     if chosen.deletions:
         lines.append(f"Note: {CLUSTER_SCOPE}.")
+        others: dict[int, int] = {}
+        for d in chosen.deletions:
+            for broker in d.also_trims:
+                others[broker] = others.get(broker, 0) + 1
+        if others:
+            lines.append(
+                "These trims also shorten the replicas on "
+                + ", ".join(
+                    f"broker {b} ({plural(n, 'segment')})" for b, n in sorted(others.items())
+                )
+                + "."
+            )
     return lines
 
 

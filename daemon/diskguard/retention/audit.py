@@ -94,6 +94,14 @@ def deletion_fields(d: Deletion) -> dict[str, Any]:
     }
 
 
+def placement_fields(d: Deletion) -> dict[str, Any]:
+    """Broker mode: the partition's leader, its replicas and the other brokers whose replicas
+    the trim shortens (``also_trims``); nothing when the cluster did not say."""
+    if not d.replicas:
+        return {}
+    return {"leader": d.leader, "replicas": list(d.replicas), "also_trims": list(d.also_trims)}
+
+
 def why_fields(d: Deletion) -> dict[str, Any]:
     """``{"why": {...}}`` for a deletion a plan chose (``order.Why``: the limit in force, the
     trigger, the excess, its rank and tie-breaker); nothing for one recovered from the
@@ -309,6 +317,7 @@ class AuditLog:
                 "reason": why,
                 "usage_before_percent": round(usage, 3),
                 "unconsumed_records": dict(deletion.unconsumed_records),
+                **placement_fields(deletion),
                 **why_fields(deletion),
             }
             records.append({"ts": _now(), "action_id": action_id, "phase": INTENT, **fields})
@@ -367,6 +376,7 @@ class AuditLog:
             "reason": why,
             "usage_before_percent": round(usage_before_percent, 3),
             "unconsumed_records": dict(deletion.unconsumed_records),
+            **placement_fields(deletion),
             **why_fields(deletion),
         }
         self.append({"ts": _now(), "action_id": action_id, "phase": INTENT, **fields})
@@ -447,6 +457,7 @@ class AuditLog:
                 "reason": why,
                 "usage_before_percent": round(usage_before_percent, 3),
                 "unconsumed_records": dict(deletion.unconsumed_records),
+                **placement_fields(deletion),
                 **why_fields(deletion),
                 "freed_bytes": 0,
                 "error": error,

@@ -22,7 +22,7 @@ from a running daemon (its write rates and the partitions it set aside).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -58,6 +58,7 @@ from diskguard.retention.unfreed import UnfreedSpace
 
 if TYPE_CHECKING:
     from diskguard.broker.client import BrokerClient
+    from diskguard.broker.placement import Placement
     from diskguard.host.forked import Worker
     from diskguard.retention.executor import Executor
     from diskguard.retention.offline.fileexecutor import FileExecutor
@@ -183,13 +184,12 @@ class RetentionCycle:
         if broker is not None:
             self.forecaster.refresh_settings(lambda: broker.broker_configs(self.local_broker_id))
 
-    def _led_here(self, topics: Sequence[str]) -> frozenset[tuple[str, int]] | None:
-        if self.broker is None or self.local_broker_id is None:
+    def _led_here(self, placement: Placement) -> frozenset[tuple[str, int]] | None:
+        if self.local_broker_id is None or not placement:
             return None
-        leaders = self.broker.leaders(topics)
-        if not leaders:
-            return None
-        return frozenset(tp for tp, leader in leaders.items() if leader == self.local_broker_id)
+        return frozenset(
+            tp for tp, (leader, _replicas) in placement.items() if leader == self.local_broker_id
+        )
 
     def _executor(self, mode: str) -> Executor | None:
         """The executor of ``mode`` (built per cycle for the broker: its client may change)."""
@@ -213,7 +213,7 @@ class RetentionCycle:
             if mode.mode == OFFLINE:
                 result = preview_sweep(result, self.inputs.cache)
             ladder = self.ladder.plan(result, mode.mode)
-            chosen, warnings = self._plan_mode(result, mode, ladder)
+            result, chosen, warnings = self._plan_mode(result, mode, ladder, full=False)
             outcome = self._outcome(mode, result, chosen, warnings, (), None, started)
             return replace(outcome, ladder=ladder)
 
@@ -238,7 +238,7 @@ class RetentionCycle:
             self.unfreed.recheck(lambda: self.modes.may_delete(OFFLINE))
         result = self._scan(mode, full)
         ladder = self.ladder.plan(result, mode.mode)
-        chosen, warnings = self._plan_mode(result, mode, ladder)
+        result, chosen, warnings = self._plan_mode(result, mode, ladder, full)
         if self.warm_heads_s > 0 and not chosen.deletions:
             warnings = [*warnings, *self._warm(result)]
         self._quiet = frozenset()
@@ -285,17 +285,73 @@ class RetentionCycle:
         return result
 
     def _plan_mode(
-        self, result: ScanResult, mode: ModeDecision, ladder: LadderPlan
-    ) -> tuple[Plan, list[str]]:
-        """The plan of ``mode`` for what the ladder's lossless rungs leave; in broker mode
-        with deletions chosen, again with the broker's facts (``_plan_with_broker_facts``)."""
+        self, result: ScanResult, mode: ModeDecision, ladder: LadderPlan, full: bool
+    ) -> tuple[ScanResult, Plan, list[str]]:
+        """The scan and plan of ``mode`` for what the ladder's lossless rungs leave; in broker
+        mode with deletions chosen, first with what other brokers' guards trimmed
+        (``_with_cluster_log_start``: then the scan returned is the new one), then with the
+        broker's facts (``_plan_with_broker_facts``)."""
         self._covered = ladder.covered
-        if ladder.evictions:  # what the tiered rung evicts is no deletion candidate
-            result = replace(result, filesystems=without_evicted(result.filesystems, ladder))
-        chosen, warnings = self._plan(result, mode.mode)
+        chosen, warnings = self._plan(_uncovered(result, ladder), mode.mode)
         if chosen.deletions and mode.mode == BROKER:
-            chosen, warnings = self._plan_with_broker_facts(result, chosen, warnings)
-        return chosen, warnings
+            rescanned = self._with_cluster_log_start(result, chosen, full)
+            if rescanned is not None:
+                result = rescanned
+                chosen, more = self._plan(_uncovered(result, ladder), BROKER)
+                warnings = [*warnings, *more]
+        if chosen.deletions and mode.mode == BROKER:
+            chosen, warnings = self._plan_with_broker_facts(
+                _uncovered(result, ladder), chosen, warnings
+            )
+        return result, chosen, warnings
+
+    def _with_cluster_log_start(
+        self, result: ScanResult, chosen: Plan, full: bool
+    ) -> ScanResult | None:
+        """Before trimming, ask the leaders where the partitions of the filesystems about to
+        be trimmed start now. Another broker's guard may have trimmed them (DeleteRecords is
+        cluster-wide): this broker removes those segments at its next retention check, but
+        its own checkpoint says so up to a minute later. Counted as pending reclaim, they are
+        not a reason to trim again: the scan again with them (None: nothing moved)."""
+        assert self.broker is not None
+        mounts = {d.mount for d in chosen.deletions}
+        parts = [
+            p
+            for fs in result.filesystems
+            if fs.usage.mount in mounts
+            for d in fs.log_dirs
+            for p in d.partitions
+        ]
+        reported = self.broker.log_start_offsets((p.topic, p.partition) for p in parts)
+        moved = {
+            (p.topic, p.partition): reported[(p.topic, p.partition)]
+            for p in parts
+            if (p.topic, p.partition) in reported
+            and reported[(p.topic, p.partition)] > (p.log_start_offset or 0)
+            and p.base_offsets
+            and p.base_offsets[0] < reported[(p.topic, p.partition)]
+        }
+        if not moved:
+            return None
+        before = {fs.usage.mount: fs.pending_reclaim_bytes for fs in result.filesystems}
+        result = self.inputs.scan(full=full or self.ceilings.byte_budget, cluster_log_start=moved)
+        if not self.read_only:
+            self.requested.prune(result)
+        # What no deletion may take (the broker's log dirs, as _scan marks them).
+        result = self.ladder.observe(result, self.config.retention.check_interval)
+        for fs in result.filesystems:
+            gained = fs.pending_reclaim_bytes - before.get(fs.usage.mount, 0)
+            if gained > 0:
+                log.info(
+                    "cluster_trims_pending",
+                    mount=fs.usage.mount,
+                    partitions=sorted(f"{t}-{p}" for t, p in moved)[:20],
+                    partition_count=len(moved),
+                    pending_reclaim_bytes=gained,
+                    message="the leaders report log start offsets past this disk's segments "
+                    "(another broker's trim): on their way out here too, not trimmed again",
+                )
+        return result
 
     def _warm(self, result: ScanResult) -> list[str]:
         """A quiet cycle dates partition heads ahead of need (``warm_heads``), so the first
@@ -401,10 +457,30 @@ class RetentionCycle:
         committed: CommittedOffsets = {}
         if self.config.retention.consumer_aware:
             committed = self.broker.committed_offsets(topics)
-        led_here = self._led_here(topics)
-        if not committed and led_here is None:
-            return chosen, warnings
-        return self._plan(result, BROKER, committed, led_here)
+        placement = self.broker.placement(topics)
+        led_here = self._led_here(placement)
+        if committed or led_here is not None:
+            chosen, warnings = self._plan(result, BROKER, committed, led_here)
+        return self._placed(chosen, placement), warnings
+
+    def _placed(self, chosen: Plan, placement: Placement) -> Plan:
+        """Each deletion with the partition's leader and replicas, and the other brokers whose
+        replicas its DeleteRecords shortens (plan, audit)."""
+        if not placement:
+            return chosen
+        here = self.local_broker_id
+        placed = []
+        for d in chosen.deletions:
+            leader, replicas = placement.get((d.topic, d.partition), (-1, ()))
+            placed.append(
+                replace(
+                    d,
+                    leader=leader if leader >= 0 else None,
+                    replicas=replicas,
+                    also_trims=tuple(r for r in replicas if r != here),
+                )
+            )
+        return replace(chosen, deletions=tuple(placed))
 
     def _scan_with_policies(self, full: bool, mode: ModeDecision) -> ScanResult:
         """Scan; in broker mode first let the broker say which topics are compacted or tiered
@@ -471,3 +547,10 @@ class RetentionCycle:
                     unconsumed_records=dict(d.unconsumed_records),
                 )
         return tuple(executor.execute(list(chosen.deletions), usage_before))
+
+
+def _uncovered(result: ScanResult, ladder: LadderPlan) -> ScanResult:
+    """``result`` without what the ladder's tiered rung evicts (no deletion candidate)."""
+    if not ladder.evictions:
+        return result
+    return replace(result, filesystems=without_evicted(result.filesystems, ladder))

@@ -7,7 +7,7 @@ The I/O half of planning; ``planner`` itself never sees the config or the disk.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from diskguard.config import Config
@@ -97,21 +97,33 @@ class PlanInputs:
         return rule, warnings + self.policies.take_warnings()
 
     def scan(
-        self, full: bool = False, offline: bool = False, kraft: bool | None = None
+        self,
+        full: bool = False,
+        offline: bool = False,
+        kraft: bool | None = None,
+        cluster_log_start: Mapping[tuple[str, int], int] | None = None,
     ) -> ScanResult:
         """``full``: stat every file (a snapshot, a byte budget to check). ``offline``: no
         broker will remove segments below the log start offset, so they are
         candidates (the oldest of all) instead of pending reclaim. ``kraft``: also read the
-        KRaft metadata log for topic policies (default: when ``offline``)."""
+        KRaft metadata log for topic policies (default: when ``offline``).
+        ``cluster_log_start``: log start offsets the partitions' leaders reported (another
+        guard's DeleteRecords): below them is pending reclaim here too."""
         cfg = self.config
         rule, rule_warnings = self.rule(offline, kraft)
+        requested: Mapping[str, Mapping[tuple[str, int], int]] | None = None
+        if not offline:
+            requested = self.requested.as_mapping() if self.requested else {}
+            if cluster_log_start:
+                requested = {
+                    str(d): _highest(cluster_log_start, requested.get(str(d), {}))
+                    for d in cfg.broker.log_dirs
+                }
         result = scan(
             [str(d) for d in cfg.broker.log_dirs],
             rule,
             full=full,
-            requested_log_start=(
-                self.requested.as_mapping() if self.requested and not offline else None
-            ),
+            requested_log_start=requested,
             use_log_start=not offline,
             on_partition=self.on_partition,
             cache=self.cache,
@@ -148,3 +160,13 @@ class PlanInputs:
                 error=entry.error,
                 retry_in_s=self.set_aside.hold_s,
             )
+
+
+def _highest(
+    a: Mapping[tuple[str, int], int], b: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """Per partition the higher of two known log start offsets."""
+    out = dict(a)
+    for key, offset in b.items():
+        out[key] = max(out.get(key, offset), offset)
+    return out

@@ -84,6 +84,11 @@ class Deletion:
     #: What the planner knew when it chose it (None: not chosen by a plan, e.g. recovered
     #: from the offline journal).
     why: Why | None = None
+    #: Broker mode: the partition's leader (DeleteRecords goes to it) and replicas, and the
+    #: other brokers whose replicas the trim shortens too (empty: unknown, or offline).
+    leader: int | None = None
+    replicas: tuple[int, ...] = ()
+    also_trims: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,9 @@ def plan_json(outcome_plan: Plan) -> dict[str, Any]:
                 "unconsumed_records": dict(d.unconsumed_records),
                 "groups_without_offset": list(d.groups_without_offset),
                 "why": d.why.fields() if d.why is not None else None,
+                "leader": d.leader,
+                "replicas": list(d.replicas),
+                "also_trims": list(d.also_trims),
             }
             for d in outcome_plan.deletions
         ],

@@ -208,6 +208,13 @@ def test_a_hold_stops_producers_only(real_cluster: GuardedCluster, tmp_path: Pat
 # ------------------------------------------------------------------ a hold of many guards
 
 
+def as_before(cluster: GuardedCluster, acls: set[tuple[str, ...]], quotas: Any) -> None:
+    """The cluster's ACLs and client quotas become exactly ``acls`` and ``quotas`` (every
+    broker agreeing) within 30 s; else what they are instead."""
+    wait_until(lambda: cluster.acls() == acls, 30, "ACLs as before", cluster.acls)
+    wait_until(lambda: cluster.quotas() == quotas, 30, f"quotas as {quotas}", cluster.quotas)
+
+
 def held(cluster: GuardedCluster, topic: str) -> bool:
     return cluster.write_attempt(topic) == "TOPIC_AUTHORIZATION_FAILED"
 
@@ -341,13 +348,7 @@ def test_a_guard_killed_while_holding_stops_counting_at_its_lease(
         cluster.clear(2)  # disk 1 is still full, but its guard is dead: its hold is gone
         guards[2].wait_for("acl_removed", timeout=60)
         guards[2].wait_for("quota_restored", timeout=60, entity="user=<default>")
-        wait_until(lambda: cluster.acls() == before_acls, 30, "ACLs as before", cluster.acls)
-        wait_until(
-            lambda: cluster.quotas() == before_quotas,
-            30,
-            f"quotas as before ({before_quotas})",
-            cluster.quotas,
-        )
+        as_before(cluster, before_acls, before_quotas)
         wait_until(lambda: released(cluster, topic), 30, "producer released")
 
         guards[1] = DaemonProc(configs[1])  # restarted on its overfull disk: holds again
@@ -355,13 +356,7 @@ def test_a_guard_killed_while_holding_stops_counting_at_its_lease(
         wait_until(lambda: held(cluster, topic), 30, "held again")
         cluster.clear(1)
         guards[1].wait_for("acl_removed", timeout=60)
-        wait_until(lambda: cluster.acls() == before_acls, 30, "ACLs as before", cluster.acls)
-        wait_until(
-            lambda: cluster.quotas() == before_quotas,
-            30,
-            f"quotas as before ({before_quotas})",
-            cluster.quotas,
-        )
+        as_before(cluster, before_acls, before_quotas)
         for guard in guards.values():
             assert guard.stop() == 0
     finally:

@@ -51,9 +51,10 @@ unit: venv tools kafka
 test: lint typecheck unit
 
 # The realkafka tests against every supported line: 2.8 (ZooKeeper), 3.9 (ZooKeeper and
-# KRaft), 4.0 and the newest 4.x. Writes docs/kafka-matrix.md (the README's table).
+# KRaft), 4.0 and the newest 4.x. Writes docs/kafka-matrix.md (per test) and the per-call
+# table of docs/broker-calls.md.
 test-kafka-matrix: venv tools
-	$(KAFKA_RUNNER).matrix --output ../docs/kafka-matrix.md
+	$(KAFKA_RUNNER).matrix --output ../docs/kafka-matrix.md --calls ../docs/broker-calls.md
 
 demo: venv
 	PYTHONPATH=demo:tests $(BIN)/python -m diskguard_demo

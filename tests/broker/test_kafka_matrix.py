@@ -20,7 +20,8 @@ def test_the_table_from_reports_of_entries_run_one_at_a_time(tmp_path: Path) -> 
     case = '<testcase classname="tests.broker.test_realkafka" name="test_{}" time="1" />'
     skipped = (
         '<testcase classname="tests.broker.test_realkafka" name="test_kip848" time="0">'
-        '<skipped message="Kafka 2.8.2 has no ConsumerGroupHeartbeat (KIP-848)" /></testcase>'
+        '<skipped message="Kafka 2.8.2 (ZooKeeper): no ConsumerGroupHeartbeat (KIP-848); '
+        'a later line" /></testcase>'
     )
     failed = (
         '<testcase classname="tests.broker.test_realkafka" name="test_kip848" time="3">'
@@ -40,12 +41,54 @@ def test_the_table_from_reports_of_entries_run_one_at_a_time(tmp_path: Path) -> 
     assert "| test | 2.8.2 ZooKeeper | 4.4.0 KRaft |" in text
     assert "| `test_realkafka::test_a` | pass | pass |" in text
     assert (
-        "| `test_realkafka::test_kip848` | skip: Kafka 2.8.2 has no ConsumerGroupHeartbeat "
-        "(KIP-848) | **failed**: AssertionError: no group \\| listed |"
+        "| `test_realkafka::test_kip848` | skip: Kafka 2.8.2 (ZooKeeper): no "
+        "ConsumerGroupHeartbeat (KIP-848); a later line | **failed**: AssertionError: no group "
+        "\\| listed |"
     ) in text
     assert "| **total** | 1 passed, 0 failed, 1 skipped (1.5 min) |" in text
+
+
+def test_the_per_call_table_goes_between_its_markers(tmp_path: Path) -> None:
+    kip848 = "test_realkafka::test_committed_offsets_of_a_kip848_consumer_group"
+    skipped = matrix.Outcome("skipped", "Kafka 2.8.2 (ZooKeeper): no ConsumerGroupHeartbeat; later")
+    columns = [
+        ("kafka_2.12:2.8.2", "zk", {kip848: skipped}, 60.0),
+        ("4.4.0", "kraft", {kip848: matrix.Outcome("passed")}, 60.0),
+    ]
+    doc = tmp_path / "calls.md"
+    doc.write_text(f"# head\n{matrix.CALLS_BEGIN}\nold\n{matrix.CALLS_END}\n# tail\n")
+    matrix.put_calls_table(doc, matrix.calls_table(columns), "2026-11-27")
+    text = doc.read_text()
+    assert text.startswith("# head\n") and text.endswith("# tail\n") and "\nold\n" not in text
+    assert "| broker call | diskguard | 2.8.2 ZooKeeper | 4.4.0 KRaft |" in text
+    row = next(line for line in text.splitlines() if "KIP-848 consumer group" in line)
+    assert row.endswith("| skip 1: no ConsumerGroupHeartbeat | ✔ 1 |"), row
+    assert "| DeleteRecords on a compacted topic: `POLICY_VIOLATION` |" in text  # not run: said
+    assert "not run | not run |" in text
 
 
 def test_an_entry_without_a_report_is_said_not_guessed(tmp_path: Path) -> None:
     code = matrix.main(["--from-reports", "--reports", str(tmp_path), "--only", "3.9.2:zk"])
     assert code == 2
+
+
+def test_every_realkafka_test_is_in_a_row_of_the_per_call_table() -> None:
+    """The per-call table names tests by module and name: a renamed or new realkafka test
+    must land in a row (the harness's own tests verify no call of diskguard's)."""
+    tests = Path(__file__).resolve().parents[1]
+    defined = set()
+    for module in tests.rglob("test_*.py"):
+        text = module.read_text()
+        marked = any(
+            line.startswith("pytestmark") and "pytest.mark.realkafka" in line
+            for line in text.splitlines()
+        )
+        if marked and module.stem != "test_kafka_harness":
+            defined |= {
+                f"{module.stem}::{line[4:].split('(')[0]}"
+                for line in text.splitlines()
+                if line.startswith("def test_")
+            }
+    rows = {name for _call, _code, names in matrix.CALLS for name in names}
+    assert rows - defined == set()  # no row names a test that is gone
+    assert defined - rows == set()

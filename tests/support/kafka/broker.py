@@ -37,11 +37,14 @@ def fast_retention(release: Release) -> dict[str, str]:
 
 
 def small_segments(release: Release, size: int) -> dict[str, str]:
-    """Topic configs that roll segments every ``size`` bytes: 4.x refuses ``segment.bytes``
-    under 1 MiB (KIP-1030) and takes the internal ``internal.segment.bytes`` instead."""
+    """Topic configs that roll segments every ``size`` bytes: from 4.1 a topic's
+    ``segment.bytes`` under 1 MiB is refused (KIP-1030) and the internal
+    ``internal.segment.bytes`` takes its place; 4.0 refuses only the broker's
+    ``log.segment.bytes`` under 1 MiB and has no ``internal.segment.bytes`` (its jars do not
+    name it: creating a topic with it fails), so there the topic's ``segment.bytes`` it is."""
     key = (
         "internal.segment.bytes"
-        if release.version >= (4, 0, 0) and size < 1 << 20
+        if release.version >= (4, 1, 0) and size < 1 << 20
         else "segment.bytes"
     )
     return {key: str(size)}

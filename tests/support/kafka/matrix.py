@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         "# The realkafka tests on every supported Kafka line\n\n"
         f"Written by `make test-kafka-matrix` on {when} (brokers from Maven Central, run as "
         "nobody on loop ext4; KRaft = one combined broker+controller node). A skip names "
-        "the API the release lacks.\n\n" + text
+        "the API the release lacks; — = not in that entry's run (a test added since).\n\n" + text
     )
     if args.output:
         args.output.write_text(document)

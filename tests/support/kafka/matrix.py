@@ -146,6 +146,7 @@ CALLS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         (
             "test_realkafka::test_delete_records_moves_the_log_start_and_the_files_go",
             "test_realkafka::test_plan_and_enforce_in_broker_mode",
+            "test_realkafka::test_plan_in_broker_mode_on_two_cores_says_what_one_core_says",
             "test_realkafka_retention_timing::"
             "test_delete_records_frees_at_the_first_retention_check_after_start",
         ),
@@ -225,10 +226,11 @@ CALLS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ),
     ),
     (
-        "shared holds on a three-broker cluster (CreateTopics, Produce/Fetch of the holds "
-        "topic, ACLs, quotas)",
+        "a three-broker cluster: shared holds (CreateTopics, Produce/Fetch of the holds "
+        "topic, ACLs, quotas), one broker's trims pending on the others",
         "`flow/sharedholds.py`, `flow/holdsregistry.py`",
         (
+            "test_realcluster::test_one_brokers_trims_are_pending_reclaim_on_the_others",
             "test_realcluster::test_a_hold_stops_producers_only",
             "test_realcluster::test_a_hold_lasts_while_any_guard_needs_it",
             "test_realcluster::test_a_guard_killed_while_holding_stops_counting_at_its_lease",

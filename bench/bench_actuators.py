@@ -1,0 +1,236 @@
+"""What does each flow-control actuator let through once a disk is overfull?
+
+A real three-broker cluster (``support.kafka.guarded``: each broker on its own loop ext4,
+SASL/PLAIN, the release's ACL authorizer, permissive where no ACL is found) and one
+``diskguard run`` beside broker 1. A fleet of producers (threads, one librdkafka producer
+each, ``acks=all``, 1 KiB records, 256 KiB/s each) writes into one topic
+(6 partitions, replication factor 3: every broker's disk takes every record). A filler then
+makes broker 1's disk overfull. Per variant, one after another on the same cluster:
+- ``none`` (baseline): no actuator, nothing holds producers back;
+- ``acl``: a DENY WRITE for ``User:*`` on the topics of that disk;
+- ``quota``: ``producer_byte_rate`` 1 KiB/s for the default user and client id;
+- ``acl+quota``: both.
+The ``exec`` hook is not measured: what it holds back is whatever the operator's script does.
+Reported per variant: bytes the fleet got
+acknowledged after the guard's ``overfull`` event within ``--window`` seconds, when the last
+of them was acknowledged (seconds after ``overfull``), and the acknowledged rate before.
+Writes ``bench/results/actuators.json`` and prints the table for docs/flow-control.md.
+Not part of the test suite; needs root (loop mounts), Java and Maven. Timing depends on the
+machine's load (printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from machine import machine_info  # noqa: E402
+from support import fsfixtures  # noqa: E402
+from support.daemonproc import DaemonProc  # noqa: E402
+from support.disks import df_percent  # noqa: E402
+from support.kafka import target  # noqa: E402
+from support.kafka.broker import acl_settings, fast_retention  # noqa: E402
+from support.kafka.guarded import DISK_BYTES, GuardedCluster, guarded_cluster  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+RECORD = 1024
+MiB = 1024 * 1024
+#: Each producer's pace (bytes/s): the fleet writes fast, but not faster than the brokers'
+#: own retention frees, and the 2 cores keep the guard scheduled.
+PACE = 256 * 1024
+TOPIC = "fleet"
+VARIANTS: dict[str, list[str]] = {
+    "none": [],
+    "acl": ["acl"],
+    "quota": ["quota"],
+    "acl+quota": ["acl", "quota"],
+}
+
+
+@dataclass
+class Result:
+    variant: str
+    release: str
+    producers: int
+    rate_before_bytes_per_s: float
+    bytes_after_overfull: int
+    last_ack_after_overfull_s: float | None
+    window_s: float
+    errors_after_overfull: int
+    load_before: str
+    load_after: str
+
+
+class Fleet:
+    """``n`` producer threads writing 1 KiB records with ``acks=all``; every acknowledgement
+    (and error) with its time."""
+
+    def __init__(self, cluster: GuardedCluster, n: int) -> None:
+        self.acks: list[float] = []
+        self.errors: list[float] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, args=(cluster,), daemon=True) for _ in range(n)
+        ]
+
+    def _run(self, cluster: GuardedCluster) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        producer = Producer(
+            {
+                **cluster.client("producer"),
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 10_000,
+                "queue.buffering.max.messages": 2000,
+            }
+        )
+
+        def report(err: Any, _msg: Any) -> None:
+            with self._lock:
+                (self.acks if err is None else self.errors).append(time.monotonic())
+
+        payload = os.urandom(RECORD)
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                producer.produce(TOPIC, payload, on_delivery=report)
+            except BufferError:
+                producer.poll(0.05)
+                continue
+            except KafkaException:  # refused at once (the topic's metadata says denied)
+                report(True, None)
+                producer.poll(0.05)
+                continue
+            next_at += RECORD / PACE
+            producer.poll(max(0.0, next_at - time.monotonic()))
+        producer.flush(15)
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+
+
+def measure(
+    cluster: GuardedCluster, workdir: Path, variant: str, producers: int, window: float
+) -> Result:
+    now = df_percent(cluster.mount(1))
+    flow: dict[str, Any] = {
+        # The topic itself holds up to ~30 MiB (12 % of a disk): below underfull either way.
+        "overfull_percent": round(now + 25, 2),
+        "underfull_percent": round(now + 15, 2),
+        "min_free_bytes": "1MiB",
+        "actuators": VARIANTS[variant],
+    }
+    config = cluster.guard_config(workdir / variant, 1, flow_control=flow, mode="dry-run")
+    load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    with cluster.as_it_was(), DaemonProc(config) as guard:
+        guard.wait_for("daemon_started", timeout=120)
+        fleet = Fleet(cluster, producers)
+        fleet.start()
+        try:
+            time.sleep(5)
+            cluster.fill(1, 0.35)
+            overfull = guard.wait_for("overfull", timeout=60)["_t"]
+            time.sleep(window)
+        finally:
+            fleet.stop()
+        before = [t for t in fleet.acks if overfull - 4 <= t < overfull]
+        after = [t for t in fleet.acks if overfull <= t <= overfull + window]
+        cluster.clear(1)
+        guard.wait_for("overfull_cleared", timeout=60)
+        assert guard.stop() == 0
+    return Result(
+        variant=variant,
+        release=cluster.cluster.release.text,
+        producers=producers,
+        rate_before_bytes_per_s=round(len(before) * RECORD / 4, 1),
+        bytes_after_overfull=len(after) * RECORD,
+        last_ack_after_overfull_s=round(max(after) - overfull, 2) if after else None,
+        window_s=window,
+        errors_after_overfull=sum(1 for t in fleet.errors if t >= overfull),
+        load_before=load_before,
+        load_after=" ".join(f"{x:.1f}" for x in os.getloadavg()),
+    )
+
+
+def table(results: list[Result]) -> str:
+    lines = [
+        "| actuator | acknowledged before (B/s) | acknowledged after `overfull` | last ack after"
+        " `overfull` | failed sends | load before → after |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        last = "—" if r.last_ack_after_overfull_s is None else f"{r.last_ack_after_overfull_s} s"
+        lines.append(
+            f"| {r.variant} | {r.rate_before_bytes_per_s:,.0f} | "
+            f"{r.bytes_after_overfull:,} B in {r.window_s:.0f} s | {last} | "
+            f"{r.errors_after_overfull} | {r.load_before} → {r.load_after} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    args = parser.parse_args()
+    kafka = target()
+    results: list[Result] = []
+    with contextlib.ExitStack() as stack:
+        mounts = [
+            stack.enter_context(fsfixtures.loop_ext4(DISK_BYTES, 0, name=f"broker-{i}"))
+            for i in (1, 2, 3)
+        ]
+        root = Path(tempfile.mkdtemp(prefix="diskguard-bench-actuators-"))
+        stack.callback(shutil.rmtree, root, True)
+        cluster = stack.enter_context(
+            guarded_cluster(
+                kafka.release,
+                kafka.classpath,
+                kafka.mode,
+                root,
+                mounts,
+                acl_settings(kafka.release, kafka.mode) | fast_retention(kafka.release),
+            )
+        )
+        # Each partition keeps at most 4 MiB: the fleet never fills a 256 MiB disk itself.
+        cluster.cluster.create_topic(
+            TOPIC, 6, 3, **cluster.cluster.segment_config(MiB), **{"retention.bytes": str(4 * MiB)}
+        )
+        workdir = Path(tempfile.mkdtemp(prefix="diskguard-bench-guards-"))
+        stack.callback(shutil.rmtree, workdir, True)
+        for variant in args.variants.split(","):
+            result = measure(cluster, workdir, variant, args.producers, args.window)
+            print(json.dumps(asdict(result)), flush=True)
+            results.append(result)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = {"machine": machine_info(), "results": [asdict(r) for r in results]}
+    (RESULTS / "actuators.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

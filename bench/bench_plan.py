@@ -31,6 +31,7 @@ import io
 import json
 import os
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -146,7 +147,11 @@ def broker_for(parts: int) -> Iterator[str]:
     for p in range(parts):
         topic, partition = gen_tree.partition_name(p, parts)
         topics[topic] = max(topics.get(topic, 0), partition + 1)
-    with running_broker(kafka.release, kafka.classpath, log_dir, mode=kafka.mode) as broker:
+    with (
+        contextlib.ExitStack() as cleanup,
+        running_broker(kafka.release, kafka.classpath, log_dir, mode=kafka.mode) as broker,
+    ):
+        cleanup.callback(shutil.rmtree, log_dir.parent, True)  # once the broker has stopped
         admin = broker.admin()
         new = [NewTopic(t, num_partitions=n, replication_factor=1) for t, n in topics.items()]
         for future in admin.create_topics(new, request_timeout=120).values():

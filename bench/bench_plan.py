@@ -503,6 +503,11 @@ def warm_run(
     return result
 
 
+def _ratio(value: float | None) -> str:
+    """A CPU ratio, or why there is none (a tree so small du used no measurable CPU)."""
+    return "n/a (du: 0 s of CPU)" if value is None else f"{value:.2f}"
+
+
 def print_warm(r: dict[str, Any]) -> None:
     mode = ", broker up (broker mode)" if r.get("broker") else ""
     print(
@@ -514,7 +519,7 @@ def print_warm(r: dict[str, Any]) -> None:
     )
     print(
         f"  CPU (user+sys) medians: du {r['du_cpu_median_s']:.2f} s,"
-        f" plan {r['plan_cpu_median_s']:.2f} s, ratio {r['cpu_ratio_plan_over_du']:.2f}"
+        f" plan {r['plan_cpu_median_s']:.2f} s, ratio {_ratio(r['cpu_ratio_plan_over_du'])}"
     )
     base = r.get("baseline")
     if base:
@@ -522,7 +527,7 @@ def print_warm(r: dict[str, Any]) -> None:
             f"  baseline {base['commit']}, same run: plan {base['plan_median_s']:.2f} s"
             f" (rss {base['plan_peak_rss_mb']:.0f} MB), ratio plan/du ="
             f" {base['ratio_plan_over_du']:.2f}; CPU {base['plan_cpu_median_s']:.2f} s,"
-            f" ratio {base['cpu_ratio_plan_over_du']:.2f}; ok={base['plan_check']['ok']}"
+            f" ratio {_ratio(base['cpu_ratio_plan_over_du'])}; ok={base['plan_check']['ok']}"
         )
 
 

@@ -37,6 +37,62 @@ TARGET_S = 30.0
 REPO = Path(__file__).resolve().parents[1]
 
 
+def disk_lines(
+    h: int,
+    m: int,
+    mounts: int,
+    first: int,
+    count: int,
+    t0: int = T0,
+    total: int = TOTAL,
+    step_ms: int = STEP_MS,
+) -> str:
+    """Snapshots ``first`` to ``first + count - 1`` of host ``h``'s mount ``m``, as JSON lines.
+
+    Every disk grows at its own steady rate, one host in five goes overfull for 100
+    snapshots in every 1000, 4 topics each; snapshot ``i`` is taken at ``t0 + i * step_ms``,
+    so consecutive ranges continue one another (days of a longer history). One %-template
+    per disk: the bench writes ~180M of these lines for its 31-day fleet.
+    """
+    host = f"broker-{h:04d}"
+    mount = f"/data{m + 1}"
+    rate = 1_000_000 * (1 + (h * mounts + m) % 97)  # bytes per snapshot
+    used0 = 1_000_000_000_000 + h * 3_000_000_000 + m * 7_000_000_000
+    topics = ",".join(
+        f'{{"topic":"{t}","partitions":{6 + k},"bytes":%d}}' for k, t in enumerate(TOPICS)
+    )
+    template = (
+        f'{{"schema":1,"host":"{host}","ts_ms":%d,"mount":"{mount}",'
+        f'"device":"/dev/sd{m}","log_dirs":["{mount}/kafka"],'
+        f'"total_bytes":{total},"used_bytes":%d,"available_bytes":%d,'
+        '"kafka_bytes":%d,"pending_reclaim_bytes":0,'
+        f'"deleted_bytes":%d,"flow_state":"%s","alert_level":%d,"topics":[{topics}]}}\n'
+    )
+    spare = total - 200_000_000_000
+    overfull_host = h % 5 == 0
+    lines = []
+    for i in range(first, first + count):
+        used = used0 + rate * i
+        overfull = overfull_host and (i // 100) % 10 == 9
+        lines.append(
+            template
+            % (
+                t0 + i * step_ms,
+                used,
+                spare - used,
+                used - 5_000_000_000,
+                1000 if i % 50 == 0 else 0,
+                "overfull" if overfull else "normal",
+                2 if overfull else 0,
+                used // 2,
+                used // 3,
+                used // 4,
+                used // 5,
+            )
+        )
+    return "".join(lines)
+
+
 def generate(spool: Path, hosts: int, mounts: int, snapshots: int, files: int = 8) -> int:
     """Write the fleet, one host per line group; returns the number of rows written."""
     spool.mkdir(parents=True, exist_ok=True)
@@ -44,31 +100,9 @@ def generate(spool: Path, hosts: int, mounts: int, snapshots: int, files: int = 
     rows = 0
     try:
         for h in range(hosts):
-            host = f"broker-{h:04d}"
             out = outs[h % files]
             for m in range(mounts):
-                mount = f"/data{m + 1}"
-                rate = 1_000_000 * (1 + (h * mounts + m) % 97)  # bytes per minute
-                used0 = 1_000_000_000_000 + h * 3_000_000_000 + m * 7_000_000_000
-                lines = []
-                for i in range(snapshots):
-                    ts = T0 + i * STEP_MS
-                    used = used0 + rate * i
-                    state = "overfull" if (i // 100) % 10 == 9 and h % 5 == 0 else "normal"
-                    topics = ",".join(
-                        f'{{"topic":"{t}","partitions":{6 + k},"bytes":{used // (k + 2)}}}'
-                        for k, t in enumerate(TOPICS)
-                    )
-                    lines.append(
-                        f'{{"schema":1,"host":"{host}","ts_ms":{ts},"mount":"{mount}",'
-                        f'"device":"/dev/sd{m}","log_dirs":["{mount}/kafka"],'
-                        f'"total_bytes":{TOTAL},"used_bytes":{used},'
-                        f'"available_bytes":{TOTAL - 200_000_000_000 - used},'
-                        f'"kafka_bytes":{used - 5_000_000_000},"pending_reclaim_bytes":0,'
-                        f'"deleted_bytes":{1000 if i % 50 == 0 else 0},"flow_state":"{state}",'
-                        f'"alert_level":{2 if state == "overfull" else 0},"topics":[{topics}]}}\n'
-                    )
-                out.write("".join(lines))
+                out.write(disk_lines(h, m, mounts, 0, snapshots))
                 rows += snapshots
     finally:
         for f in outs:

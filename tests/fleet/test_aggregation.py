@@ -324,3 +324,57 @@ def test_format_ts_past_the_calendar() -> None:
     assert format_ts(1_790_000_000_000) == "2026-09-21 14:13"
     assert format_ts(10**17) == "after 9999-12-31"
     assert format_ts(-1e3) == "before 1970-01-01"
+
+
+def test_exact_fit_agrees_with_the_float_fit_and_does_not_depend_on_order() -> None:
+    from diskguard.fleet.exactfit import Sums, exact_fit, exact_slope
+
+    rng = __import__("random").Random(3)
+    ts = [1_790_000_000_000 + i * 60_000 + rng.randrange(5_000) for i in range(500)]
+    used = [10**14 + 7 * 10**9 * i + rng.randrange(10**8) for i in range(500)]
+    exact = exact_fit(Sums.of([t - ts[0] for t in ts], used))
+    floats = line_fit(ts, used)
+    assert exact.slope == pytest.approx(floats.slope, rel=1e-9)
+    assert exact.r2 == pytest.approx(floats.r2, rel=1e-9)
+    assert exact.residual_bytes == pytest.approx(floats.residual_bytes, rel=1e-6)
+    # two halves summed separately, added: the very same numbers
+    a = Sums.of([t - ts[0] for t in ts[:200]], used[:200])
+    b = Sums.of([t - ts[0] for t in ts[200:]], used[200:])
+    both = Sums(*(x + y for x, y in zip(vars(a).values(), vars(b).values(), strict=True)))
+    assert exact_fit(both) == exact
+    # any origin: shifting x and y changes nothing
+    shifted = exact_fit(Sums.of([t - 10**6 for t in ts], [u - 10**13 for u in used]))
+    assert shifted == exact
+    # a perfect line has no residual at all, however big the disk
+    line = exact_fit(Sums.of(list(range(0, 600_000, 60_000)), [2**52 + 3 * i for i in range(10)]))
+    assert line.residual_bytes == 0.0 and line.r2 == 1.0
+    assert exact_slope(Sums.of([5, 5], [1, 2])) is None
+    assert exact_fit(Sums.of([5], [1])).slope is None
+
+
+def test_manifest_round_trip_and_changed_files() -> None:
+    from diskguard.fleet.manifest import (
+        Counts,
+        DayMark,
+        FileMark,
+        KafkaMark,
+        Manifest,
+        ManifestError,
+    )
+
+    m = Manifest().successor(
+        {"2026-11-26": DayMark("0000000001-ab", 5760, topics=False)},
+        files={"/a.jsonl": FileMark(10, 1000, Counts(ok=3, malformed=1))},
+        kafka={"kafka://k:9092/t": KafkaMark({0: 5, 1: 7}, Counts(ok=12, out_of_range=2))},
+    )
+    again = Manifest.from_json(m.to_json())
+    assert again == m
+    assert again.version == 1 and again.snapshots == 5760
+    assert again.totals() == Counts(ok=15, malformed=1, out_of_range=2)
+    assert again.changed([("/a.jsonl", 10, 1000), ("/a.jsonl", 11, 1000), ("/b.jsonl", 1, 1)]) == [
+        "/a.jsonl",
+        "/b.jsonl",
+    ]
+    for bad in ("", "[]", '{"format": 2}', '{"format": 1, "version": "x"}'):
+        with pytest.raises(ManifestError):
+            Manifest.from_json(bad)

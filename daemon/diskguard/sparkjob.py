@@ -28,8 +28,15 @@ import argparse
 from collections.abc import Sequence
 
 from diskguard.errors import DiskguardError, ExitCode
-from diskguard.fleet.job import aggregate
+from diskguard.fleet.job import aggregate, summaries_location
 from diskguard.fleet.session import DEFAULT_MASTER
+
+
+def _days(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,18 +53,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="Spark master (default: spark-submit's, or local[*] when run with plain python)",
     )
+    parser.add_argument(
+        "--incremental",
+        action="store_true",
+        help="keep daily summaries in OUTPUT/summaries and fold only new snapshots into them",
+    )
+    parser.add_argument(
+        "--summaries", default=None, help="keep the daily summaries here; implies --incremental"
+    )
+    parser.add_argument(
+        "--days", type=_days, default=None, help="report on the last N days summarised"
+    )
     args = parser.parse_args(argv)
     master = args.master
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = DEFAULT_MASTER
     try:
-        result = aggregate(args.input, args.output, master)
+        where = summaries_location(args.output, args.summaries, args.incremental)
+        result = aggregate(args.input, args.output, master, summaries=where, days=args.days)
     except DiskguardError as exc:  # bad input: 2; Spark or the Kafka source failed: 1
         print(f"diskguard aggregate: {exc}", file=sys.stderr)
         return int(exc.exit_code)
-    print(result.summary_line())
-    for path in result.paths.values():
-        print(path)
+    for line in result.lines():
+        print(line)
     return int(ExitCode.OK)
 
 

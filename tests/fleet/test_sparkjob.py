@@ -1,7 +1,7 @@
 """The fleet Spark job, on real Spark (local[2]) and a real Kafka-protocol broker (tansu).
 
-One SparkSession for the module; the file-based run is shared by the assertions on it. The
-generated fleet has exact linear growth, so the least-squares results have a known truth,
+The fleet tests' one SparkSession (conftest); the file-based run is shared by the assertions
+on it. The generated fleet has exact linear growth, so the least-squares results have a known truth,
 and its overfull episodes are checked against both hand-computed numbers and the pure
 reference in ``diskguard.fleet.aggregation``.
 """
@@ -14,7 +14,6 @@ import stat
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ import pytest
 from diskguard.fleet.aggregation import overfull_history, summarize_disks
 from diskguard.fleet.inputs import NoInputError, resolve_input
 from diskguard.fleet.job import JobResult, run_aggregation
-from diskguard.fleet.session import build_session
 from support.cli import run_cli
 from support.fleetgen import (
     DISKS,
@@ -42,13 +40,6 @@ from support.fleetgen import (
 from support.tansu import tansu_broker
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = build_session("local[2]")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

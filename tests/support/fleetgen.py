@@ -112,3 +112,95 @@ def write_spool(directory: Path, lines: list[str], files: int = 3) -> None:
         chunk = lines[f::files]
         # a blank line is not a record and is not counted as bad
         (directory / f"{f:08d}.jsonl").write_text("\n".join(chunk) + "\n\n")
+
+
+# ----------------------------------------------------------------- a fleet over several days
+
+DAY_MS = 86_400_000
+DAY0 = 20_718 * DAY_MS  # 2026-09-22 00:00 UTC
+DAYS = 3
+_DAY_STEP_MS = 600_000  # a snapshot every 10 minutes
+PER_DAY = DAY_MS // _DAY_STEP_MS
+
+
+def _overfull_days(disk: str, ts: int) -> bool:
+    """Hand-placed overfull stretches that cross midnight, start the window and end it."""
+    hour = (ts - DAY0) / 3_600_000
+    if disk == "crosses":  # day 0 23:00 to day 1 01:30, and day 1 12:00-12:20
+        return 23 <= hour < 25.5 or 36 <= hour < 36.34
+    if disk == "starts":  # the window starts overfull; again at the very end (open)
+        return hour < 2 or hour >= 71.5
+    if disk == "gap":  # overfull at the end of day 0, no snapshot on day 1, normal on day 2
+        return 22 <= hour < 24
+    return False
+
+
+def make_days_fleet() -> tuple[list[dict[str, Any]], dict[int, list[str]]]:
+    """Snapshots of 5 disks over :data:`DAYS` UTC days, and the lines a shipper would have
+    delivered each day: duplicates within and across days, some of day 0's snapshots
+    arriving only with day 2 (late), one of day 0's delivered again with day 2, bad lines.
+
+    Returns (the unique records, {day: lines}).
+    """
+    rng = random.Random(11)
+    disks = {  # name -> (host, mount, growth bytes per hour)
+        "crosses": ("broker-1", "/data1", 3_000_000_000),
+        "starts": ("broker-1", "/data2", 1_000_000_000),
+        "gap": ("broker-2", "/data1", 500_000_000),
+        "late": ("broker-3", "/data1", -200_000_000),  # appears on day 1 only, shrinking
+        "saw": ("broker-3", "/data2", 0),
+    }
+    records: list[dict[str, Any]] = []
+    for d, (name, (host, mount, rate)) in enumerate(sorted(disks.items())):
+        for i in range(DAYS * PER_DAY):
+            ts = DAY0 + i * _DAY_STEP_MS + (i % 7) * 1_500 + d * 333
+            day = (ts - DAY0) // DAY_MS
+            if name == "gap" and day == 1:
+                continue
+            if name == "late" and day != 1:
+                continue
+            hours = (ts - DAY0) / MS_PER_HOUR
+            used = 300_000_000_000 + d * 1_000_000_000 + round(rate * hours)
+            if name == "saw":
+                used += (i % 12) * 2_000_000_000
+            record: dict[str, Any] = {
+                "schema": 1,
+                "host": host,
+                "ts_ms": ts,
+                "mount": mount,
+                "device": f"/dev/sd{'abcde'[d]}1",
+                "total_bytes": _TOTAL,
+                "used_bytes": used,
+                "available_bytes": _TOTAL - _RESERVED - used,
+                "pending_reclaim_bytes": i % 3,
+                "deleted_bytes": 4_096 if i % 9 == 0 else 0,
+                "flow_state": "overfull" if _overfull_days(name, ts) else "normal",
+                "alert_level": 2 if _overfull_days(name, ts) else i % 2,
+                "topics": [
+                    {"topic": "orders", "partitions": 6, "bytes": used // 2},
+                    *(
+                        [{"topic": "clicks", "partitions": 2, "bytes": 7_000_000 * (i % 50)}]
+                        if not (name == "starts" and day == 2)
+                        else []
+                    ),
+                ],
+            }
+            if not (name == "saw" and i % 5 == 0):  # some snapshots lack kafka_bytes
+                record["kafka_bytes"] = used - 2_000_000_000
+            records.append(record)
+    by_day: dict[int, list[str]] = {d: [] for d in range(DAYS)}
+    late: list[str] = []
+    for record in records:
+        day = (int(record["ts_ms"]) - DAY0) // DAY_MS
+        line = json.dumps(record)
+        if day == 0 and rng.random() < 0.05:
+            late.append(line)
+            continue
+        by_day[day].append(line)
+        if rng.random() < 0.02:
+            by_day[rng.choice([day, min(day + 1, DAYS - 1)])].append(line)  # delivered twice
+    by_day[2] += late + rng.sample(by_day[0], 3) + MALFORMED_LINES[:2] + UNKNOWN_SCHEMA_LINES[:1]
+    by_day[1].append(json.dumps({**records[0], "ts_ms": 9_000_000_000_000}))  # out of range
+    for lines in by_day.values():
+        rng.shuffle(lines)
+    return records, by_day

@@ -27,8 +27,31 @@ from diskguard.cli import no_traceback
     " and report.html.",
 )
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--incremental",
+    is_flag=True,
+    help="Keep daily summaries in OUTPUT/summaries and fold only new snapshots into them.",
+)
+@click.option(
+    "--summaries",
+    default=None,
+    help="Keep the daily summaries here (directory or URI); implies --incremental.",
+)
+@click.option(
+    "--days",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Report on the last N days summarised (default: all).",
+)
 @no_traceback
-def aggregate_command(source: str, output: str, master: str) -> None:
+def aggregate_command(
+    source: str,
+    output: str,
+    master: str,
+    incremental: bool,
+    summaries: str | None,
+    days: int | None,
+) -> None:
     """Aggregate usage snapshots: growth, time to full, overfull history, report."""
     import sys
 
@@ -39,10 +62,10 @@ def aggregate_command(source: str, output: str, master: str) -> None:
     if sys.stderr.isatty():
         click.echo(f"starting Spark ({master}); the first results take a few seconds", err=True)
     # Imported here: pyspark is heavy, and `diskguard --help` loads every command module.
-    from diskguard.fleet.job import aggregate
+    from diskguard.fleet.job import aggregate, summaries_location
 
+    where = summaries_location(output, summaries, incremental)
     with progress(None, "Spark: aggregating snapshots"):
-        result = aggregate(source, output, master)
-    click.echo(result.summary_line())
-    for path in result.paths.values():
-        click.echo(str(path))
+        result = aggregate(source, output, master, summaries=where, days=days)
+    for line in result.lines():
+        click.echo(line)

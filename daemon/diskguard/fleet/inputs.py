@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from pyspark.sql.types import (
 
 from diskguard.errors import UsageError
 from diskguard.fleet import aggregation
+from diskguard.fleet.filesystem import is_remote, local_path
 from diskguard.fleet.kafkasource import (
     SOURCE_NAME,
     KafkaSourceError,
@@ -91,27 +91,27 @@ class InputSpec:
     kafka_topic: str | None = None
     kafka_plan: tuple[PartitionRange, ...] = ()
 
+    @property
+    def kafka_source(self) -> str:
+        """The topic as ``kafka://bootstrap/topic``: the key of its offsets in summaries."""
+        return f"kafka://{self.kafka_bootstrap}/{self.kafka_topic}"
 
-_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-
-
-def is_remote(location: str) -> bool:
-    """A URI for Hadoop (hdfs://, s3a://, ...); ``file://`` and plain paths are local."""
-    return bool(_URI.match(location)) and not location.startswith("file://")
-
-
-def local_path(location: str) -> str:
-    """A local location without its ``file://`` prefix, if it has one."""
-    return location[len("file://") :] if location.startswith("file://") else location
+    @property
+    def has_input(self) -> bool:
+        if self.kafka_topic is not None:
+            return any(span.end > span.start for span in self.kafka_plan)
+        return bool(self.paths)
 
 
-def resolve_input(source: str) -> InputSpec:
+def resolve_input(source: str, allow_empty: bool = False) -> InputSpec:
     """Turn SOURCE into concrete inputs, failing fast (before Spark starts) when empty.
 
     A directory means its ``*.jsonl`` / ``*.jsonl.gz`` files (a state dir with a ``spool/``
     below it is accepted too); anything else local is a glob. Other URI schemes (hdfs://,
     s3a://, ...) go to Spark unchanged. ``kafka://`` topics are planned here: watermarks are
-    read once, and an empty topic is reported before any Spark work.
+    read once, and an empty topic is reported before any Spark work. ``allow_empty``: an
+    empty topic or empty files are not an error (summaries may hold the history); a source
+    that names no file still is.
     """
     if source.startswith("kafka://"):
         try:
@@ -119,7 +119,7 @@ def resolve_input(source: str) -> InputSpec:
         except KafkaSourceError as exc:
             raise SourceError(str(exc)) from exc
         plan = plan_offsets({"bootstrap.servers": url.bootstrap, "topic": url.topic})
-        if not any(span.end > span.start for span in plan):
+        if not allow_empty and not any(span.end > span.start for span in plan):
             raise NoInputError(
                 f"no snapshots: Kafka topic {url.topic!r} on {url.bootstrap} is empty"
             )
@@ -144,7 +144,7 @@ def resolve_input(source: str) -> InputSpec:
         files = sorted(p for p in glob.glob(local) if os.path.isfile(p))
         if not files:
             raise NoInputError(f"no snapshot files match {source}")
-    if all(os.path.getsize(f) == 0 for f in files):
+    if not allow_empty and all(os.path.getsize(f) == 0 for f in files):
         raise NoInputError(f"no snapshots: all {len(files)} input files are empty ({source})")
     return InputSpec(source, paths=tuple(files))
 
@@ -153,7 +153,8 @@ _PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
 
 
 def read_records(spark: SparkSession, spec: InputSpec) -> DataFrame:
-    """Parsed records, whatever the source: ``r`` (SNAPSHOT_SCHEMA struct) and ``raw``.
+    """Parsed records, whatever the source: ``r`` (SNAPSHOT_SCHEMA struct), ``raw``, and
+    where each came from: ``origin`` (the file's URI, or the Kafka partition) and ``offset``.
 
     ``raw`` is the unparsed text of a record that failed to parse (null otherwise); it is
     only looked at to tell an unknown schema version from garbage. Files go through Spark's
@@ -169,16 +170,20 @@ def read_records(spark: SparkSession, spec: InputSpec) -> DataFrame:
             .option("topic", spec.kafka_topic)
             .option("offsets", encode_plan(spec.kafka_plan))
             .load()
-            .select("value")
+            .select("value", "partition", "offset")
         )
         return lines.where(F.col("value").isNotNull() & (F.trim(F.col("value")) != "")).select(
             F.from_json(F.col("value"), SNAPSHOT_SCHEMA, _PARSE_OPTIONS).alias("r"),
             F.col("value").alias("raw"),
+            F.col("partition").cast("string").alias("origin"),
+            F.col("offset"),
         )
     df = spark.read.schema(SNAPSHOT_SCHEMA).options(**_PARSE_OPTIONS).json(list(spec.paths))
     return df.select(
         F.struct(*[F.col(f.name) for f in SNAPSHOT_SCHEMA.fields]).alias("r"),
         F.col("_corrupt").alias("raw"),
+        F.col("_metadata.file_path").alias("origin"),
+        F.lit(None).cast("long").alias("offset"),
     )
 
 
@@ -233,6 +238,8 @@ def classify(parsed: DataFrame) -> DataFrame:
     )
     return parsed.select(
         status.alias("status"),
+        "origin",
+        "offset",
         r["host"].alias("host"),
         r["mount"].alias("mount"),
         r["ts_ms"].alias("ts_ms"),

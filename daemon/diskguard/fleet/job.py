@@ -1,9 +1,17 @@
-"""The job itself: inputs through the transforms to every output, and the result it reports.
+"""The job itself: new snapshots folded into daily summaries, the report computed from them.
 
-Raw snapshots never travel to the driver: it only collects aggregates (one row per disk /
-topic / host, the bad-record counts) and, for the report, a downsampled series of the chosen
-disks and the most recent overfull episodes. Outputs go to a local directory or any URI
-Hadoop can write; the small text ones (summary.json, report.html) through the same
+Every run has two steps. The *fold* reads only input not folded before, reduces it to
+per-disk daily summaries (:mod:`diskguard.fleet.daily`) and publishes them as the next
+version of a summaries directory (:mod:`diskguard.fleet.store`). The *report* reads the
+summaries of the window (every day, or the last N) and computes every output from them, so
+its cost follows the number of disks and days, not of snapshots. Without ``--summaries`` the
+summaries are held in Spark's cache for the run (:class:`ScratchStore`): a full
+recompute is the same two steps over all the input, which is why both give the same report.
+
+Raw snapshots never travel to the driver: it collects per-disk sums (one row per disk), the
+topic and host rows, the bad-record counts and, for the report, a downsampled series of the
+chosen disks and the most recent overfull episodes. Outputs go to a local directory or any
+URI Hadoop can write; the small text ones (summary.json, report.html) through the same
 FileSystem as the Parquet ones.
 """
 
@@ -15,38 +23,81 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
-from diskguard.fleet import report
+from diskguard.fleet import daily, exactfit, report
+from diskguard.fleet.filesystem import Storage, is_remote, local_path
+from diskguard.fleet.folding import FoldResult, Store, fold, rows
 from diskguard.fleet.inputs import (
-    STATUS_MALFORMED,
-    STATUS_OK,
-    STATUS_OUT_OF_RANGE,
-    STATUS_UNKNOWN_SCHEMA,
     InputSpec,
     NoInputError,
-    classify,
-    is_remote,
-    local_path,
-    read_records,
     resolve_input,
 )
+from diskguard.fleet.manifest import Counts
 from diskguard.fleet.session import DEFAULT_MASTER, build_session, spark_errors, stop_session
+from diskguard.fleet.store import ScratchStore, SummaryStore
 from diskguard.fleet.transforms import (
-    dedup,
-    disk_aggregates,
+    disk_windows,
     downsampled_series,
     host_aggregates,
     overfull_episodes,
     topic_aggregates,
-    with_history,
+    topic_windows,
 )
 
 REPORT_DISKS = 12
 POINTS_PER_DISK = 120
 REPORT_EPISODES = 2000
+
+# disks.parquet: the columns, their order and types are a contract (docs/aggregate.md)
+DISKS_SCHEMA = StructType(
+    [
+        StructField("host", StringType()),
+        StructField("mount", StringType()),
+        StructField("device", StringType()),
+        StructField("snapshots", LongType(), nullable=False),
+        *[
+            StructField(name, LongType())
+            for name in (
+                "first_ts_ms",
+                "last_ts_ms",
+                "total_bytes",
+                "used_bytes",
+                "available_bytes",
+                "kafka_bytes",
+                "pending_reclaim_bytes",
+            )
+        ],
+        *[
+            StructField(name, DoubleType())
+            for name in (
+                "growth_bytes_per_hour",
+                "kafka_growth_bytes_per_hour",
+                "non_kafka_growth_bytes_per_hour",
+            )
+        ],
+        StructField("overfull_episodes", LongType()),
+        StructField("overfull_seconds", DoubleType()),
+        StructField("deleted_bytes", LongType()),
+        StructField("peak_alert_level", IntegerType()),
+        StructField("flow_state", StringType()),
+        StructField("alert_level", IntegerType()),
+        *[
+            StructField(name, DoubleType())
+            for name in ("hours_to_full", "used_ratio", "growth_r2", "growth_residual_bytes")
+        ],
+        StructField("forecast_status", StringType(), nullable=False),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +109,10 @@ class BadRecords:
     unknown_schema: int = 0
     out_of_range: int = 0
 
+    @classmethod
+    def of(cls, counts: Counts) -> BadRecords:
+        return cls(counts.malformed, counts.unknown_schema, counts.out_of_range)
+
     def as_dict(self) -> dict[str, int]:
         return {
             "malformed": self.malformed,
@@ -66,10 +121,7 @@ class BadRecords:
         }
 
     def text(self) -> str:
-        return (
-            f"{self.malformed} malformed, {self.unknown_schema} unknown schema,"
-            f" {self.out_of_range} out of range"
-        )
+        return Counts(0, *vars(self).values()).bad_text()
 
 
 @dataclass(frozen=True)
@@ -84,10 +136,8 @@ class JobResult:
     topics: list[dict[str, Any]]
     hosts: list[dict[str, Any]]
     paths: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def duplicates(self) -> int:
-        return self.records - self.unique_records
+    duplicates: int = 0
+    fold: FoldResult | None = None  # with --summaries: what this run added
 
     def summary_line(self) -> str:
         return (
@@ -96,9 +146,10 @@ class JobResult:
             f" bad records: {self.bad.text()}"
         )
 
-
-def _rows(df: DataFrame) -> list[dict[str, Any]]:
-    return [row.asDict(recursive=True) for row in df.collect()]
+    def lines(self) -> list[str]:
+        """What the command prints: the summary, what the fold did, the output paths."""
+        head = [self.summary_line()] + ([self.fold.line(), *self.fold.notes] if self.fold else [])
+        return head + list(self.paths.values())
 
 
 def _in_order(df: DataFrame, *order: Column | str) -> DataFrame:
@@ -123,41 +174,30 @@ def _output_location(output: str | Path) -> str:
     return str(local.resolve())
 
 
-def write_text(spark: SparkSession, location: str, text: str) -> None:
-    """Write a small text file locally, or through Hadoop's FileSystem for a remote URI."""
-    if not is_remote(location):
-        Path(location).write_text(text, encoding="utf-8")
-        return
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    path = jvm.org.apache.hadoop.fs.Path(location)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    stream = fs.create(path, True)
-    try:
-        stream.write(bytearray(text.encode("utf-8")))
-    finally:
-        stream.close()
+def _disk_rows(disk_days: DataFrame) -> list[dict[str, Any]]:
+    found = [exactfit.disk_row(r) for r in rows(disk_windows(disk_days))]
+    return sorted(found, key=lambda d: (d["host"], d["mount"]))
 
 
-def run_aggregation(
+def _report(
     spark: SparkSession,
+    store: Store,
     spec: InputSpec,
-    output: str | Path,
-    report_disks: int = REPORT_DISKS,
-    points_per_disk: int = POINTS_PER_DISK,
+    out: str,
+    fold: FoldResult | None,
+    days: int | None,
+    report_disks: int,
+    points_per_disk: int,
 ) -> JobResult:
-    """Read, classify, dedup, aggregate and write every output for ``spec`` into ``output``.
-
-    ``output`` is a local directory or any URI Hadoop can write (hdfs://, s3a://): the small
-    text outputs then go through the same Hadoop FileSystem as the Parquet ones.
-    """
-    out = _output_location(output)
-    cached: list[DataFrame] = []
-
-    def keep(df: DataFrame) -> DataFrame:
-        cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
-        return df
-
+    """Every output from the summaries of the window (the last ``days`` days, or all)."""
+    manifest = store.manifest
+    window = sorted(manifest.days)[-days:] if days else None
+    disk_days = store.read("disks", window)
+    topic_days = store.read("topics", window)
+    totals = manifest.totals()
+    bad = BadRecords.of(totals)
+    if disk_days is None:
+        raise NoInputError(f"no valid snapshot records in {spec.source} ({bad.text()})")
     paths = {
         "disks": f"{out}/disks.parquet",
         "topics": f"{out}/topics.parquet",
@@ -165,81 +205,59 @@ def run_aggregation(
         "summary": f"{out}/summary.json",
         "report": f"{out}/report.html",
     }
-    with spark_errors():
-        try:
-            # The status counts ride along the one pass that parses the input (an observed
-            # metric), so the parsed records, topic arrays and all, are never cached whole.
-            observation = Observation("records")
-            status = F.col("status")
-            observed = classify(read_records(spark, spec)).observe(
-                observation,
-                F.count_if(status == F.lit(STATUS_OK)).alias(STATUS_OK),
-                F.count_if(status == F.lit(STATUS_MALFORMED)).alias(STATUS_MALFORMED),
-                F.count_if(status == F.lit(STATUS_UNKNOWN_SCHEMA)).alias(STATUS_UNKNOWN_SCHEMA),
-                F.count_if(status == F.lit(STATUS_OUT_OF_RANGE)).alias(STATUS_OUT_OF_RANGE),
-            )
-            # One cache of the deduplicated, time-ordered snapshots with their history
-            # columns; the columnar cache reads only the columns each output needs.
-            history = keep(
-                with_history(dedup(observed.where(status == F.lit(STATUS_OK)).drop("status")))
-            )
-            disks = keep(_in_order(disk_aggregates(history), "host", "mount"))
-            disk_rows = _rows(disks)
-            if disk_rows:
-                counts = observation.get
-            else:
-                # No valid record: adaptive execution replaces the empty plan, observed
-                # metrics and all, so count again (the input holds only bad records).
-                counts = {
-                    row["status"]: row["count"]
-                    for row in classify(read_records(spark, spec))
-                    .groupBy("status")
-                    .count()
-                    .collect()
-                }
-            bad = BadRecords(
-                malformed=int(counts.get(STATUS_MALFORMED, 0)),
-                unknown_schema=int(counts.get(STATUS_UNKNOWN_SCHEMA, 0)),
-                out_of_range=int(counts.get(STATUS_OUT_OF_RANGE, 0)),
-            )
-            records = int(counts.get(STATUS_OK, 0))
-            if records == 0:
-                raise NoInputError(f"no valid snapshot records in {spec.source} ({bad.text()})")
-            topics = keep(
-                _in_order(topic_aggregates(history, disks), F.col("bytes").desc(), "topic")
-            )
-            hosts = keep(_in_order(host_aggregates(disks), "host"))
-            topic_rows = _rows(topics)
-            host_rows = _rows(hosts)
-            for name, df in (("disks", disks), ("topics", topics), ("hosts", hosts)):
-                df.coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}.parquet")
-            unique = sum(int(d["snapshots"]) for d in disk_rows)
-            chosen = _closest_to_full(disk_rows, report_disks)
-            series = downsampled_series(history, chosen, points_per_disk)
-            episodes = overfull_episodes(history, REPORT_EPISODES)
-            episode_total = sum(int(d["overfull_episodes"]) for d in disk_rows)
-        finally:
-            for df in cached:
-                df.unpersist()
+    disk_rows = _disk_rows(disk_days)
+    disks = spark.createDataFrame(disk_rows, DISKS_SCHEMA)
+    if topic_days is None:
+        topic_days = spark.createDataFrame([], daily.TOPIC_DAY_SCHEMA)
+    topics = _in_order(
+        topic_aggregates(topic_windows(topic_days), disks), F.col("bytes").desc(), "topic"
+    ).persist()
+    hosts = _in_order(host_aggregates(disks), "host").persist()
+    try:
+        topic_rows = rows(topics)
+        host_rows = rows(hosts)
+        for name, df in (("disks", disks.coalesce(1)), ("topics", topics), ("hosts", hosts)):
+            df.write.mode("overwrite").parquet(paths[name])
+    finally:
+        topics.unpersist()
+        hosts.unpersist()
+    unique = sum(int(d["snapshots"]) for d in disk_rows)
+    duplicates = totals.ok - manifest.snapshots
+    chosen = _closest_to_full(disk_rows, report_disks)
+    series = downsampled_series(_points(disk_days, chosen), chosen, points_per_disk)
+    episodes = overfull_episodes(disk_days, REPORT_EPISODES)
+    episode_total = sum(int(d["overfull_episodes"]) for d in disk_rows)
     generated_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    summary = {
+    summary: dict[str, Any] = {
         "generated_at": generated_at,
         "source": spec.source,
-        "records": records,
+        "records": totals.ok,
         "unique_records": unique,
-        "duplicates": records - unique,
+        "duplicates": duplicates,
         "bad_records": bad.as_dict(),
         "disks": disk_rows,
         "topics": topic_rows,
         "hosts": host_rows,
     }
-    write_text(spark, paths["summary"], json.dumps(summary, indent=1, allow_nan=False) + "\n")
+    source = spec.source
+    if fold is not None:
+        shown = window or sorted(manifest.days)
+        summary["summaries"] = {
+            "location": store.location,
+            "version": manifest.version,
+            "days": len(manifest.days),
+            "window": [shown[0], shown[-1]],
+        }
+        source = f"{spec.source}, folded into {store.location} (report: {shown[0]} to {shown[-1]})"
+        paths["summaries"] = store.location
+    storage = Storage(spark, out)
+    storage.write_text(paths["summary"], json.dumps(summary, indent=1, allow_nan=False) + "\n")
     html = report.render_report(
         report.ReportData(
             generated_at=generated_at,
-            source=spec.source,
+            source=source,
             records=unique,
-            duplicates=records - unique,
+            duplicates=duplicates,
             bad_records=bad.as_dict(),
             disks=disk_rows,
             topics=topic_rows,
@@ -250,26 +268,95 @@ def run_aggregation(
             report_disks=[(d["host"], d["mount"]) for d in chosen],
         )
     )
-    write_text(spark, paths["report"], html)
+    storage.write_text(paths["report"], html)
     return JobResult(
         output=out,
-        records=records,
+        records=totals.ok,
         unique_records=unique,
         bad=bad,
         disks=disk_rows,
         topics=topic_rows,
         hosts=host_rows,
         paths=paths,
+        duplicates=duplicates,
+        fold=fold,
     )
 
 
+def _points(disk_days: DataFrame, chosen: list[dict[str, Any]]) -> DataFrame:
+    """The chosen disks' snapshots (time, used, available), from their days' points."""
+    match: Column = F.lit(False)
+    for disk in chosen:
+        match = match | (
+            (F.col("host") == F.lit(disk["host"])) & (F.col("mount") == F.lit(disk["mount"]))
+        )
+    return (
+        disk_days.where(match)
+        .select("host", "mount", F.explode("points").alias("p"))
+        .select("host", "mount", "p.ts_ms", "p.used_bytes", "p.available_bytes")
+    )
+
+
+def summaries_location(output: str, summaries: str | None, incremental: bool) -> str | None:
+    """Where ``--summaries`` / ``--incremental`` keep the daily summaries (None: nowhere)."""
+    if summaries is not None:
+        return summaries
+    return f"{str(output).rstrip('/')}/summaries" if incremental else None
+
+
+def run_aggregation(
+    spark: SparkSession,
+    spec: InputSpec,
+    output: str | Path,
+    summaries: str | Path | None = None,
+    days: int | None = None,
+    report_disks: int = REPORT_DISKS,
+    points_per_disk: int = POINTS_PER_DISK,
+) -> JobResult:
+    """Fold ``spec`` into the daily summaries and write every output into ``output``.
+
+    ``summaries``: a directory that keeps the daily summaries from run to run (only input
+    not folded before is read); None for summaries held in Spark's cache, dropped at
+    the end (a full recompute). ``days``: report on the last N days summarised (default:
+    all). ``output`` is a local directory or any URI Hadoop can write (hdfs://, s3a://).
+    """
+    out = _output_location(output)
+    persistent = summaries is not None
+    with spark_errors():
+        store: Store = (
+            SummaryStore(spark, _output_location(summaries))
+            if summaries is not None
+            else ScratchStore(spark)
+        )
+        try:
+            folded = fold(spark, store, spec, persistent)
+            return _report(
+                spark,
+                store,
+                spec,
+                out,
+                folded if persistent else None,
+                days,
+                report_disks,
+                points_per_disk,
+            )
+        finally:
+            if isinstance(store, ScratchStore):
+                store.destroy()
+
+
 def aggregate(
-    source: str, output: str | Path, master: str | None = DEFAULT_MASTER, quiet: bool = True
+    source: str,
+    output: str | Path,
+    master: str | None = DEFAULT_MASTER,
+    quiet: bool = True,
+    summaries: str | Path | None = None,
+    days: int | None = None,
 ) -> JobResult:
     """The whole job: resolve SOURCE (fails fast when empty), start Spark, run, stop Spark."""
-    spec = resolve_input(source)
+    spec = resolve_input(source, allow_empty=summaries is not None)
     spark = build_session(master, quiet=quiet)
     try:
-        return run_aggregation(spark, spec, output)
+        return run_aggregation(spark, spec, output, summaries=summaries, days=days)
     finally:
         stop_session(spark)

@@ -145,6 +145,26 @@ def plan_offsets(options: Mapping[str, str], timeout_s: float = 10.0) -> list[Pa
         consumer.close()
 
 
+def fetched_high_watermark(
+    options: Mapping[str, str], partition: int, start: int, timeout_s: float = 10.0
+) -> int:
+    """The high watermark a fetch from ``start`` reports: authoritative where ListOffsets
+    undercounts (see the module's note on tansu). ``-1`` when nothing answered in time."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(consumer_config(options))
+    try:
+        tp = TopicPartition(options["topic"], partition, start)
+        consumer.assign([tp])
+        message = consumer.poll(timeout_s)
+        if message is None:
+            return -1
+        _, high = consumer.get_watermark_offsets(tp, cached=True)
+        return int(high)
+    finally:
+        consumer.close()
+
+
 def encode_plan(spans: Sequence[PartitionRange]) -> str:
     return json.dumps([[s.partition, s.start, s.end] for s in spans])
 

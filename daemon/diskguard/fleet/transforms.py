@@ -1,8 +1,10 @@
-"""The aggregation rules of :mod:`diskguard.fleet.aggregation`, as Spark SQL over DataFrames.
+"""The report's aggregation rules as Spark SQL, over a window of daily summaries.
 
-Everything stays in the JVM (window functions for dedup and episodes, ``regr_slope`` for
-growth, no Python UDF): these functions only build plans, and the collected results are
-small. The tests hold every output to the plain-Python reference.
+The inputs are the disk-day and topic-day rows of :mod:`diskguard.fleet.daily`; a window is
+any run of days (all of them, or the last N). Everything stays in the JVM except the last
+step of each disk's line fit: Spark adds the days' exact sums (``decimal(38,0)``) and the
+driver finishes the fit in Python integers (:func:`exactfit.disk_row`), one row per
+disk. The tests hold every output to the plain-Python reference.
 """
 
 from __future__ import annotations
@@ -14,192 +16,222 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from diskguard.fleet import aggregation
+from diskguard.fleet.daily import DAY_MS, EXACT
+
+DISK = ("host", "mount")
 
 
-def _hours(ts: Column) -> Column:
-    return ts.cast("double") / F.lit(aggregation.MS_PER_HOUR)
+def _day_start(first_ts: Column) -> Column:
+    return (first_ts - first_ts % F.lit(DAY_MS)).cast(EXACT)
 
 
-def dedup(snapshots: DataFrame) -> DataFrame:
-    """One record per ``(host, mount, ts_ms)`` (the shipper delivers at least once).
+def _sum(column: Column, name: str) -> Column:
+    return F.sum(column).cast(EXACT).alias(name)
 
-    Done with the same window (partition by disk, order by time) that the history needs
-    next, rather than ``dropDuplicates``: one shuffle and one sort serve both, and 1M rows
-    carrying topic arrays are not pushed through a second hash aggregation.
+
+def disk_windows(disk_days: DataFrame) -> DataFrame:
+    """One row per disk: what :func:`exactfit.disk_row` needs, summed over the days.
+
+    Each day's sums have x from the day's start; shifted here to the disk's first snapshot
+    (``a`` = day start - first ts): ``Σ(x+a) = Σx + na``, ``Σ(x+a)² = Σx² + 2aΣx + na²``,
+    ``Σ(x+a)y = Σxy + aΣy``, all exact. ``s_yy0`` is ``Σ(y − used_origin)²`` with the disk's
+    lowest used bytes as origin: squares of the swing, not of whole disks, so that a year of
+    snapshots of an 8 PiB disk still fits 38 digits.
+
+    Overfull time and episodes cross midnight: the day's last state holds until the next
+    day's first snapshot, and a day that starts overfull starts an episode unless the
+    previous day (the previous one with snapshots) ended overfull.
     """
-    w = Window.partitionBy("host", "mount").orderBy("ts_ms")
-    previous = F.lag("ts_ms").over(w)
-    return (
-        snapshots.withColumn("_previous_ts_ms", previous)
-        .where(F.col("_previous_ts_ms").isNull() | (F.col("_previous_ts_ms") != F.col("ts_ms")))
-        .drop("_previous_ts_ms")
-    )
-
-
-def with_history(snapshots: DataFrame) -> DataFrame:
-    """Per-snapshot episode bookkeeping over each disk's time order (see aggregation).
-
-    Every column comes from one window operator (same partitioning and order, no column
-    depending on another), so the rows, topic arrays and all, are buffered once.
-    ``episode_id`` tells overfull runs apart ("gaps and islands"): along a run of overfull
-    snapshots the row number and the running count of overfull snapshots both grow by one,
-    so their difference is constant, and it grows across every normal snapshot in between.
-    """
-    w = Window.partitionBy("host", "mount").orderBy("ts_ms")
-    so_far = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    overfull = F.col("flow_state") == F.lit(aggregation.OVERFULL)
-    prev_state = F.lag("flow_state").over(w)
-    next_ts = F.lead("ts_ms").over(w)
-    episode_start = overfull & (prev_state.isNull() | (prev_state != F.lit(aggregation.OVERFULL)))
-    # Hours since the disk's first snapshot: the x of the growth fits. Epoch hours (~5e5)
-    # cost regr_slope about nine digits; the first ts comes from the same window.
-    since_first = (F.col("ts_ms") - F.first("ts_ms").over(w)).cast("double") / F.lit(
-        aggregation.MS_PER_HOUR
-    )
-    return snapshots.select(
-        "*",
-        next_ts.alias("next_ts_ms"),
-        since_first.alias("hours_since_first"),
-        episode_start.cast("int").alias("episode_start"),
-        F.when(overfull & next_ts.isNotNull(), next_ts - F.col("ts_ms"))
-        .otherwise(F.lit(0))
-        .cast("long")
-        .alias("overfull_ms"),
-        (F.row_number().over(w) - F.sum(overfull.cast("int")).over(so_far)).alias("episode_id"),
-    )
-
-
-def disk_aggregates(history: DataFrame) -> DataFrame:
-    """One row per disk: the facts of :func:`aggregation.summarize_disk`, in Spark SQL.
-
-    The growth split and the forecast's basis come along: ``kafka_growth_bytes_per_hour`` /
-    ``non_kafka_growth_bytes_per_hour`` (slopes of ``kafka_bytes`` and ``used - kafka`` over
-    the snapshots that report ``kafka_bytes``), ``growth_r2``, ``growth_residual_bytes``
-    (RMS distance of the snapshots from the line) and ``forecast_status``
-    (:func:`aggregation.forecast_status`).
-
-    The residuals need each disk's means and slope first: ``Syy·(1 - regr_r2)`` would cancel
-    to noise on a near-perfect line (kilobytes of "spread" on 1e11-byte disks), centred
-    residuals do not. The line comes from window aggregates over the whole disk, so that one
-    pass over the history (already partitioned and sorted by disk: no shuffle, no sort)
-    gives every aggregate; a join of the history with a first aggregation read the history
-    three times. x is hours since the disk's first snapshot (see :func:`with_history`). The
-    latest snapshot's values come from its own row (a narrow second scan of the history).
-    """
-    ts = F.col("ts_ms")
-    x = F.col("hours_since_first")
-    used_d = F.col("used_bytes").cast("double")
-    kafka_d = F.col("kafka_bytes_reported").cast("double")
-    growth = F.regr_slope(used_d, x)
-    whole_disk = Window.partitionBy("host", "mount")
-    lined = history.select(
-        "*",
-        F.avg(x).over(whole_disk).alias("_mean_x"),
-        # from the exact long sum: an average of 1e11-byte doubles drifts by a few bytes
-        (
-            F.sum("used_bytes").over(whole_disk).cast("double") / F.count(F.lit(1)).over(whole_disk)
-        ).alias("_mean_y"),
-        growth.over(whole_disk).alias("_slope"),
-    )
-    dy = used_d - F.col("_mean_y")
-    dx = x - F.col("_mean_x")
-    residual_sq = F.pow(dy - F.col("_slope") * dx, 2)
-    facts = lined.groupBy("host", "mount").agg(
-        F.count(F.lit(1)).alias("snapshots"),
-        F.min(ts).alias("first_ts_ms"),
-        growth.alias("growth_bytes_per_hour"),
-        F.regr_slope(kafka_d, x).alias("kafka_growth_bytes_per_hour"),
-        F.regr_slope(used_d - kafka_d, x).alias("non_kafka_growth_bytes_per_hour"),
-        F.sum("episode_start").cast("long").alias("overfull_episodes"),
-        (F.sum("overfull_ms") / F.lit(1000.0)).alias("overfull_seconds"),
-        F.sum("deleted_bytes").cast("long").alias("deleted_bytes"),
-        F.max("alert_level").alias("peak_alert_level"),
-        F.sum(residual_sq).alias("_sse"),
-        F.sum(F.pow(dy, 2)).alias("_syy"),
-    )
-    # The latest snapshot's values: its row is the one without a next snapshot (the history
-    # is deduplicated, so there is exactly one per disk). Taking them from that row rather
-    # than with max_by(..., ts) keeps string buffers out of the aggregation, which can then
-    # be a generated hash aggregation instead of an interpreted sort-based one.
-    latest = history.where(F.col("next_ts_ms").isNull()).select(
-        "host",
-        "mount",
-        "device",
-        ts.alias("last_ts_ms"),
-        "total_bytes",
-        "used_bytes",
-        "available_bytes",
-        "kafka_bytes",
-        "pending_reclaim_bytes",
-        "flow_state",
-        F.col("alert_level").alias("_last_alert_level"),
-    )
-    # a left join (every disk has its latest row) keeps these columns nullable, as max_by's
-    disks = facts.join(latest, ["host", "mount"], "left").select(
-        "host",
-        "mount",
-        "device",
+    by_day = Window.partitionBy(*DISK).orderBy("day")
+    whole = Window.partitionBy(*DISK)
+    n = F.col("snapshots").cast(EXACT)
+    days = disk_days.select(
+        *DISK,
         "snapshots",
         "first_ts_ms",
         "last_ts_ms",
-        "total_bytes",
-        "used_bytes",
-        "available_bytes",
-        "kafka_bytes",
-        "pending_reclaim_bytes",
-        "growth_bytes_per_hour",
-        "kafka_growth_bytes_per_hour",
-        "non_kafka_growth_bytes_per_hour",
-        "overfull_episodes",
-        "overfull_seconds",
+        "last",
         "deleted_bytes",
         "peak_alert_level",
-        "flow_state",
-        F.col("_last_alert_level").alias("alert_level"),
-        "_sse",
-        "_syy",
-    )
-    used = F.col("used_bytes").cast("double")
-    avail = F.col("available_bytes").cast("double")
-    growth_col = F.col("growth_bytes_per_hour")
-    r2 = F.when(
-        growth_col.isNotNull(),
-        F.when(F.col("_syy") == 0, F.lit(1.0)).otherwise(
-            F.greatest(F.lit(0.0), F.lit(1.0) - F.col("_sse") / F.col("_syy"))
+        "overfull_ms",
+        "inner_episode_starts",
+        "first_overfull",
+        "last_overfull",
+        "min_used",
+        *[c for c in disk_days.columns if c.startswith(("sum_", "unk_sum_"))],
+        "kafka_snapshots",
+        F.lead("first_ts_ms").over(by_day).alias("_next_first_ts"),
+        F.lag("last_overfull").over(by_day).alias("_previous_last_overfull"),
+        (_day_start(F.col("first_ts_ms")) - F.min("first_ts_ms").over(whole).cast(EXACT)).alias(
+            "_a"
         ),
+        F.min("min_used").over(whole).alias("used_origin"),
     )
-    residual = F.when(
-        growth_col.isNotNull(), F.sqrt(F.col("_sse") / F.col("snapshots").cast("double"))
+    a = F.col("_a")
+    y0 = F.col("used_origin").cast(EXACT)
+    gap = F.when(
+        F.col("last_overfull") & F.col("_next_first_ts").isNotNull(),
+        F.col("_next_first_ts") - F.col("last_ts_ms"),
+    ).otherwise(F.lit(0))
+    starts_here = F.when(
+        F.col("first_overfull") & ~F.coalesce(F.col("_previous_last_overfull"), F.lit(False)),
+        F.lit(1),
+    ).otherwise(F.lit(0))
+    sum_x, sum_xx = F.col("sum_x").cast(EXACT), F.col("sum_xx")
+    sum_y, sum_xy = F.col("sum_y"), F.col("sum_xy")
+    # the Kafka fit's sums: over the snapshots that report kafka_bytes
+    kn = F.col("kafka_snapshots").cast(EXACT)
+    kx = sum_x - F.col("unk_sum_x").cast(EXACT)
+    kxx = sum_xx - F.col("unk_sum_xx")
+    ky = sum_y - F.col("unk_sum_y")
+    kxy = sum_xy - F.col("unk_sum_xy")
+    return days.groupBy(*DISK).agg(
+        F.sum("snapshots").alias("snapshots"),
+        F.min("first_ts_ms").alias("first_ts_ms"),
+        F.max("last_ts_ms").alias("last_ts_ms"),
+        F.max_by("last", "last_ts_ms").alias("last"),
+        F.sum("deleted_bytes").alias("deleted_bytes"),
+        F.max("peak_alert_level").alias("peak_alert_level"),
+        F.sum(F.col("overfull_ms") + gap).alias("overfull_ms"),
+        F.sum(F.col("inner_episode_starts") + starts_here).alias("overfull_episodes"),
+        F.first("used_origin").alias("used_origin"),
+        _sum(sum_x + n * a, "s_x"),
+        _sum(sum_xx + 2 * a * sum_x + n * a * a, "s_xx"),
+        _sum(sum_y, "s_y"),
+        _sum(sum_xy + a * sum_y, "s_xy"),
+        _sum(F.col("sum_yy") - 2 * y0 * sum_y + n * y0 * y0, "s_yy0"),
+        _sum(kn, "k_n"),
+        _sum(kx + kn * a, "k_x"),
+        _sum(kxx + 2 * a * kx + kn * a * a, "k_xx"),
+        _sum(F.col("sum_k"), "k_k"),
+        _sum(F.col("sum_xk") + a * F.col("sum_k"), "k_xk"),
+        _sum(ky, "k_y"),
+        _sum(kxy + a * ky, "k_xy"),
     )
-    span = F.col("last_ts_ms") - F.col("first_ts_ms")
-    status = (
+
+
+def overfull_episodes(disk_days: DataFrame, limit: int) -> list[dict[str, Any]]:
+    """The most recent ``limit`` overfull episodes (newest first; ties by host and mount).
+
+    Each day's runs are fragments of episodes: a run that starts at a day's first snapshot
+    continues the previous day's last run when that day ended overfull. An open run (the day
+    ended overfull) ends at the next day's first snapshot when that one is normal, and is
+    still open when no day follows.
+    """
+    by_day = Window.partitionBy(*DISK).orderBy("day")
+    framed = disk_days.select(
+        *DISK,
+        "day",
+        "first_ts_ms",
+        "runs",
+        F.lag("last_overfull").over(by_day).alias("_previous_last_overfull"),
+        F.lead("first_ts_ms").over(by_day).alias("_next_first_ts"),
+        F.lead("first_overfull").over(by_day).alias("_next_first_overfull"),
+    )
+    # lag/lead over every day first: a day without runs still ends or starts a chain
+    days = framed.where(F.size("runs") > 0)
+    run = F.col("r")
+    fragments = days.select(
+        *DISK,
+        "first_ts_ms",
+        "_previous_last_overfull",
+        "_next_first_ts",
+        "_next_first_overfull",
+        F.explode("runs").alias("r"),
+    ).select(
+        *DISK,
+        run["start_ts_ms"].alias("start_ts_ms"),
+        (
+            (run["start_ts_ms"] == F.col("first_ts_ms"))
+            & F.coalesce(F.col("_previous_last_overfull"), F.lit(False))
+        ).alias("continues"),
         F.when(
-            (span < F.lit(aggregation.FORECAST_MIN_SPAN_MS))
-            | (F.col("snapshots") < F.lit(aggregation.FORECAST_MIN_POINTS)),
-            F.lit(aggregation.FORECAST_NOT_ENOUGH_DATA),
+            run["open"] & F.col("_next_first_ts").isNotNull() & ~F.col("_next_first_overfull"),
+            F.col("_next_first_ts"),
         )
-        .when(growth_col.isNull() | (growth_col <= 0), F.lit(aggregation.FORECAST_NOT_GROWING))
-        .when(
-            F.col("growth_r2").isNull() | (F.col("growth_r2") < F.lit(aggregation.FORECAST_MIN_R2)),
-            F.lit(aggregation.FORECAST_WEAK_FIT),
-        )
-        .otherwise(F.lit(aggregation.FORECAST_OK))
+        .otherwise(run["end_ts_ms"])
+        .alias("end_ts_ms"),
+        (run["open"] & F.col("_next_first_ts").isNull()).alias("open"),
     )
-    return (
-        disks.withColumn(
-            "hours_to_full",
-            F.when(growth_col > 0, F.greatest(avail, F.lit(0.0)) / growth_col),
+    chain = (
+        Window.partitionBy(*DISK)
+        .orderBy("start_ts_ms")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    rows = (
+        fragments.withColumn(
+            "episode", F.sum(F.when(F.col("continues"), 0).otherwise(1)).over(chain)
         )
-        .withColumn("used_ratio", F.when(used + avail > 0, used / (used + avail)))
-        .withColumn("growth_r2", r2)
-        .withColumn("growth_residual_bytes", residual)
-        .withColumn("forecast_status", status)
-        .drop("_sse", "_syy")
+        .groupBy(*DISK, "episode")
+        .agg(
+            F.min("start_ts_ms").alias("start_ts_ms"),
+            F.max("end_ts_ms").alias("end_ts_ms"),
+            F.max_by("open", "start_ts_ms").alias("open"),
+        )
+        .orderBy(F.col("start_ts_ms").desc(), *DISK)
+        .limit(limit)
+        .collect()
+    )
+    return [
+        {
+            "host": r["host"],
+            "mount": r["mount"],
+            "start_ts_ms": int(r["start_ts_ms"]),
+            "end_ts_ms": int(r["end_ts_ms"]),
+            "open": bool(r["open"]),
+        }
+        for r in rows
+    ]
+
+
+def topic_windows(topic_days: DataFrame) -> DataFrame:
+    """Per disk and topic over the window: the latest sighting and the growth slope.
+
+    The slope comes from the days' exact sums, shifted to the first day the disk listed the
+    topic and to its lowest bytes (as in :func:`disk_windows`): numerator and denominator
+    are exact integers, each rounded once to a double.
+    """
+    key = (*DISK, "topic")
+    whole = Window.partitionBy(*key)
+    start = _day_start(F.col("seen_ts_ms"))
+    framed = topic_days.select(
+        *key,
+        *[F.col(c) for c in ("snapshots", "sum_x", "sum_xx", "sum_y", "sum_xy", "seen_ts_ms")],
+        "seen_bytes",
+        "seen_partitions",
+        (start - F.min(start).over(whole)).alias("_a"),
+        F.min("min_bytes").over(whole).cast(EXACT).alias("_y0"),
+    )
+    a, y0 = F.col("_a"), F.col("_y0")
+    n = F.col("snapshots").cast(EXACT)
+    sum_x = F.col("sum_x").cast(EXACT)
+    shifted = framed.groupBy(*key).agg(
+        _sum(n, "_n"),
+        _sum(sum_x + n * a, "_sx"),
+        _sum(F.col("sum_xx") + 2 * a * sum_x + n * a * a, "_sxx"),
+        _sum(F.col("sum_y") - n * y0, "_sy"),
+        _sum(F.col("sum_xy") + a * F.col("sum_y") - y0 * (sum_x + n * a), "_sxy"),
+        F.max("seen_ts_ms").alias("seen_ts_ms"),
+        F.max_by(F.struct("seen_bytes", "seen_partitions"), "seen_ts_ms").alias("_seen"),
+    )
+    n, sx = F.col("_n"), F.col("_sx")
+    numerator = n * F.col("_sxy") - sx * F.col("_sy")
+    denominator = n * F.col("_sxx") - sx * sx
+    slope = F.when(
+        denominator > 0,
+        numerator.cast("double") / denominator.cast("double") * F.lit(aggregation.MS_PER_HOUR),
+    )
+    return shifted.select(
+        *key,
+        "seen_ts_ms",
+        F.col("_seen.seen_bytes").alias("seen_bytes"),
+        F.col("_seen.seen_partitions").alias("seen_partitions"),
+        slope.alias("growth_bytes_per_hour"),
     )
 
 
-def topic_aggregates(snapshots: DataFrame, disks: DataFrame) -> DataFrame:
-    """Per topic across the fleet.
+def topic_aggregates(per_disk: DataFrame, disks: DataFrame) -> DataFrame:
+    """Per topic across the fleet, from :func:`topic_windows`.
 
     ``bytes``: sum over disks of the topic's bytes in each disk's latest snapshot (0 on a
     disk whose latest snapshot no longer lists it). ``growth_bytes_per_hour``: the SUM OF
@@ -208,44 +240,22 @@ def topic_aggregates(snapshots: DataFrame, disks: DataFrame) -> DataFrame:
     the slope of the sum for aligned samples and needs no alignment. ``disks``: one entry
     per disk (host, mount, bytes, share of the topic's bytes, growth), biggest first.
     """
-    ts = F.col("ts_ms")
-    exploded = snapshots.select("host", "mount", "ts_ms", F.explode("topics").alias("t")).select(
-        "host",
-        "mount",
-        "ts_ms",
-        F.col("t.topic").alias("topic"),
-        F.coalesce(F.col("t.partitions"), F.lit(0)).alias("partitions"),
-        F.coalesce(F.col("t.bytes"), F.lit(0)).alias("bytes"),
-    )
-    per_disk = (
-        exploded.where(F.col("topic").isNotNull())
-        .groupBy("host", "mount", "topic")
-        .agg(
-            F.max(ts).alias("seen_ts_ms"),
-            F.max_by("bytes", ts).alias("seen_bytes"),
-            F.max_by("partitions", ts).alias("seen_partitions"),
-            F.regr_slope(F.col("bytes").cast("double"), _hours(ts)).alias("growth_bytes_per_hour"),
-        )
-        .join(disks.select("host", "mount", "last_ts_ms"), ["host", "mount"])
-    )
+    joined = per_disk.join(disks.select(*DISK, "last_ts_ms"), list(DISK))
     current = F.col("seen_ts_ms") == F.col("last_ts_ms")
-    per_disk = per_disk.select(
+    rows = joined.select(
         "topic",
-        "host",
-        "mount",
+        *DISK,
         F.when(current, F.col("seen_bytes")).otherwise(F.lit(0)).cast("long").alias("bytes"),
         F.when(current, F.col("seen_partitions")).otherwise(F.lit(0)).alias("partitions"),
         "growth_bytes_per_hour",
     )
-    topics = per_disk.groupBy("topic").agg(
+    topics = rows.groupBy("topic").agg(
         F.sum("bytes").cast("long").alias("bytes"),
         F.sum("growth_bytes_per_hour").alias("growth_bytes_per_hour"),
         F.sum("partitions").cast("long").alias("partitions"),
         F.sum(F.when(F.col("bytes") > 0, 1).otherwise(0)).cast("long").alias("disk_count"),
         F.sort_array(
-            F.collect_list(
-                F.struct("bytes", "host", "mount", "growth_bytes_per_hour"),
-            ),
+            F.collect_list(F.struct("bytes", "host", "mount", "growth_bytes_per_hour")),
             asc=False,
         ).alias("per_disk"),
     )
@@ -331,32 +341,3 @@ def downsampled_series(
             (int(row["ts_ms"]), float(row["used"]), float(row["available"]))
         )
     return series
-
-
-def overfull_episodes(history: DataFrame, limit: int) -> list[dict[str, Any]]:
-    """The most recent ``limit`` overfull episodes, for the report's timeline (same start:
-    by host and mount)."""
-    rows = (
-        history.where(F.col("flow_state") == F.lit(aggregation.OVERFULL))
-        .groupBy("host", "mount", "episode_id")
-        .agg(
-            F.min("ts_ms").alias("start_ts_ms"),
-            F.max(F.coalesce(F.col("next_ts_ms"), F.col("ts_ms"))).alias("end_ts_ms"),
-            F.max(F.col("next_ts_ms").isNull()).alias("open"),
-        )
-        # host and mount break ties: fleets snapshot on the same clock, so many episodes
-        # start at the same instant and the limit must not pick among them at random
-        .orderBy(F.col("start_ts_ms").desc(), "host", "mount")
-        .limit(limit)
-        .collect()
-    )
-    return [
-        {
-            "host": r["host"],
-            "mount": r["mount"],
-            "start_ts_ms": int(r["start_ts_ms"]),
-            "end_ts_ms": int(r["end_ts_ms"]),
-            "open": bool(r["open"]),
-        }
-        for r in rows
-    ]

@@ -1,0 +1,332 @@
+"""Daily summaries kept from run to run (``--summaries``), on real Spark (local[2]).
+
+The contract: folding the input day by day, with duplicates, late snapshots, re-runs and
+files that grow, gives the very report a full recompute over all the input gives, and the
+same rows to the bit (the days' sums are exact integers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from diskguard.fleet.aggregation import overfull_history, summarize_disks
+from diskguard.fleet.inputs import resolve_input
+from diskguard.fleet.job import JobResult, run_aggregation
+from diskguard.fleet.store import ConcurrentRunError, NotASummariesDir, SummaryStore
+from support.cli import run_cli
+from support.fleetgen import DAY0, DAY_MS, DAYS, make_days_fleet
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def days_fleet() -> tuple[list[dict[str, Any]], dict[int, list[str]]]:
+    return make_days_fleet()
+
+
+def _write_days(directory: Path, by_day: dict[int, list[str]]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for day, lines in by_day.items():
+        half = len(lines) // 2  # two files a day, as rotated spool files
+        (directory / f"day{day}-a.jsonl").write_text("\n".join(lines[:half]) + "\n")
+        (directory / f"day{day}-b.jsonl").write_text("\n".join(lines[half:]) + "\n")
+    return directory
+
+
+def _run(spark: Any, source: str, out: Path, summaries: Path | None = None, **kw: Any) -> JobResult:
+    spec = resolve_input(source, allow_empty=summaries is not None)
+    return run_aggregation(spark, spec, out, summaries=summaries, **kw)
+
+
+def _summary(result: JobResult) -> dict[str, Any]:
+    summary = json.loads(Path(result.paths["summary"]).read_text())
+    for key in ("generated_at", "source", "summaries"):
+        summary.pop(key, None)
+    return summary
+
+
+def _page(result: JobResult) -> str:
+    """The report without its first line of metadata (when, and from which input)."""
+    page = Path(result.paths["report"]).read_text()
+    return re.sub(r'<p class="meta">Generated .*?</p>', "", page, count=1)
+
+
+def assert_same_report(a: JobResult, b: JobResult) -> None:
+    assert a.disks == b.disks  # exactly: the same integer sums, rounded once
+    assert a.topics == b.topics
+    assert a.hosts == b.hosts
+    assert (a.records, a.unique_records, a.duplicates, a.bad) == (
+        b.records,
+        b.unique_records,
+        b.duplicates,
+        b.bad,
+    )
+    assert _summary(a) == _summary(b)
+    assert _page(a) == _page(b)
+
+
+@pytest.fixture(scope="module")
+def full_run(
+    spark: Any,
+    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> JobResult:
+    spool = _write_days(tmp_path_factory.mktemp("all"), days_fleet[1])
+    return _run(spark, str(spool), tmp_path_factory.mktemp("full"))
+
+
+def test_folding_day_by_day_gives_the_full_recompute_report(
+    spark: Any,
+    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
+    full_run: JobResult,
+    tmp_path: Path,
+) -> None:
+    records, by_day = days_fleet
+    spool = _write_days(tmp_path / "spool", by_day)
+    summaries = tmp_path / "summaries"
+    results = [
+        _run(spark, str(spool / f"day{d}-*.jsonl"), tmp_path / f"out{d}", summaries)
+        for d in range(DAYS)
+    ]
+    last = results[-1]
+    assert_same_report(last, full_run)
+    # day 2 brings late snapshots of day 0: that day is rewritten too
+    assert results[0].fold is not None and results[0].fold.days_changed == 1
+    assert last.fold is not None and last.fold.days_changed >= 2
+    assert last.fold is not None and last.fold.days == DAYS
+    assert last.unique_records == len(records)
+    assert last.bad.malformed == 2 and last.bad.unknown_schema == 1
+    assert last.bad.out_of_range == 1
+    # and both hold the plain-Python reference: growth, split, basis, overfull history
+    reference = summarize_disks(records)
+    disks = {(d["host"], d["mount"]): d for d in last.disks}
+    assert set(disks) == set(reference)
+    for key, ref in reference.items():
+        row = disks[key]
+        assert row["snapshots"] == ref.snapshots
+        assert (row["first_ts_ms"], row["last_ts_ms"]) == (ref.first_ts_ms, ref.last_ts_ms)
+        assert row["used_bytes"] == ref.used_bytes
+        assert row["deleted_bytes"] == ref.deleted_bytes
+        assert row["overfull_episodes"] == ref.overfull_episodes, key
+        assert row["overfull_seconds"] == pytest.approx(ref.overfull_seconds), key
+        for name in (
+            "growth_bytes_per_hour",
+            "kafka_growth_bytes_per_hour",
+            "non_kafka_growth_bytes_per_hour",
+            "growth_r2",
+            "growth_residual_bytes",
+        ):
+            assert row[name] == pytest.approx(getattr(ref, name), rel=1e-9, abs=1e-3), (key, name)
+        assert row["forecast_status"] == ref.forecast_status
+    assert disks[("broker-1", "/data1")]["overfull_episodes"] == 2  # one across midnight
+
+
+def test_the_episodes_timeline_crosses_midnight_and_gaps(
+    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]], full_run: JobResult
+) -> None:
+    """The report's episodes are those of the reference, however the days cut them."""
+    records, _ = days_fleet
+    page = Path(full_run.paths["report"]).read_text()
+    expected = 0
+    for host, mount in {(r["host"], r["mount"]) for r in records}:
+        points = [
+            (r["ts_ms"], r["flow_state"])
+            for r in records
+            if (r["host"], r["mount"]) == (host, mount)
+        ]
+        expected += overfull_history(points).count
+    assert f"{expected} episodes" in page
+
+
+def test_a_rerun_over_the_same_input_adds_nothing(
+    spark: Any,
+    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
+    full_run: JobResult,
+    tmp_path: Path,
+) -> None:
+    spool = _write_days(tmp_path / "spool", days_fleet[1])
+    summaries = tmp_path / "summaries"
+    first = _run(spark, str(spool), tmp_path / "out1", summaries)
+    again = _run(spark, str(spool), tmp_path / "out2", summaries)
+    assert again.fold is not None
+    assert (again.fold.read.ok, again.fold.files, again.fold.new_snapshots) == (0, 0, 0)
+    assert_same_report(again, first)
+    assert_same_report(again, full_run)
+    # a file touched (same content, new mtime) is read again; its snapshots are known
+    touched = spool / "day1-a.jsonl"
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    third = _run(spark, str(spool), tmp_path / "out3", summaries)
+    assert third.fold is not None
+    assert third.fold.files == 1 and third.fold.read.ok > 0 and third.fold.new_snapshots == 0
+    assert_same_report(third, full_run)
+
+
+def test_a_growing_spool_file_is_read_again_and_counted_once(
+    spark: Any,
+    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
+    full_run: JobResult,
+    tmp_path: Path,
+) -> None:
+    """The daemon appends to its newest spool file: each run reads it whole again; its
+    snapshots are not counted twice, nor its records and bad lines."""
+    lines = [line for day in range(DAYS) for line in days_fleet[1][day]]
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    growing = spool / "00000001.jsonl"
+    summaries = tmp_path / "summaries"
+    thirds = [
+        lines[: len(lines) // 3],
+        lines[len(lines) // 3 : 2 * len(lines) // 3],
+        lines[2 * len(lines) // 3 :],
+    ]
+    for i, part in enumerate(thirds):
+        with growing.open("a") as f:
+            f.write("\n".join(part) + "\n")
+        result = _run(spark, str(spool), tmp_path / f"out{i}", summaries)
+    # the full run read the same lines in six files: same records, same report
+    assert_same_report(result, full_run)
+
+
+def test_a_window_of_days_reports_on_those_days(
+    spark: Any,
+    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
+    tmp_path: Path,
+) -> None:
+    records, by_day = days_fleet
+    spool = _write_days(tmp_path / "spool", by_day)
+    windowed = _run(spark, str(spool), tmp_path / "out", tmp_path / "summaries", days=2)
+    recent = [json.dumps(r) for r in records if r["ts_ms"] >= DAY0 + DAY_MS]
+    only = tmp_path / "recent"
+    only.mkdir()
+    (only / "recent.jsonl").write_text("\n".join(recent) + "\n")
+    full = _run(spark, str(only), tmp_path / "full")
+    assert windowed.disks == full.disks
+    assert windowed.topics == full.topics
+    assert windowed.hosts == full.hosts
+    summary = json.loads(Path(windowed.paths["summary"]).read_text())
+    assert summary["summaries"]["window"] == ["2026-09-23", "2026-09-24"]
+    assert summary["summaries"]["days"] == DAYS
+
+
+def test_a_run_that_dies_or_loses_a_race_leaves_the_summaries_whole(
+    spark: Any,
+    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
+    full_run: JobResult,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spool = _write_days(tmp_path / "spool", days_fleet[1])
+    summaries = tmp_path / "summaries"
+    _run(spark, str(spool / "day0-*.jsonl"), tmp_path / "out0", summaries)
+    # a run that died after writing its days, before publishing them
+    orphan = summaries / "disks" / "day=2026-09-23" / "v=0000000002-deadbeef"
+    orphan.mkdir(parents=True)
+    (orphan / "part-0.parquet").write_bytes(b"not parquet")
+    # a run that loses the race: another publishes version 2 while it works
+    real_new_version = SummaryStore.new_version
+
+    def rival(store: SummaryStore) -> str:
+        version = real_new_version(store)
+        (summaries / "_manifest" / "0000000002.json").write_text(store.manifest.to_json())
+        return version
+
+    monkeypatch.setattr(SummaryStore, "new_version", rival)
+    with pytest.raises(ConcurrentRunError, match="run it again"):
+        _run(spark, str(spool / "day1-*.jsonl"), tmp_path / "lost", summaries)
+    monkeypatch.undo()
+    (summaries / "_manifest" / "0000000002.json").unlink()
+    for day in (1, 2):
+        result = _run(spark, str(spool / f"day{day}-*.jsonl"), tmp_path / f"out{day}", summaries)
+    assert_same_report(result, full_run)
+    assert not orphan.exists()  # unreferenced directories are removed once published
+    versions = [p.name for p in (summaries / "disks").glob("day=*/v=*")]
+    assert len(versions) == DAYS, versions
+
+
+def test_summaries_must_be_a_summaries_directory(spark: Any, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "precious.txt").write_text("keep me")
+    with pytest.raises(NotASummariesDir, match="not a diskguard summaries directory"):
+        SummaryStore(spark, str(other))
+    assert (other / "precious.txt").read_text() == "keep me"
+
+
+def test_cli_incremental_and_summaries_options(
+    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]], tmp_path: Path
+) -> None:
+    spool = _write_days(tmp_path / "spool", {0: days_fleet[1][0]})
+    out = tmp_path / "out"
+    proc = run_cli(
+        "aggregate", "--input", str(spool), "--output", str(out), "--incremental", timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("aggregated ")
+    assert lines[1].startswith(f"summaries {out / 'summaries'}: 1 days; this run read ")
+    assert str(out / "summaries") in lines
+    assert (out / "summaries" / "_manifest").is_dir()
+    bad = tmp_path / "notes"
+    bad.mkdir()
+    (bad / "x").write_text("x")
+    proc = run_cli(
+        "aggregate",
+        "--input",
+        str(spool),
+        "--output",
+        str(out),
+        "--summaries",
+        str(bad),
+        timeout=600,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "not a diskguard summaries directory" in proc.stderr
+    shutil.rmtree(out)
+
+
+def test_kafka_offsets_are_the_watermark(
+    spark: Any,
+    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
+    full_run: JobResult,
+    tmp_path: Path,
+) -> None:
+    """Each run reads the topic from where the previous one stopped; a replay of records
+    already folded (a shipper delivering again) changes nothing."""
+    from confluent_kafka import Producer
+
+    from support.tansu import tansu_broker
+
+    _, by_day = days_fleet
+    topic = "diskguard-snapshots"
+    summaries = tmp_path / "summaries"
+    with tansu_broker() as broker:
+        broker.create_topic(topic, partitions=2)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+        source = f"kafka://{broker.bootstrap}/{topic}"
+
+        def send(lines: list[str]) -> None:
+            for line in lines:
+                producer.produce(topic, value=line.encode())
+            assert producer.flush(30) == 0
+
+        send(by_day[0])
+        first = _run(spark, source, tmp_path / "out0", summaries)
+        assert first.fold is not None and first.fold.read.ok > 0
+        again = _run(spark, source, tmp_path / "out1", summaries)  # nothing new
+        assert again.fold is not None and again.fold.read == type(again.fold.read)()
+        send(by_day[1] + by_day[2])
+        last = _run(spark, source, tmp_path / "out2", summaries)
+    assert last.fold is not None
+    # only what was produced since: days 1 and 2, less their 4 bad lines
+    assert last.fold.read.ok == len(by_day[1]) + len(by_day[2]) - 4
+    assert_same_report(last, full_run)
+    manifest = json.loads(sorted((summaries / "_manifest").glob("*.json"))[-1].read_text())
+    (mark,) = manifest["kafka"].values()
+    assert sum(mark["offsets"].values()) == sum(len(by_day[d]) for d in range(DAYS))

@@ -1,0 +1,265 @@
+"""Benchmark: ``aggregate`` over one new day with 30 days already summarised, vs a full
+recompute of all 31 days (target: the new day costs <= 1/10; both give the same report).
+
+The fleet is ``bench_aggregate``'s (every disk growing steadily, overfull stretches, 4
+topics), by default 1,000 brokers x 4 disks, a snapshot a minute (``--interval-minutes``):
+~5.8M rows a day, written
+per UTC day as gzipped JSON lines (``--data DIR`` keeps and reuses them: 31 days are ~10 GB
+and take a while to write). The 30 days of history are folded once into a summaries
+directory (``--summaries``; timed as "fold of the history"), which every measured
+incremental run starts from a fresh copy of. Then, in alternating runs on the same machine:
+
+- incremental: ``aggregate --input <day 31> --summaries <copy>``;
+- full recompute: ``aggregate --input <all 31 days>`` (no summaries, as before this work);
+
+and their outputs compared (disks/topics/hosts and summary.json, without the time of
+generation and the source). ``--masters`` picks local mode (the CLI, ``local[*]``) and/or a
+standalone master + worker started from the installed pyspark's ``spark-class`` (the job
+through ``spark-submit --py-files``, as docs/aggregate.md shows). The 1-minute load average
+and the CPU seconds of every run are recorded: the machine is shared. Writes
+``bench/results/incremental.json``. Not part of the test suite::
+
+    .venv/bin/python bench/bench_incremental.py --data /var/tmp/fleet31 --keep
+    .venv/bin/python bench/bench_incremental.py --hosts 50 --days 5   # a quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import bench_aggregate as fleet
+
+REPO = Path(__file__).resolve().parents[1]
+DAY0 = 20_718 * 86_400_000  # 2026-09-22 00:00 UTC: the history starts at a UTC midnight
+TOTAL = 100_000_000_000_000  # 100 TB disks: 31 days of growth stay well under full
+TARGET_RATIO = 0.1
+
+
+def _write_file(job: tuple[Path, int, int, int, int, int, int]) -> int:
+    """One gzipped file: day ``day``'s snapshots of the hosts ``h % files == index``."""
+    path, day, index, files, hosts, mounts, minutes = job
+    per_day = 1440 // minutes
+    rows = 0
+    temp = path.with_suffix(".tmp")
+    with gzip.open(temp, "wt", encoding="utf-8", compresslevel=1) as out:
+        for h in range(index, hosts, files):
+            for m in range(mounts):
+                first = day * per_day
+                step = minutes * 60_000
+                out.write(fleet.disk_lines(h, m, mounts, first, per_day, DAY0, TOTAL, step))
+                rows += per_day
+    temp.rename(path)
+    return rows
+
+
+def generate(data: Path, hosts: int, mounts: int, days: int, files: int, minutes: int) -> None:
+    """``data/day-NNN/*.jsonl.gz`` for the ``days`` of history and ``data/new-NNN/`` for the
+    day after them; files already there are kept (a generation that stopped resumes)."""
+    params = {"hosts": hosts, "mounts": mounts, "days": days, "files": files, "minutes": minutes}
+    marker = data / "params.json"
+    if marker.exists() and json.loads(marker.read_text()) != params:
+        raise SystemExit(f"{data} holds another fleet ({marker.read_text().strip()})")
+    data.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(params) + "\n")
+    jobs = []
+    for day in range(days + 1):
+        directory = data / f"{'new' if day == days else 'day'}-{day:03d}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for index in range(files):
+            path = directory / f"{index:03d}.jsonl.gz"
+            if not path.exists():
+                jobs.append((path, day, index, files, hosts, mounts, minutes))
+    if not jobs:
+        return
+    started = time.monotonic()
+    with multiprocessing.Pool(os.cpu_count() or 1) as pool:
+        rows = sum(pool.imap_unordered(_write_file, jobs))
+    print(f"generated {rows} rows in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def run(command: list[str], env: dict[str, str], args: list[str]) -> dict[str, Any]:
+    """One aggregate run: wall and CPU seconds (driver, JVMs, Python workers), load around."""
+    load_before = os.getloadavg()[0]
+    cpu_before = fleet._children_cpu()
+    started = time.monotonic()
+    proc = subprocess.run(command + args, capture_output=True, text=True, check=False, env=env)
+    elapsed = time.monotonic() - started
+    while True:  # reap the adopted JVMs, so that their CPU time counts
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    if proc.returncode != 0:
+        raise RuntimeError(f"aggregate exited {proc.returncode}: {proc.stderr[-3000:]}")
+    return {
+        "seconds": round(elapsed, 1),
+        "cpu_seconds": round(fleet._children_cpu() - cpu_before, 1),
+        "load1_before": round(load_before, 2),
+        "load1_after": round(os.getloadavg()[0], 2),
+        "stdout": proc.stdout.splitlines()[:2],
+    }
+
+
+def _say(what: str, r: dict[str, Any]) -> None:
+    print(
+        f"{what}: {r['seconds']} s, CPU {r['cpu_seconds']} s"
+        f" (load {r['load1_before']} -> {r['load1_after']})",
+        flush=True,
+    )
+
+
+def comparable(out: Path) -> dict[str, Any]:
+    """What must be equal between the two runs' outputs."""
+    import pyarrow.parquet as pq
+
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("generated_at", "source", "summaries"):
+        summary.pop(key, None)
+    tables = {
+        name: pq.read_table(out / f"{name}.parquet").to_pylist()
+        for name in ("disks", "topics", "hosts")
+    }
+    return {"summary": summary, **tables}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=1000)
+    parser.add_argument("--mounts", type=int, default=4)
+    parser.add_argument("--days", type=int, default=30, help="days of history before the new one")
+    parser.add_argument("--files", type=int, default=8, help="files per day")
+    parser.add_argument(
+        "--interval-minutes", type=int, default=1, help="minutes between snapshots of a disk"
+    )
+    parser.add_argument("--data", type=Path, help="generate into (or reuse) this directory")
+    parser.add_argument("--masters", default="local,standalone")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--worker-cores", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--worker-memory", default="12g")
+    parser.add_argument("--executor-memory", default="8g")
+    parser.add_argument("--keep", action="store_true", help="keep the data and summaries")
+    parser.add_argument(
+        "--results", type=Path, default=Path(__file__).parent / "results" / "incremental.json"
+    )
+    args = parser.parse_args()
+    fleet._become_subreaper()
+    work = Path(tempfile.mkdtemp(prefix="diskguard-bench-incremental-"))
+    data = args.data or work / "data"
+    masters = [m for m in args.masters.split(",") if m]
+    sys.path.insert(0, str(REPO / "tests"))
+    from support.sparkcluster import standalone, submit
+
+    try:
+        generate(data, args.hosts, args.mounts, args.days, args.files, args.interval_minutes)
+        size = sum(p.stat().st_size for p in data.glob("*-*/*.jsonl.gz"))
+        local_env = dict(os.environ, PYTHONPATH=str(REPO / "daemon"))
+        cli = [sys.executable, "-m", "diskguard", "aggregate"]
+        summaries = data / f"summaries-{args.days}d"
+        result: dict[str, Any] = {
+            "hosts": args.hosts,
+            "disks": args.hosts * args.mounts,
+            "interval_minutes": args.interval_minutes,
+            "rows_per_day": args.hosts * args.mounts * (1440 // args.interval_minutes),
+            "history_days": args.days,
+            "input_gzip_bytes": size,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "target_ratio": TARGET_RATIO,
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        history = str(data / "day-*" / "*.jsonl.gz")
+        if not (summaries / "_manifest").is_dir():
+            # one fold of the whole history (what a full recompute costs, keeping summaries)
+            fold = run(
+                cli,
+                local_env,
+                [
+                    *("--input", history, "--output", str(work / "fold-out")),
+                    *("--summaries", str(summaries)),
+                ],
+            )
+            print(f"fold of {args.days} days of history: {fold['seconds']} s", flush=True)
+            result["history_fold"] = fold
+        for master in masters:
+            with contextlib.ExitStack() as stack:
+                if master == "standalone":
+                    cluster = stack.enter_context(
+                        standalone(work, args.worker_cores, args.worker_memory, 300.0)
+                    )
+                    command = submit(cluster, work, args.worker_cores, args.executor_memory, "4g")
+                    env = cluster.env
+                else:
+                    command, env = cli, local_env
+                result[master] = measure(master, command, env, args, summaries, work, data)
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"-> {args.results}")
+        return 0
+    finally:
+        if args.keep:
+            print(f"kept {work} and {data}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(
+    master: str,
+    command: list[str],
+    env: dict[str, str],
+    args: argparse.Namespace,
+    summaries: Path,
+    work: Path,
+    data: Path,
+) -> dict[str, Any]:
+    """Alternating incremental and full runs on one master; best of each and their ratio."""
+    new_day = str(data / "new-*" / "*.jsonl.gz")
+    every_day = str(data / "*-*" / "*.jsonl.gz")
+    runs: dict[str, list[dict[str, Any]]] = {"incremental": [], "full": []}
+    for i in range(args.repeat):
+        copy = work / f"summaries-{master}-{i}"
+        shutil.copytree(summaries, copy)
+        inc_out, full_out = work / f"inc-{master}-{i}", work / f"full-{master}-{i}"
+        inc = run(
+            command, env, ["--input", new_day, "--output", str(inc_out), "--summaries", str(copy)]
+        )
+        _say(f"{master} incremental run {i + 1}", inc)
+        full = run(command, env, ["--input", every_day, "--output", str(full_out)])
+        _say(f"{master} full recompute {i + 1}", full)
+        inc["same_report_as_full"] = comparable(inc_out) == comparable(full_out)
+        print(f"{master}: same report: {inc['same_report_as_full']}", flush=True)
+        runs["incremental"].append(inc)
+        runs["full"].append(full)
+        shutil.rmtree(copy)
+    best_inc = min(r["seconds"] for r in runs["incremental"])
+    best_full = min(r["seconds"] for r in runs["full"])
+    ratio = round(best_inc / best_full, 4)
+    print(f"{master}: incremental {best_inc} s vs full {best_full} s: {ratio}", flush=True)
+    return {
+        "runs": runs,
+        "incremental_best_seconds": best_inc,
+        "full_best_seconds": best_full,
+        "ratio": ratio,
+        "cpu_ratio": round(
+            min(r["cpu_seconds"] for r in runs["incremental"])
+            / min(r["cpu_seconds"] for r in runs["full"]),
+            4,
+        ),
+        "same_report": all(r["same_report_as_full"] for r in runs["incremental"]),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

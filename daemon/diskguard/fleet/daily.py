@@ -303,8 +303,10 @@ def topic_day_partials(snapshots: DataFrame) -> DataFrame:
     )
     x = ts % F.lit(DAY_MS)
     b = F.col("bytes")
-    seen = F.max_by(F.struct(b.alias("bytes"), F.col("partitions").alias("partitions")), ts)
-    return (
+    seen = F.max_by(
+        F.struct(b.alias("seen_bytes"), F.col("partitions").alias("seen_partitions")), ts
+    )
+    return _unpack_seen(
         exploded.where(F.col("topic").isNotNull())
         .groupBy(*KEY, "topic")
         .agg(
@@ -317,37 +319,29 @@ def topic_day_partials(snapshots: DataFrame) -> DataFrame:
             F.max(ts).alias("seen_ts_ms"),
             seen.alias("_seen"),
         )
-        .select(
-            *[
-                c
-                for c in TOPIC_DAY_SCHEMA.fieldNames()
-                if c not in ("seen_bytes", "seen_partitions")
-            ],
-            F.col("_seen.bytes").alias("seen_bytes"),
-            F.col("_seen.partitions").alias("seen_partitions"),
-        )
+    )
+
+
+_SEEN = ("seen_bytes", "seen_partitions")
+
+
+def _unpack_seen(grouped: DataFrame) -> DataFrame:
+    """Topic-day rows in schema order, the latest sighting (``_seen``) unpacked."""
+    return grouped.select(
+        *[c for c in TOPIC_DAY_SCHEMA.fieldNames() if c not in _SEEN],
+        *[F.col(f"_seen.{c}").alias(c) for c in _SEEN],
     )
 
 
 def combine_topic_days(rows: DataFrame) -> DataFrame:
     """Merge partial topic-day rows: sums add, the latest sighting wins."""
-    seen = F.max_by(F.struct("seen_bytes", "seen_partitions"), "seen_ts_ms")
-    return (
-        rows.groupBy(*KEY, "topic")
-        .agg(
+    seen = F.max_by(F.struct(*_SEEN), "seen_ts_ms")
+    return _unpack_seen(
+        rows.groupBy(*KEY, "topic").agg(
             *[F.sum(name).cast(TOPIC_DAY_SCHEMA[name].dataType).alias(name) for name in TOPIC_SUMS],
             F.min("min_bytes").alias("min_bytes"),
             F.max("seen_ts_ms").alias("seen_ts_ms"),
             seen.alias("_seen"),
-        )
-        .select(
-            *[
-                c
-                for c in TOPIC_DAY_SCHEMA.fieldNames()
-                if c not in ("seen_bytes", "seen_partitions")
-            ],
-            F.col("_seen.seen_bytes").alias("seen_bytes"),
-            F.col("_seen.seen_partitions").alias("seen_partitions"),
         )
     )
 

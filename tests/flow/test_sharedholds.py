@@ -430,3 +430,26 @@ def test_a_guard_killed_after_the_race_leaves_its_claim_to_the_survivor(tmp_path
     cleared(b)
     assert cluster.quotas.quotas == {USER_DEFAULT: 4096.0}
     assert cluster.registry.records == {}
+
+
+def test_no_lease_expires_while_the_holds_topic_did_not_answer(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """The topic's leader restarts: for longer than a lease no guard can renew. Back, a guard
+    gives the others a whole lease to renew before it judges any record expired."""
+    cluster = Cluster(tmp_path)
+    a, b = cluster.guard(1), cluster.guard(2)
+    overfull(a, ["orders"])
+    overfull(b, ["orders"])
+    cluster.registry.broken = True
+    cluster.clock.now += LEASE + 1
+    b.sync(renewal=True)  # fails: nobody renews
+    cluster.registry.broken = False
+    b.sync(renewal=True)  # guard 1's record is a lease old, but the topic just came back
+    assert events(logs, "hold_lease_expired") == []
+    a.sync(renewal=True)  # guard 1 renews within the lease
+    cluster.clock.now += LEASE / 2
+    b.sync(renewal=True)
+    assert events(logs, "hold_lease_expired") == []
+    cleared(a)
+    assert cluster.acl_set() >= {deny_write("orders", "User:*")}  # guard 2 still holds

@@ -77,6 +77,9 @@ class SharedHolds:
         self._published: dict[str, object] | None = None
         self._reported: set[tuple[str, int]] = set()
         self._adopted = False
+        #: Since when (this guard's clock, ms) the registry has answered every read and write;
+        #: None after a failure. While the topic did not answer, no guard could renew.
+        self._answering_since: int | None = None
         #: The others' records changed since the previous refresh (a pass must re-check).
         self.changed = False
 
@@ -123,8 +126,11 @@ class SharedHolds:
             records = self.registry.read()
         except Exception as exc:
             self._complete = False
+            self._answering_since = None
             self._ledger.broker_failed("holds", "read", exc)
             return self.view()
+        if self._answering_since is None:
+            self._answering_since = self.now_ms()
         mine = records.get(self.identity.guard)
         if mine is not None and not self._adopted:
             # What this guard's earlier run published: a state dir lost or wiped since must
@@ -136,7 +142,11 @@ class SharedHolds:
         self._others = others
         self._complete = True
         view = self.view()
-        expired = view.expired_others()
+        # A lease counts as expired only once the topic has answered this guard for that
+        # long: while it did not (its leader's broker restarting), no guard could renew, and
+        # a guard cut off from it may not judge the others' leases by its own silence.
+        answering = view.now_ms - self._answering_since
+        expired = [h for h in view.expired_others() if answering > h.lease_s * 1000]
         if expired:
             self._take_over(expired, view.now_ms)
         self.publish(force=True)
@@ -214,6 +224,7 @@ class SharedHolds:
                 self._published = body
         except Exception as exc:
             self._published = None
+            self._answering_since = None
             self._ledger.broker_failed("holds", "publish", exc)
             return False
         return True

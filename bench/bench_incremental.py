@@ -97,11 +97,18 @@ def run(command: list[str], env: dict[str, str], args: list[str]) -> dict[str, A
     started = time.monotonic()
     proc = subprocess.run(command + args, capture_output=True, text=True, check=False, env=env)
     elapsed = time.monotonic() - started
-    while True:  # reap the adopted JVMs, so that their CPU time counts
+    # Reap the adopted JVMs, so that their CPU time counts; without blocking: a standalone
+    # master and worker are children too, and live on (waiting for them waited forever).
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < 2.0:
         try:
-            os.waitpid(-1, 0)
+            pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             break
+        if pid:
+            quiet_since = time.monotonic()
+        else:
+            time.sleep(0.1)
     if proc.returncode != 0:
         raise RuntimeError(f"aggregate exited {proc.returncode}: {proc.stderr[-3000:]}")
     return {

@@ -547,8 +547,10 @@ def test_a_broker_mode_cycle_asks_per_broker_not_per_partition(
         broker={"bootstrap_servers": real_kafka.bootstrap, "client": {"debug": "protocol"}},
         logging={"level": "debug"},
         assume_delete_policy=None,
-        # About one segment of each partition over: the oldest ones are every partition's first.
-        disk_usage_percent=round(ceiling_under(real_kafka.log_dir, 24 * SEGMENT), 6),
+        # Well over: what the shared broker frees meanwhile (earlier tests' deletions, its
+        # own retention check) shrinks the excess, and 24 segments' worth left 12-14 trimmed
+        # partitions on loaded runs. 40 of the 60 closed segments leave room for that.
+        disk_usage_percent=round(ceiling_under(real_kafka.log_dir, 40 * SEGMENT), 6),
         protect_topics=only(topic),
         mode="broker",
     )

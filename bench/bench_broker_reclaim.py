@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from machine import machine_info  # noqa: E402
+from machine import load_average, machine_info  # noqa: E402
 from support import fsfixtures  # noqa: E402
 from support.disks import df_percent  # noqa: E402
 from support.kafka import Target, target  # noqa: E402
@@ -126,10 +126,6 @@ class Result:
     load_before: str
     load_after: str
     notes: list[str] = field(default_factory=list)
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 class Writer(threading.Thread):

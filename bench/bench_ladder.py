@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from machine import machine_info  # noqa: E402
+from machine import load_average, machine_info  # noqa: E402
 from support import fsfixtures  # noqa: E402
 from support.disks import df_percent  # noqa: E402
 from support.kafka import target  # noqa: E402
@@ -79,10 +79,6 @@ class Result:
     load_before: str
     load_after: str
     notes: list[str] = field(default_factory=list)
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 class Burst(threading.Thread):

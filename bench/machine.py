@@ -62,3 +62,9 @@ def machine_info() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "root_disk": _disk_of(ROOT),
     }
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages as the kernel prints them, for a figure's caption:
+    on a shared machine a benchmark says how loaded it was."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])

@@ -35,7 +35,8 @@ from kafka.errors import IncompatibleBrokerVersion
 from kafka.protocol.admin import AlterClientQuotasRequest
 
 from diskguard.config import Config, parse_config
-from diskguard.flow.actuator import STATE_FILE, QuotaEntity
+from diskguard.flow.actuator import STATE_FILE, ActuatorError, QuotaEntity
+from diskguard.flow.holds import deny_write
 from diskguard.flow.kafkaacl import ConfluentAclAdmin
 from diskguard.flow.kafkaquota import KafkaAdminConnection, KafkaQuotaAdmin
 from diskguard.flow.reconcile import Actuators
@@ -400,6 +401,28 @@ def test_acl_denies_writes_on_the_overfull_mounts_topics(tmp_path: Path) -> None
     acts.reconcile({"/a": False, "/b": False})
     assert admin.topics() == set()
     assert json.loads((tmp_path / "state" / STATE_FILE).read_text())["acl"] == []
+
+
+def test_acl_release_waits_until_the_broker_no_longer_lists_it(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """A KRaft broker lists a deleted ACL until it has replayed the removal: ``acl_removed``
+    comes once DescribeAcls no longer lists it. One listed for ever is a failed release."""
+    admin = FakeConfluentAdmin()
+    acts = acl_actuators(tmp_path, admin)
+    acts.apply(transition("overfull"), topics=["orders"])
+    admin.delete_lag = 3
+    acts.apply(transition("overfull_cleared", percent=10))
+    assert events(logs, "acl_removed") and events(logs, "actuator_failed") == []
+    assert admin.describe_acls(ConfluentAclAdmin._native(None, exact=True)).result() == []
+
+    stuck = FakeConfluentAdmin()
+    stuck.delete_lag = None
+    quick = ConfluentAclAdmin(stuck, timeout_s=0.3)
+    binding = deny_write("orders", "User:producer")
+    quick.create([binding])
+    with pytest.raises(ActuatorError, match="DeleteAcls was accepted but DescribeAcls still"):
+        quick.delete([binding])
 
 
 def test_acl_failure_is_retried_and_crash_is_reconciled(tmp_path: Path, logs: io.StringIO) -> None:

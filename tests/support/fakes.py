@@ -169,6 +169,10 @@ class FakeConfluentAdmin:
         self.fail_creates = 0
         #: Answer CreateAcls with success but keep nothing (a broker that drops ACLs).
         self.forget = False
+        #: A deleted ACL is still listed by this many DescribeAcls after its DeleteAcls (a
+        #: KRaft broker that has not replayed the removal yet); None: listed for ever.
+        self.delete_lag: int | None = 0
+        self._ghosts: dict[AclBinding, int | None] = {}
 
     @staticmethod
     def _matches(f: AclBindingFilter, b: AclBinding) -> bool:
@@ -194,7 +198,14 @@ class FakeConfluentAdmin:
         return {acl: _done() for acl in acls}
 
     def describe_acls(self, acl_filter: AclBindingFilter, **_: Any) -> Future[Any]:
-        return _done([b for b in self.acls if self._matches(acl_filter, b)])
+        listed = self.acls | set(self._ghosts)
+        for ghost, left in list(self._ghosts.items()):
+            if left is not None:
+                if left <= 1:
+                    del self._ghosts[ghost]
+                else:
+                    self._ghosts[ghost] = left - 1
+        return _done([b for b in listed if self._matches(acl_filter, b)])
 
     def delete_acls(
         self, filters: list[AclBindingFilter], **_: Any
@@ -203,6 +214,8 @@ class FakeConfluentAdmin:
         for f in filters:
             matched = [b for b in self.acls if self._matches(f, b)]
             self.acls.difference_update(matched)
+            if self.delete_lag != 0:
+                self._ghosts.update(dict.fromkeys(matched, self.delete_lag))
             out[f] = _done(matched)
         return out
 

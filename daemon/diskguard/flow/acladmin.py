@@ -37,7 +37,7 @@ class AclAdmin(Protocol):
         ...
 
     def delete(self, bindings: Sequence[AclBinding]) -> None:
-        """DeleteAcls of exactly these bindings."""
+        """DeleteAcls of exactly these bindings, then DescribeAcls to see them gone."""
         ...
 
 
@@ -45,7 +45,9 @@ class ConfluentAclAdmin:
     """ACLs through confluent-kafka's ``AdminClient``: ``create_acls`` then ``describe_acls``
     to check the broker really holds them (a broker that answers CreateAcls without keeping
     the ACL would otherwise look like a success while producers go on writing), and
-    ``delete_acls`` with exact filters (only the bindings asked for, never a wider match).
+    ``delete_acls`` with exact filters (only the bindings asked for, never a wider match),
+    then ``describe_acls`` until the broker no longer lists them (a release is complete only
+    once producers may write again).
 
     ``admin`` is a ``confluent_kafka.admin.AdminClient`` or anything with those three
     methods and its future-returning shapes (tests inject a fake).
@@ -128,13 +130,7 @@ class ConfluentAclAdmin:
         natives = [self._native(b, exact=False) for b in bindings]
         futures = self._admin.create_acls(natives, request_timeout=self._timeout)
         self._results(futures, "CreateAcls", len(natives))
-        # KRaft: the controller has the ACLs when CreateAcls answers, the broker answering
-        # DescribeAcls only once it replayed them; a moment's lag is not a lost ACL.
-        deadline = time.monotonic() + self._timeout
-        while missing := sorted(set(bindings) - self.topic_acls()):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        missing = self._wait_listed(bindings, listed=True)
         if missing:
             raise ActuatorError(
                 f"CreateAcls was accepted but DescribeAcls does not list {len(missing)} of "
@@ -145,6 +141,26 @@ class ConfluentAclAdmin:
         filters = [self._native(b, exact=True) for b in bindings]
         futures = self._admin.delete_acls(filters, request_timeout=self._timeout)
         self._results(futures, "DeleteAcls", len(filters))
+        left = self._wait_listed(bindings, listed=False)
+        if left:
+            raise ActuatorError(
+                f"DeleteAcls was accepted but DescribeAcls still lists {len(left)} of "
+                f"them, e.g. {left[0]}"
+            )
+
+    def _wait_listed(self, bindings: Sequence[AclBinding], listed: bool) -> list[AclBinding]:
+        """Ask DescribeAcls until every binding is (``listed``) or is no longer listed, for
+        at most the timeout; what still differs then. KRaft: the controller has the change
+        when CreateAcls/DeleteAcls answers, the broker answering DescribeAcls only once it
+        replayed it; a moment's lag is neither a lost ACL nor a hold still in place, and a
+        release is complete only once the broker no longer lists what it lifted."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            present = self.topic_acls()
+            differ = sorted(b for b in bindings if (b in present) != listed)
+            if not differ or time.monotonic() > deadline:
+                return differ
+            time.sleep(0.2)
 
 
 def _client_error(exc: BaseException) -> str:

@@ -339,7 +339,8 @@ def test_a_guard_killed_while_holding_stops_counting_at_its_lease(
         guards[1].proc.kill()
         guards[1].proc.wait(10)
         expired = guards[2].wait_for("hold_lease_expired", timeout=60, guard="broker-1")
-        assert topic in expired["acl_topics"], expired
+        assert topic in expired["held_topics"], expired
+        assert f"DENY WRITE User:*@* on TOPIC:LITERAL:{topic}" in expired["acls_owned"], expired
         assert held(cluster, topic)  # guard 2 still needs it
         port = configs[2].read_text().split('listen = "127.0.0.1:')[1].split('"')[0]
         scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()

@@ -300,6 +300,9 @@ def test_a_guard_killed_while_holding_is_let_go_when_its_lease_expires(
     b.sync(renewal=True)
     (expired,) = events(logs, "hold_lease_expired")
     assert expired["guard"] == "broker-1" and expired["acl_topics"] == ["orders"]
+    assert expired["held_topics"] == ["orders"]
+    assert expired["acls_owned"] == [str(allow_all("orders")), str(deny_write("orders", "User:*"))]
+    assert expired["quotas_owned"] == {"client-id=<default>": None, "user=<default>": None}
     assert cluster.expired == [2]  # counted by the guard that saw it (the metric)
     assert cluster.acl_set() == before | {deny_write("clicks", "User:*"), allow_all("clicks")}
     assert cluster.quotas.quotas == {USER_DEFAULT: 1024.0, CLIENT_DEFAULT: 1024.0}  # B's
@@ -307,6 +310,27 @@ def test_a_guard_killed_while_holding_is_let_go_when_its_lease_expires(
     cleared(b)
     assert cluster.acl_set() == before and cluster.quotas.quotas == {}
     assert cluster.registry.records == {}
+
+
+def test_an_expired_lease_says_what_it_held_though_its_needs_name_nothing(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """A guard killed after it created its ACL and before its record said it needed it: the
+    event names the ACL it owned and the topic it held, not only its (empty) needs."""
+    cluster = Cluster(tmp_path)
+    a, b = cluster.guard(1, ("acl",)), cluster.guard(2, ("acl",))
+    overfull(b, ["clicks"])
+    overfull(a, ["orders"])
+    body, ts = cluster.registry.records["broker-1"]
+    cluster.registry.records["broker-1"] = ({**body, "acl_needs": []}, ts)
+    del a
+    cluster.clock.now += LEASE + 1
+    b.sync(renewal=True)
+    (expired,) = events(logs, "hold_lease_expired")
+    assert expired["acl_topics"] == [] and expired["held_topics"] == ["orders"]
+    assert str(deny_write("orders", "User:*")) in expired["acls_owned"]
+    # taken over, and nobody needs it: undone
+    assert {x.name for x in cluster.acl_set()} == {"clicks"}
 
 
 def test_a_restarted_guard_takes_its_hold_back(tmp_path: Path) -> None:

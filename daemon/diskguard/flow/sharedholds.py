@@ -167,6 +167,16 @@ class SharedHolds:
                     expired_for_s=round((now_ms - hold.renewed_ms) / 1000 - hold.lease_s, 1),
                     acl_topics=sorted({t for t, _p in hold.acl_needs}),
                     quota_entities=sorted(hold.quota_needs),
+                    # What it held on the cluster, whatever it still said it needed: a
+                    # guard killed between creating an ACL and publishing its need for it
+                    # leaves needs that name nothing.
+                    acls_owned=[str(b) for b in sorted(hold.acl_owned)],
+                    held_topics=sorted(
+                        {t for t, _p in hold.acl_needs} | {b.name for b in hold.acl_owned}
+                    ),
+                    quotas_owned={
+                        key: previous for key, (_e, previous) in sorted(hold.quota_owned.items())
+                    },
                     message="a guard stopped renewing its hold: its holds no longer count, "
                     "and what it added is undone once no live guard needs it",
                 )

@@ -82,6 +82,7 @@ class RetentionCycle:
         worker: Worker | None = None,
         broker: BrokerClient | None = None,
         reachability: Callable[[], bool | None] | None = None,
+        listings: ListingCache | None = None,
     ) -> None:
         """``read_only``: a dry run's cycle (``plan``), which writes nothing to the state dir.
         ``stuck``: the daemon's tracker; its cycle events are then logged when a filesystem
@@ -95,7 +96,9 @@ class RetentionCycle:
         once, while the broker is asked what comes first.
         ``broker``: the broker's client (default: one for ``broker.bootstrap_servers``).
         ``reachability``: whether the broker answers, when known without asking it (the
-        daemon's background probe while it probes)."""
+        daemon's background probe while it probes).
+        ``listings``: a listing cache whose worker has started listing already (a one-shot
+        ``plan`` starts it before loading this module)."""
         self.config = config
         self.read_only = read_only
         self.warm_heads_s = warm_heads_s
@@ -109,9 +112,11 @@ class RetentionCycle:
         self.worker = worker
         #: A one-shot broker-mode plan's reads, for its second walk (``_plan``).
         self._dated: Dated = {}
-        cache = ListingCache(worker=worker)
-        # Before the Kafka client: its module's import and the broker's answers overlap it.
-        cache.start_early([str(d) for d in config.broker.log_dirs], has_byte_budget(config))
+        cache = listings
+        if cache is None:
+            cache = ListingCache(worker=worker)
+            # Before the Kafka client: its module's import and the broker's answers overlap it.
+            cache.start_early([str(d) for d in config.broker.log_dirs], has_byte_budget(config))
         if broker is None and config.broker.bootstrap_servers:
             from diskguard.broker.client import BrokerClient  # only where a broker is set
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from diskguard.kafkalog.model import usage_fields
+
+orjson: ModuleType | None
+try:
+    import orjson
+except ImportError:  # a development venv made before the dependency: the json module
+    orjson = None
 
 if TYPE_CHECKING:
     # Types only: status's --json uses dumps() without importing the planner (start-up).
@@ -102,8 +107,8 @@ def dumps(value: Any, pretty: bool | None = None) -> str:
     if pretty:
         return json.dumps(value, indent=2)
     try:
-        fast = orjson.dumps(value)
-    except orjson.JSONEncodeError:
+        fast = orjson.dumps(value) if orjson is not None else b""
+    except TypeError:  # orjson.JSONEncodeError: what it refuses, the json module writes
         fast = b""
     if fast and fast.isascii():
         return fast.decode("ascii")

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from diskguard.host import fsusage
 from diskguard.kafkalog.checkpoints import LOG_START_CHECKPOINT, compacted_topics, read_checkpoint
-from diskguard.kafkalog.kraftmeta import partition_topic_id
 from diskguard.kafkalog.listing import (
     InodeTally,
     ListingCache,
@@ -238,6 +237,9 @@ def _stray(rule: ProtectionRule, topic: str, path: str, has_metadata: bool) -> s
     kraft = rule.kraft_topics
     dir_id = None
     if has_metadata and kraft is not None and topic in kraft.ids:
+        # Loaded here: only a stopped KRaft broker's metadata needs it (``status`` never).
+        from diskguard.kafkalog.kraftmeta import partition_topic_id
+
         dir_id = partition_topic_id(path)
     return stray_reason(topic, has_metadata, dir_id, kraft)
 

@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING
 
 from diskguard.config import Config
 from diskguard.configschema import Problem, build
-from diskguard.host import freespace, fsusage, openfiles
+from diskguard.host import freespace, fsusage
 from diskguard.host.atomicfile import read_json, write_json_atomic
 from diskguard.kafkalog.model import DELETED_SUFFIX, FilesystemUsage
 from diskguard.logs import get_logger
 
 if TYPE_CHECKING:
+    from diskguard.host.openfiles import OpenDeletedFile
     from diskguard.retention.ceilings import Ceilings
     from diskguard.retention.forecaster import Forecaster
     from diskguard.retention.planner import DeletionResult, Plan
@@ -144,7 +145,11 @@ def unlinked_paths(files: Iterable[str]) -> list[str]:
     return [f"{f}{DELETED_SUFFIX}" for f in files][:_MAX_PATHS]
 
 
-def _holders(log_dir: str, paths: Iterable[str]) -> list[openfiles.OpenDeletedFile]:
+def _holders(log_dir: str, paths: Iterable[str]) -> list[OpenDeletedFile]:
+    """The processes holding ``paths`` open after their unlink (read only when deletions
+    did not give their space back: ``plan`` need not load the /proc scanner)."""
+    from diskguard.host import openfiles
+
     wanted = set(paths)
     try:
         scan = openfiles.scan_deleted_open_files([log_dir])
@@ -153,7 +158,7 @@ def _holders(log_dir: str, paths: Iterable[str]) -> list[openfiles.OpenDeletedFi
     return [f for f in scan.files if f.path in wanted]
 
 
-def _held_text(holders: list[openfiles.OpenDeletedFile]) -> str:
+def _held_text(holders: list[OpenDeletedFile]) -> str:
     by_pid: dict[int, str] = {}
     for f in holders:
         by_pid.setdefault(f.pid, f.comm)
@@ -225,7 +230,9 @@ def await_freed(
     missing = expected - max(0, shown)
     holders = _holders(log_dir, paths)
     if holders:
-        held = sum(openfiles.bytes_by_device(holders).values())
+        from diskguard.host.openfiles import bytes_by_device
+
+        held = sum(bytes_by_device(holders).values())
         cause, missing, held_open = _held_text(holders), min(missing, held), True
     elif at_once or shown >= expected // 2:
         # An unlink here frees at once, or most of it came back: the shortfall is others'

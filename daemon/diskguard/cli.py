@@ -7,7 +7,7 @@ becomes its one line and its exit code, anything unexpected one line and exit 1.
 The commands are listed once, in :data:`COMMANDS`, and imported only when run: ``diskguard
 plan`` does not pay for the Spark job, the daemon loop or the Kafka clients. Nor does this
 module import the config: the command's modules do, with the cyclic garbage
-collector paused (start-up time, see :func:`_collector_paused`).
+collector paused (start-up time, see :func:`collector_paused`).
 """
 
 from __future__ import annotations
@@ -38,14 +38,15 @@ _COMMAND_PROCESS = False
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off while a command's modules load.
 
     Importing click, the config and a command's modules creates tens of thousands of objects that
     live as long as the process; the collector's passes over them free nothing and cost milliseconds
     of every one-shot command (~10 ms when the config was pydantic's). In a command's own process
     they are then frozen (``gc.freeze``), so that later collections skip them instead of traversing
-    them all again; elsewhere (tests, library use) the collector is only resumed.
+    them all again; elsewhere (tests, library use) the collector is only resumed. A one-shot
+    ``plan`` runs whole under it: what it makes lives until it exits.
     """
     if not gc.isenabled():
         yield
@@ -70,7 +71,7 @@ def load_or_exit(path: Path, writes: bool = True) -> Config:
     owns stdout (``plan --json`` must parse even when the broker is down and says so). The
     daemon and ``enforce`` switch their JSON event stream to stdout themselves. ``writes=False``
     for commands that only read the state dir: it need not be writable by this user."""
-    with _collector_paused():
+    with collector_paused():
         from diskguard.config import load_config
         from diskguard.logs import configure_logging
     try:
@@ -146,7 +147,7 @@ class _Commands(click.Group):
         if target is None:
             return None
         module, _, attr = target.partition(":")
-        with _collector_paused():
+        with collector_paused():
             command = getattr(import_module(f"diskguard.commands.{module}"), attr)
         if not isinstance(command, click.Command):  # pragma: no cover - a wrong COMMANDS line
             raise TypeError(f"COMMANDS[{cmd_name!r}] is not a click command: {target}")

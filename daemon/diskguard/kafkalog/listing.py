@@ -311,6 +311,15 @@ class ListingCache:
     def parallel(self) -> bool:
         return self.worker is not None
 
+    @classmethod
+    def started(
+        cls, log_dirs: Iterable[str | os.PathLike[str]], full: bool, worker: Worker | None
+    ) -> ListingCache:
+        """A cache whose worker lists its share of ``log_dirs`` from now on (``start_early``)."""
+        cache = cls(worker=worker)
+        cache.start_early([os.fspath(d) for d in log_dirs], full)
+        return cache
+
     def start_early(self, log_dirs: Iterable[str], full: bool) -> None:
         """With a worker: it starts listing its share of the log dirs' partition dirs now,
         while this process does what comes before the scan (the broker's round trips);

@@ -112,11 +112,10 @@ class RetentionCycle:
         self.worker = worker
         #: A one-shot broker-mode plan's reads, for its second walk (``_plan``).
         self._dated: Dated = {}
+        # Before the Kafka client: its module's import and the broker's answers overlap it.
         cache = listings
         if cache is None:
-            cache = ListingCache(worker=worker)
-            # Before the Kafka client: its module's import and the broker's answers overlap it.
-            cache.start_early([str(d) for d in config.broker.log_dirs], has_byte_budget(config))
+            cache = ListingCache.started(config.broker.log_dirs, has_byte_budget(config), worker)
         if broker is None and config.broker.bootstrap_servers:
             from diskguard.broker.client import BrokerClient  # only where a broker is set
 

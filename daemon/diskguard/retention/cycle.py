@@ -49,7 +49,7 @@ from diskguard.retention.modechoice import ModeChooser
 from diskguard.retention.offline.sweeptargets import preview_sweep
 from diskguard.retention.outcome import CycleOutcome, log_cycle, measure_after
 from diskguard.retention.parallelheads import parallel_heads
-from diskguard.retention.planner import CommittedOffsets, LocalHeads, Plan, plan
+from diskguard.retention.planner import CommittedOffsets, LocalHeads, Plan, placed, plan
 from diskguard.retention.policystore import CACHE_FILE, PolicyStore
 from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.rungaudit import RungResult, asked_by_mount
@@ -473,18 +473,12 @@ class RetentionCycle:
         if not placement:
             return chosen
         here = self.local_broker_id
-        placed = []
+        with_placement = []
         for d in chosen.deletions:
             leader, replicas = placement.get((d.topic, d.partition), (-1, ()))
-            placed.append(
-                replace(
-                    d,
-                    leader=leader if leader >= 0 else None,
-                    replicas=replicas,
-                    also_trims=tuple(r for r in replicas if r != here),
-                )
-            )
-        return replace(chosen, deletions=tuple(placed))
+            also = tuple(r for r in replicas if r != here)
+            with_placement.append(placed(d, leader if leader >= 0 else None, replicas, also))
+        return replace(chosen, deletions=tuple(with_placement))
 
     def _scan_with_policies(self, full: bool, mode: ModeDecision) -> ScanResult:
         """Scan; in broker mode first let the broker say which topics are compacted or tiered

@@ -22,6 +22,7 @@ line saying what the broker answered.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,8 +89,13 @@ class LadderApi:
         self._admin = admin
         self._kafka = kafka
         self.timeout = timeout
+        #: ``log_dirs_soon``'s call: the broker asked, its thread, what it got.
+        self._early: tuple[int, threading.Thread, dict[str, Any]] | None = None
 
     def close(self) -> None:
+        early, self._early = self._early, None
+        if early is not None and early[1].is_alive():
+            return  # never asked for, still connecting: not waited for (a broker down)
         self._kafka.reset()
 
     def _kafka_call(self, what: str, call: Any) -> Any:
@@ -167,8 +173,39 @@ class LadderApi:
             raise LadderCallFailed(f"{what}: {describe_error(exc)}") from exc
 
     # -- log dirs -----------------------------------------------------------------------
+    def log_dirs_soon(self, broker_id: int) -> None:
+        """Ask DescribeLogDirs on a thread now; the next ``log_dirs(broker_id)`` takes its
+        answer (or raises its failure) instead of asking again.
+
+        A one-shot ``plan`` asks after its scan and the policies' round trips, and the call
+        then paid kafka-python's import (~0.14 s), its connection and the round trip on the
+        command's critical path. The answer is as fresh as the daemon's (cached for a check
+        interval). Only where no fork follows: the thread would make one unsafe."""
+        box: dict[str, Any] = {}
+
+        def ask() -> None:
+            try:
+                box["answer"] = self._log_dirs(broker_id)
+            except LadderCallFailed as exc:
+                box["failed"] = exc
+
+        thread = threading.Thread(target=ask, name="diskguard-log-dirs", daemon=True)
+        thread.start()
+        self._early = (broker_id, thread, box)
+
     def log_dirs(self, broker_id: int) -> list[LogDirInfo]:
         """The broker's log dirs (DescribeLogDirs to that broker)."""
+        early, self._early = self._early, None
+        if early is not None and early[0] == broker_id:
+            _id, thread, box = early
+            thread.join()
+            if "failed" in box:
+                raise box["failed"]
+            if "answer" in box:
+                return list(box["answer"])
+        return self._log_dirs(broker_id)
+
+    def _log_dirs(self, broker_id: int) -> list[LogDirInfo]:
 
         def call(admin: Any) -> list[Any]:
             return list(admin.describe_log_dirs(brokers=[broker_id]))

@@ -125,6 +125,9 @@ class Ladder:
                 config.broker.bootstrap_servers, config.broker.client, broker.timeout, "the ladder"
             )
             api = LadderApi(broker.admin, kafka, broker.timeout)
+            if read_only and broker_id is not None:
+                # A one-shot plan observes the broker's log dirs after its scan: asked now.
+                api.log_dirs_soon(broker_id)
         return cls(config, api, audit, requested, read_only=read_only, broker_id=broker_id)
 
     def bind(self, ceilings: Ceilings, forecaster: Forecaster, inputs: PlanInputs) -> None:

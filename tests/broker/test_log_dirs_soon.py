@@ -32,12 +32,16 @@ _ANSWER = [
 class _Admin:
     def __init__(self, fail: bool, release: threading.Event) -> None:
         self.asked: list[list[int]] = []
+        self.replicas: list[dict[str, list[int]]] = []
         self.fail = fail
         self.release = release
 
-    def describe_log_dirs(self, brokers: list[int]) -> list[dict[str, Any]]:
+    def describe_log_dirs(
+        self, topic_partitions: dict[str, list[int]], brokers: list[int]
+    ) -> list[dict[str, Any]]:
         self.release.wait(10)
         self.asked.append(brokers)
+        self.replicas.append(topic_partitions)
         if self.fail:
             raise ConnectionError("refused")
         return _ANSWER
@@ -72,6 +76,10 @@ def test_the_next_call_takes_the_early_answer_and_the_one_after_asks_again() -> 
     assert first.path == "/data/a" and first.online and first.replicas[0].topic == "orders"
     assert api.log_dirs(1) == [first]
     assert admin.asked == [[1], [1]]
+    # The early answer is the dirs' state: a call that wants replicas asks for them.
+    api.log_dirs_soon(1)
+    api.log_dirs(1, {"orders": [0, 0]})
+    assert admin.replicas == [{}, {}, {}, {"orders": [0]}]
 
 
 def test_the_next_call_raises_the_early_failure_without_asking_again() -> None:

@@ -168,3 +168,20 @@ def test_no_target_on_the_same_disk() -> None:
     facts = BalanceFacts((MoveCandidate("m", 0, "/a/kafka", 10 * MiB),), (same,), 10 * MiB, 1.0)
     limits = Limits(85.0, 80.0, reclaim_latency_s=300.0)
     assert climb([fs], _standing(limits), FakeReader({}), balance=facts).moves == ()
+
+
+def test_describe_log_dirs_asks_only_for_the_replicas_a_rung_needs() -> None:
+    from diskguard.kafkalog.scan import ScanResult
+    from diskguard.retention.ladderstate import MoveInFlight
+    from diskguard.retention.moverung import replicas_wanted
+
+    one = make_fs([part("a", 0, [0]), part("a", 1, [0]), part("b", 0, [0])], 10, 90)
+    other = replace(one, usage=replace(one.usage, mount="/data2", device="/dev/y"))
+    move = MoveInFlight("b", 0, "/data/kafka", "/data2/kafka", 5, "/data", 0)
+    # One device (or balancing off): the dirs' state alone, or the replicas moving.
+    assert replicas_wanted(ScanResult((one,)), True, {}) == {}
+    assert replicas_wanted(ScanResult((one, other)), False, {"b-0": move}) == {"b": [0]}
+    # Two devices and balancing on: every replica the scan found (never "all of the
+    # cluster's", which kafka-python would turn into a Metadata request for every topic).
+    wanted = replicas_wanted(ScanResult((one, other)), True, {})
+    assert {t: sorted(set(p)) for t, p in wanted.items()} == {"a": [0, 1], "b": [0]}

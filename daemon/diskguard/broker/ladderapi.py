@@ -174,8 +174,9 @@ class LadderApi:
 
     # -- log dirs -----------------------------------------------------------------------
     def log_dirs_soon(self, broker_id: int) -> None:
-        """Ask DescribeLogDirs on a thread now; the next ``log_dirs(broker_id)`` takes its
-        answer (or raises its failure) instead of asking again.
+        """Ask DescribeLogDirs on a thread now (the dirs' state, no replica); the next
+        ``log_dirs(broker_id)`` that wants no replica takes its answer (or raises its
+        failure) instead of asking again.
 
         A one-shot ``plan`` asks after its scan and the policies' round trips, and the call
         then paid kafka-python's import (~0.14 s), its connection and the round trip on the
@@ -185,7 +186,7 @@ class LadderApi:
 
         def ask() -> None:
             try:
-                box["answer"] = self._log_dirs(broker_id)
+                box["answer"] = self._log_dirs(broker_id, {})
             except LadderCallFailed as exc:
                 box["failed"] = exc
 
@@ -193,22 +194,31 @@ class LadderApi:
         thread.start()
         self._early = (broker_id, thread, box)
 
-    def log_dirs(self, broker_id: int) -> list[LogDirInfo]:
-        """The broker's log dirs (DescribeLogDirs to that broker)."""
+    def log_dirs(
+        self, broker_id: int, replicas: Mapping[str, Sequence[int]] | None = None
+    ) -> list[LogDirInfo]:
+        """The broker's log dirs (DescribeLogDirs to that broker): each dir's state, and the
+        sizes of the ``replicas`` asked for (topic -> partitions; None: none).
+
+        Never "all replicas": kafka-python turns that into a Metadata request for every
+        topic of the cluster and a DescribeLogDirs naming each partition, both sized by the
+        cluster; the dirs' state alone is a few bytes, and the replicas a caller needs are
+        the ones its scan found."""
+        wanted = {topic: sorted(set(parts)) for topic, parts in (replicas or {}).items()}
         early, self._early = self._early, None
-        if early is not None and early[0] == broker_id:
+        if early is not None and early[0] == broker_id and not wanted:
             _id, thread, box = early
             thread.join()
             if "failed" in box:
                 raise box["failed"]
             if "answer" in box:
                 return list(box["answer"])
-        return self._log_dirs(broker_id)
+        return self._log_dirs(broker_id, wanted)
 
-    def _log_dirs(self, broker_id: int) -> list[LogDirInfo]:
+    def _log_dirs(self, broker_id: int, wanted: Mapping[str, list[int]]) -> list[LogDirInfo]:
 
         def call(admin: Any) -> list[Any]:
-            return list(admin.describe_log_dirs(brokers=[broker_id]))
+            return list(admin.describe_log_dirs(topic_partitions=wanted, brokers=[broker_id]))
 
         answer = self._kafka_call("DescribeLogDirs", call)
         out: list[LogDirInfo] = []
@@ -217,7 +227,7 @@ class LadderApi:
                 continue
             for entry in broker.get("log_dirs", ()):
                 code = int(entry.get("error_code", 0))
-                replicas = tuple(
+                found = tuple(
                     ReplicaInfo(
                         topic=str(topic["name"]),
                         partition=int(part["partition_index"]),
@@ -236,7 +246,7 @@ class LadderApi:
                         total_bytes=int(entry.get("total_bytes", -1)),
                         usable_bytes=int(entry.get("usable_bytes", -1)),
                         cordoned=None if cordoned is None else bool(cordoned),
-                        replicas=replicas,
+                        replicas=found,
                     )
                 )
         return out

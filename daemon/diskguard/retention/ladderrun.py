@@ -42,7 +42,7 @@ from diskguard.retention.ladder import (
 from diskguard.retention.ladderstate import LADDER_FILE, LadderState, move_key
 from diskguard.retention.logdirwatch import MetadataWatch, OfflineDirs
 from diskguard.retention.mode import BROKER
-from diskguard.retention.moverung import MoveRung, moving_bytes, real
+from diskguard.retention.moverung import MoveRung, moving_bytes, real, replicas_wanted
 from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.rungaudit import RungResult
 from diskguard.retention.tieredrung import TieredRung
@@ -165,7 +165,8 @@ class Ladder:
         if self.dirs is None or now - self._dirs_at >= max_age:
             self._dirs_at = now
             try:
-                self.dirs = self.api.log_dirs(self.broker_id)
+                wanted = replicas_wanted(scan, self.cfg.balance_log_dirs, self.state.moves())
+                self.dirs = self.api.log_dirs(self.broker_id, wanted)
                 self._ok("log_dirs")
             except LadderCallFailed as exc:
                 if self._first_failure("log_dirs"):

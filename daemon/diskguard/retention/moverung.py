@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 
 from diskguard.broker.ladderapi import LadderApi, LadderCallFailed, LogDirInfo
+from diskguard.kafkalog.scan import ScanResult
 from diskguard.logs import get_logger
 from diskguard.retention.audit import AuditLog
 from diskguard.retention.ladder import BALANCE, Move
@@ -174,4 +175,21 @@ def moving_bytes(state: LadderState) -> dict[str, int]:
     out: dict[str, int] = {}
     for move in state.moves().values():
         out[move.source_mount] = out.get(move.source_mount, 0) + move.bytes
+    return out
+
+
+def replicas_wanted(
+    scan: ScanResult, balance: bool, moves: Mapping[str, MoveInFlight]
+) -> dict[str, list[int]]:
+    """The replicas whose sizes DescribeLogDirs must say (topic -> partitions): every scanned
+    one where the balance rung may move some (on, and log dirs on two devices or more), else
+    those moving (their completion is seen in the answer), else none: the log dirs' state
+    (offline, cordoned) needs no replica."""
+    out: dict[str, list[int]] = {}
+    if balance and len({fs.usage.device for fs in scan.filesystems}) >= 2:
+        for part in (p for fs in scan.filesystems for d in fs.log_dirs for p in d.partitions):
+            out.setdefault(part.topic, []).append(part.partition)
+        return out
+    for move in moves.values():
+        out.setdefault(move.topic, []).append(move.partition)
     return out

@@ -10,6 +10,7 @@ import pytest
 
 from diskguard.daemon.schedule import (
     HINT_PACE_S,
+    QUIET_RESCAN_S,
     STATE_EVERY_S,
     Action,
     Schedule,
@@ -78,6 +79,58 @@ def test_the_periodic_rescan_runs_at_its_interval_and_not_before() -> None:
     assert loop.tick(11.0) == [A.CYCLE]
     assert loop.tick(11.5, finished=True) == [A.RECONCILE]
     assert loop.schedule.next_full == 21.5
+
+
+def test_while_quiet_the_periodic_cycle_becomes_a_consistency_rescan() -> None:
+    loop = Loop(replace(SETTINGS, snapshot_interval_s=1000.0))
+    loop.started()  # the first scan ended at 1.0
+    cycles = []
+    t = 1.0
+    while t < 200.0:
+        t = round(t + 0.5, 1)
+        if A.CYCLE in loop.tick(t, quiet=True):
+            cycles.append(t)
+            loop.tick(t, finished=True)
+    # One rescan a QUIET_RESCAN_S (from the start of the last scan), not one an interval.
+    assert cycles == [QUIET_RESCAN_S, 2 * QUIET_RESCAN_S, 3 * QUIET_RESCAN_S]
+    # Between two, the loop sleeps: never a busy wait on an overdue timer.
+    assert wait_s(loop.schedule, loop.settings, t) == SETTINGS.poll_s
+
+
+def test_quiet_ending_brings_the_periodic_cycle_back_within_an_interval() -> None:
+    loop = Loop(replace(SETTINGS, snapshot_interval_s=1000.0))
+    loop.started()
+    assert loop.tick(11.0, quiet=True) == []  # skipped; looked at again at 21.0
+    assert loop.tick(15.0) == []  # a partition dir changed: not quiet, but not due either
+    assert loop.tick(21.0) == [A.CYCLE]
+
+
+def test_quiet_never_holds_back_a_cycle_that_may_act() -> None:
+    loop = Loop(replace(SETTINGS, snapshot_interval_s=1000.0))
+    loop.started()
+    assert loop.tick(11.0, quiet=True) == []
+    # Over a limit (or predicted to be): a cycle at once, whatever "quiet" said; a stuck
+    # filesystem whose state may have changed too, and a byte budget's check on a hint.
+    assert loop.tick(12.0, quiet=True, over=True) == [A.CYCLE]
+    loop.tick(12.5, finished=True)
+    assert loop.tick(13.0, quiet=True, stuck=True) == [A.CYCLE]
+    loop.tick(13.5, finished=True)
+    assert loop.tick(14.0, quiet=True, hinted=True, byte_budget=True) == [A.CYCLE]
+
+
+def test_a_snapshot_or_a_reload_is_a_rescan_too() -> None:
+    loop = Loop(replace(SETTINGS, snapshot_interval_s=100.0))
+    loop.started()
+    assert loop.tick(QUIET_RESCAN_S, quiet=True) == [A.CYCLE]
+    loop.tick(QUIET_RESCAN_S + 0.5, finished=True)
+    assert loop.tick(101.0, quiet=True) == [A.SNAPSHOT]  # due at 1.0 + 100
+    loop.tick(101.5, finished=True)
+    # The snapshot's full scan counts as the rescan: the next is QUIET_RESCAN_S after it.
+    assert loop.tick(2 * QUIET_RESCAN_S, quiet=True) == []
+    assert loop.tick(101.0 + QUIET_RESCAN_S, quiet=True) == [A.CYCLE]
+    loop.tick(170.0, finished=True)
+    # A reload: everything a plan reads may have changed; a cycle at once, quiet or not.
+    assert loop.tick(175.0, quiet=True, reload=True) == [A.RELOAD, A.CYCLE]
 
 
 def test_over_the_limit_starts_a_cycle_at_once_one_at_a_time() -> None:

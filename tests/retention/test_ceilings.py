@@ -217,3 +217,29 @@ def test_the_stray_read_check_sees_what_it_must() -> None:
         "calls Limits()",
         "calls above()",
     ]
+
+
+def test_well_under_leaves_a_margin_and_the_growth_until_the_next_rescan(tmp_path: Path) -> None:
+    plain = _ceilings(tmp_path, disk_usage_percent=70, target_percent=60)
+    assert plain.well_under(_usage(600 * MiB), span_s=60.0)
+    # Under the ceiling today, but within the margin (1 % of the disk) of it: not quiet.
+    assert not plain.standing(_usage(695 * MiB), OFFLINE).over
+    assert not plain.well_under(_usage(695 * MiB), span_s=60.0)
+    # At 4 MiB/s the next rescan (60 s), the reclaim latency (10 s) and a check period (15 s)
+    # are 340 MiB of growth: 400 MiB is not over today nor by the forecast, yet not quiet.
+    slow = Forecast(4 * MiB, 10.0, 15.0, "settings", horizon_s=5.0, send_in_s=30.0)
+    ahead = _ceilings(tmp_path, slow, disk_usage_percent=70, target_percent=60)
+    assert not ahead.standing(_usage(400 * MiB), BROKER).over
+    assert not ahead.well_under(_usage(400 * MiB), span_s=60.0)
+    assert ahead.well_under(_usage(340 * MiB), span_s=60.0)
+    # A shrinking disk is no reason to be nearer: its rate counts as none.
+    shrinking = _ceilings(
+        tmp_path, Forecast(-4 * MiB, 10.0, 15.0, "settings"), disk_usage_percent=70
+    )
+    assert not shrinking.well_under(_usage(695 * MiB), span_s=60.0)
+    assert shrinking.well_under(_usage(600 * MiB), span_s=60.0)
+
+
+def test_a_byte_budget_is_never_well_under(tmp_path: Path) -> None:
+    budget = _ceilings(tmp_path, disk_usage_percent=70, target_percent=60, max_bytes="5MiB")
+    assert not budget.well_under(_usage(1 * MiB), span_s=60.0)

@@ -151,6 +151,27 @@ class Retention:
             for d in hint.lock_dirs
         )
 
+    def quiet(self, usages: Mapping[str, FilesystemUsage], mounts: int, span_s: float) -> bool:
+        """May the periodic cycle be skipped, as far as retention goes? The last cycle ran
+        and acted on nothing, nothing it left is under way (pending reclaim, DeleteRecords
+        the broker has not carried out, deletions that did not free their space, the
+        ladder's changes), nothing is stuck, and every filesystem is well under its limits
+        for ``span_s`` (``Ceilings.well_under``). Whether the log dirs changed is the
+        hints' to say (the loop). Only while ``idle``."""
+        last = self.last
+        if last is None or last.results or last.rungs or self.stuck.states:
+            return False
+        if len(usages) < mounts:
+            return False  # a filesystem that could not be measured
+        runtime = self.runtime
+        ceilings = runtime.ceilings
+        if ceilings.all_unfreed() or runtime.requested.as_mapping() or runtime.ladder.in_flight():
+            return False
+        return all(
+            ceilings.pending(mount) == 0 and ceilings.well_under(usage, span_s)
+            for mount, usage in usages.items()
+        )
+
     def over_usage(self, usages: Mapping[str, FilesystemUsage]) -> list[str]:
         """The filesystems whose usage is over the ceiling now."""
         return [m for m, u in usages.items() if self.runtime.ceilings.over_usage(u)]

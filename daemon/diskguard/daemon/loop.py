@@ -68,6 +68,9 @@ class Daemon:
         self._wake = threading.Event()
         self._reload = False
         self._hinted = False
+        #: A partition dir (or a ``.lock``) changed since the last cycle started, as far as
+        #: the hints say; a new cycle's scan is what clears it.
+        self._changed = True
         #: A stop left something under way (a cycle waiting on the broker, a probe).
         self.abandoned = False
         self.metrics = Metrics(stale_after=max(60.0, 6 * config.retention.check_interval))
@@ -197,9 +200,16 @@ class Daemon:
         facts: dict[str, bool] = {}
         if retention.idle:
             mounts = len(self.filesystems)
+            hint = self._watch.take()
+            self._changed = self._changed or hint.partitions or bool(hint.lock_dirs)
+            over = self.forecast.over(usages, mounts)
             facts = {
-                "unchanged": retention.unchanged(usages, self._watch.take(), mounts),
-                "over": self.forecast.over(usages, mounts),
+                "unchanged": retention.unchanged(usages, hint, mounts),
+                "over": over,
+                # Only while every dir is watched can "no hint" mean "nothing changed".
+                "quiet": self._watch.complete
+                and not (self._changed or over)
+                and retention.quiet(usages, mounts, self._settings().quiet_rescan_s),
                 "stuck": bool(retention.stuck.states),
                 # Never backed off while some dir is not watched (``Watcher.complete``): a
                 # change there sends no hint, so only the rescan sees it.
@@ -220,8 +230,10 @@ class Daemon:
         if action is Action.RELOAD:
             self._do_reload()
         elif action is Action.CYCLE:
+            self._changed = False  # what changed from here on, the next scan sees
             self.retention.start(full=False)
         elif action is Action.SNAPSHOT:
+            self._changed = False
             self.retention.start(full=True)
         elif action is Action.RECORD_SNAPSHOT:
             # Partition dirs made since the last check may be past the watch limit (watchdog

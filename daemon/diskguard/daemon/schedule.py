@@ -12,7 +12,12 @@ Three clocks, as the loop has always had:
   flow control steps at once (the loop does that every iteration, whatever ``tick`` says)
   and a retention cycle starts when a filesystem is over its ceiling;
 - ``check_interval`` runs a retention cycle regardless (the rescan is the truth), backed off
-  while every filesystem over its limit is stuck and nothing changed;
+  while every filesystem over its limit is stuck and nothing changed, and skipped while the
+  daemon is *quiet* (no partition dir changed since the last scan, every dir watched, every
+  filesystem well under its limits and their forecast): then the rescan is a consistency
+  check every ``QUIET_RESCAN_S``, not each interval's work. A cycle that may act never
+  depends on it: over a limit (or predicted to be) a cycle starts at once, and every cycle
+  lists the log dirs afresh;
 - ``snapshot_interval`` (and every flow/alert transition) runs a full scan for the usage
   snapshot.
 
@@ -37,6 +42,10 @@ STATE_EVERY_S = 5.0
 #: but at most this often, or a busy broker's stream of inotify events would keep it
 #: scanning.
 BUDGET_CHECK_EVERY_S = 1.0
+#: While quiet, the periodic rescan runs this often (seconds; at least ``check_interval``):
+#: the consistency check of what the hints said (inotify can drop events), rebuilding the
+#: model of the log dirs and asking the broker what only it knows (its log dirs' state).
+QUIET_RESCAN_S = 60.0
 
 
 class Action(enum.Enum):
@@ -71,6 +80,11 @@ class Settings:
     max_backoff_s: float = 60.0
 
     @property
+    def quiet_rescan_s(self) -> float:
+        """The periodic rescan's interval while quiet (``QUIET_RESCAN_S``)."""
+        return max(self.check_interval_s, QUIET_RESCAN_S)
+
+    @property
     def poll_every_s(self) -> float:
         """The usage poll, often enough for the watchdog too."""
         if self.watchdog_s:
@@ -101,6 +115,11 @@ class Seen:
     all_stuck: bool = False
     #: ``retention.max_bytes`` is set.
     byte_budget: bool = False
+    #: Nothing a plan reads changed since the last cycle's scan as far as the hints can tell
+    #: (every dir watched, no partition dir changed), and every filesystem is well under its
+    #: limits and their forecast, with nothing pending, stuck or in flight: the periodic
+    #: cycle would repeat the last one.
+    quiet: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,6 +131,8 @@ class Schedule:
     next_state_write: float = 0.0
     next_watchdog: float = 0.0
     next_budget_check: float = 0.0
+    #: The next periodic rescan while quiet (a cycle of any kind resets it).
+    next_rescan: float = 0.0
     last_iteration: float = float("-inf")
     #: The rescan interval now (``check_interval``, doubled while stuck and unchanged).
     backoff_s: float = 0.0
@@ -182,7 +203,13 @@ def _start(s: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, list[
     if s.reload_wanted:
         # A new config: everything a plan reads may have changed, so a cycle runs at once.
         actions.append(Action.RELOAD)
-        s = replace(s, reload_wanted=False, next_full=now, backoff_s=settings.check_interval_s)
+        s = replace(
+            s,
+            reload_wanted=False,
+            next_full=now,
+            next_rescan=now,
+            backoff_s=settings.check_interval_s,
+        )
     backoff = _backoff(s, settings, seen)
     if s.snapshot_wanted:
         actions.append(Action.SNAPSHOT)
@@ -192,6 +219,7 @@ def _start(s: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, list[
             snapshot_wanted=False,
             next_backoff_s=backoff,
             next_snapshot=now + settings.snapshot_interval_s,
+            next_rescan=now + settings.quiet_rescan_s,
         )
         return s, actions
     needs_bytes = (
@@ -202,9 +230,20 @@ def _start(s: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, list[
     # Stuck over a limit and nothing a plan reads has changed: another cycle would only
     # repeat the last one. While stuck, a filesystem going back under also ends it.
     wanted = (seen.over or seen.stuck) and not seen.unchanged
-    if now >= s.next_full or needs_bytes or wanted:
+    periodic = now >= s.next_full
+    if periodic and seen.quiet and not wanted and now < s.next_rescan:
+        # Quiet: this interval's cycle would repeat the last one. Looked at again an interval
+        # on; the consistency rescan stays due at ``next_rescan``.
+        s = replace(s, next_full=min(now + settings.check_interval_s, s.next_rescan))
+        periodic = False
+    if periodic or needs_bytes or wanted:
         actions.append(Action.CYCLE)
-        s = replace(s, running=Action.CYCLE, next_backoff_s=backoff)
+        s = replace(
+            s,
+            running=Action.CYCLE,
+            next_backoff_s=backoff,
+            next_rescan=now + settings.quiet_rescan_s,
+        )
     return s, actions
 
 

@@ -76,21 +76,27 @@ class HintSummary:
     ``structural``: a name appeared, went or moved, or a file written to was closed (a roll,
     a deletion, a checkpoint rewritten): the plan's inputs changed. Appends (``modified``, the
     active segment growing) still wake the loop but change only sizes, which usage shows.
+    ``partitions``: a structural change in a partition dir or of one (a dir made, removed or
+    renamed in a log dir), rather than a log dir's own files (its checkpoints, which a
+    broker rewrites every few seconds whether or not anything changed).
     ``lock_dirs``: dirs whose ``.lock`` had an event; whether that matters is for a probe to
     say, because diskguard's own offline sweep opens ``.lock`` for writing too.
     """
 
     structural: bool = False
     lock_dirs: frozenset[str] = frozenset()
+    partitions: bool = False
 
 
 class _Hint(FileSystemEventHandler):
     """A change under a log dir wakes the loop; what changed is found by rescanning."""
 
-    def __init__(self, wake: Callable[[], None]) -> None:
+    def __init__(self, wake: Callable[[], None], log_dirs: Iterable[str] = ()) -> None:
         self._wake = wake
+        self._log_dirs = frozenset(os.path.normpath(d) for d in log_dirs)
         self._mutex = threading.Lock()
         self._structural = False
+        self._partitions = False
         self._locks: set[str] = set()
 
     def on_any_event(self, event: FileSystemEvent) -> None:
@@ -102,16 +108,21 @@ class _Hint(FileSystemEventHandler):
                 path = os.fsdecode(raw)
                 if not path:
                     continue
+                parent = os.path.dirname(path)
                 if os.path.basename(path) == lockfile.LOCK_FILE:
-                    self._locks.add(os.path.dirname(path))
+                    self._locks.add(parent)
                 elif kind != "modified":
                     self._structural = True
+                    # A log dir's own file (a checkpoint) is not a partition's change.
+                    if event.is_directory or os.path.normpath(parent) not in self._log_dirs:
+                        self._partitions = True
         self._wake()
 
     def take(self) -> HintSummary:
         with self._mutex:
-            summary = HintSummary(self._structural, frozenset(self._locks))
+            summary = HintSummary(self._structural, frozenset(self._locks), self._partitions)
             self._structural = False
+            self._partitions = False
             self._locks.clear()
         return summary
 
@@ -164,7 +175,8 @@ class Watcher:
         except OSError as exc:
             _unwatched(exc)
             return
-        handler = _Hint(self._wake)
+        log_dirs = list(log_dirs)
+        handler = _Hint(self._wake, [str(d) for d in log_dirs])
         reclaim_events = _ReclaimEvents(on_reclaim)
         for log_dir in log_dirs:
             try:

@@ -28,6 +28,7 @@ growth walk the retention through the history one "pending" chunk at a time.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -43,6 +44,10 @@ from diskguard.retention.limits import (
     with_forecast,
 )
 from diskguard.retention.mode import BROKER, OFFLINE
+
+#: "Well under its limits" (``Ceilings.well_under``) leaves at least this share of the
+#: filesystem between the usage, grown as forecast, and the ceiling.
+QUIET_MARGIN_FRACTION = 0.01
 
 if TYPE_CHECKING:
     # Types only: status asks for the limits without importing the planner or the reclaim
@@ -182,6 +187,31 @@ class Ceilings:
         """A cheap "may a plan choose deletions?" before any scan: pending, which only a
         scan measures, counts as none (errs towards yes)."""
         return self.standing(usage, mode, pending=0).over
+
+    def well_under(self, usage: FilesystemUsage, span_s: float) -> bool:
+        """Is ``usage`` so far under the ceiling that no cycle within ``span_s`` seconds could
+        choose anything, even at the forecast's growth? Errs towards no: nothing counts as
+        pending, the growth runs over the broker's reclaim latency plus ``span_s`` plus a
+        check period with no horizon and no deferral, and ``QUIET_MARGIN_FRACTION`` of the
+        filesystem is left on top. A byte budget (``max_bytes``) is never well under: only a
+        full scan measures it."""
+        if self.byte_budget:
+            return False
+        limits = self.limits(BROKER, usage.mount)
+        ahead = replace(
+            limits,
+            growth_bytes_per_s=max(0.0, limits.growth_bytes_per_s),
+            reclaim_latency_s=limits.reclaim_latency_s + span_s,
+            forecast_horizon_s=math.inf,
+            defer_forecast=False,
+        )
+        margin = int((usage.used_bytes + usage.available_bytes) * QUIET_MARGIN_FRACTION)
+        padded = replace(
+            usage,
+            used_bytes=usage.used_bytes + margin,
+            available_bytes=max(0, usage.available_bytes - margin),
+        )
+        return not stand(padded, ahead, 0).over
 
     def room_above_ceiling(self, usage: FilesystemUsage) -> int:
         """Bytes between the ceiling and a full disk."""

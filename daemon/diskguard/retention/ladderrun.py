@@ -135,6 +135,11 @@ class Ladder:
         the known topic policies and segment ages."""
         self._bound = (ceilings, forecaster, inputs)
 
+    def in_flight(self) -> bool:
+        """Something the ladder started is not finished: a topic's local retention lowered,
+        a replica move, a cordon of ours. Each cycle's ``settle`` carries it on."""
+        return bool(self.state.lowered() or self.state.moves() or self.state.cordoned())
+
     def moving_bytes(self) -> dict[str, int]:
         """Per source mount: bytes of replicas being moved off it (on their way out)."""
         return moving_bytes(self.state)

@@ -91,8 +91,8 @@ def test_while_quiet_the_periodic_cycle_becomes_a_consistency_rescan() -> None:
         if A.CYCLE in loop.tick(t, quiet=True):
             cycles.append(t)
             loop.tick(t, finished=True)
-    # One rescan a QUIET_RESCAN_S (from the start of the last scan), not one an interval.
-    assert cycles == [QUIET_RESCAN_S, 2 * QUIET_RESCAN_S, 3 * QUIET_RESCAN_S]
+    # One rescan a QUIET_RESCAN_S (from the end of the last scan), not one an interval.
+    assert cycles == [1.0 + QUIET_RESCAN_S, 1.0 + 2 * QUIET_RESCAN_S, 1.0 + 3 * QUIET_RESCAN_S]
     # Between two, the loop sleeps: never a busy wait on an overdue timer.
     assert wait_s(loop.schedule, loop.settings, t) == SETTINGS.poll_s
 
@@ -121,16 +121,33 @@ def test_quiet_never_holds_back_a_cycle_that_may_act() -> None:
 def test_a_snapshot_or_a_reload_is_a_rescan_too() -> None:
     loop = Loop(replace(SETTINGS, snapshot_interval_s=100.0))
     loop.started()
-    assert loop.tick(QUIET_RESCAN_S, quiet=True) == [A.CYCLE]
-    loop.tick(QUIET_RESCAN_S + 0.5, finished=True)
+    assert loop.tick(1.0 + QUIET_RESCAN_S, quiet=True) == [A.CYCLE]
+    loop.tick(1.0 + QUIET_RESCAN_S, finished=True)
     assert loop.tick(101.0, quiet=True) == [A.SNAPSHOT]  # due at 1.0 + 100
     loop.tick(101.5, finished=True)
     # The snapshot's full scan counts as the rescan: the next is QUIET_RESCAN_S after it.
-    assert loop.tick(2 * QUIET_RESCAN_S, quiet=True) == []
-    assert loop.tick(101.0 + QUIET_RESCAN_S, quiet=True) == [A.CYCLE]
+    assert loop.tick(2 * QUIET_RESCAN_S + 1.0, quiet=True) == []
+    assert loop.tick(101.5 + QUIET_RESCAN_S, quiet=True) == [A.CYCLE]
     loop.tick(170.0, finished=True)
     # A reload: everything a plan reads may have changed; a cycle at once, quiet or not.
     assert loop.tick(175.0, quiet=True, reload=True) == [A.RELOAD, A.CYCLE]
+
+
+def test_quiet_with_snapshots_every_rescan_interval_is_one_cycle_an_interval() -> None:
+    loop = Loop(replace(SETTINGS, snapshot_interval_s=QUIET_RESCAN_S))
+    loop.started()
+    started = []
+    t = 1.0
+    while t < 400.0:
+        t = round(t + 0.5, 1)
+        actions = loop.tick(t, quiet=True)
+        started += [(t, a) for a in actions if a in (A.CYCLE, A.SNAPSHOT)]
+        if started and started[-1][0] == t:
+            loop.tick(t + 0.5, finished=True)
+            t += 0.5
+    # The snapshot is the rescan: no extra cycle just before each.
+    assert [a for _t, a in started] == [A.SNAPSHOT] * len(started)
+    assert len(started) == 6
 
 
 def test_over_the_limit_starts_a_cycle_at_once_one_at_a_time() -> None:

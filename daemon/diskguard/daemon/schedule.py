@@ -131,7 +131,7 @@ class Schedule:
     next_state_write: float = 0.0
     next_watchdog: float = 0.0
     next_budget_check: float = 0.0
-    #: The next periodic rescan while quiet (a cycle of any kind resets it).
+    #: The next periodic rescan while quiet (the end of a cycle of any kind resets it).
     next_rescan: float = 0.0
     last_iteration: float = float("-inf")
     #: The rescan interval now (``check_interval``, doubled while stuck and unchanged).
@@ -180,7 +180,15 @@ def tick(schedule: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, 
         if not s.started:
             actions.append(Action.ANNOUNCE_STARTED)
             s = replace(s, started=True)
-        s = replace(s, running=None, backoff_s=s.next_backoff_s, next_full=now + s.next_backoff_s)
+        s = replace(
+            s,
+            running=None,
+            backoff_s=s.next_backoff_s,
+            next_full=now + s.next_backoff_s,
+            # Like the snapshot's, from the end of the scan: the rescan and a snapshot due
+            # together are one cycle (the snapshot's), not two.
+            next_rescan=now + settings.quiet_rescan_s,
+        )
     if (now >= s.next_snapshot and s.running is not Action.SNAPSHOT) or seen.transitions:
         s = replace(s, snapshot_wanted=True)
     if s.running is None:
@@ -219,7 +227,6 @@ def _start(s: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, list[
             snapshot_wanted=False,
             next_backoff_s=backoff,
             next_snapshot=now + settings.snapshot_interval_s,
-            next_rescan=now + settings.quiet_rescan_s,
         )
         return s, actions
     needs_bytes = (
@@ -238,12 +245,7 @@ def _start(s: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, list[
         periodic = False
     if periodic or needs_bytes or wanted:
         actions.append(Action.CYCLE)
-        s = replace(
-            s,
-            running=Action.CYCLE,
-            next_backoff_s=backoff,
-            next_rescan=now + settings.quiet_rescan_s,
-        )
+        s = replace(s, running=Action.CYCLE, next_backoff_s=backoff)
     return s, actions
 
 

@@ -99,6 +99,11 @@ class FlowControl:
             if self.ballast is not None:
                 self.ballast.on_transition(change)
 
+    def engaged(self) -> bool:
+        """Some filesystem is overfull (producers held back) or at an alert level: each
+        cycle's ``reconcile`` keeps the actuators' view of its topics current."""
+        return any(s.overfull or s.alert_level for s in self.states.values())
+
     def reconcile(self, topics: Mapping[str, list[str]]) -> None:
         """The actuators' whole view again (a topic created while its disk is overfull needs
         its ACL too)."""

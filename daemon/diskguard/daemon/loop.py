@@ -208,7 +208,7 @@ class Daemon:
                 "over": over,
                 # Only while every dir is watched can "no hint" mean "nothing changed".
                 "quiet": self._watch.complete
-                and not (self._changed or over)
+                and not (self._changed or over or self.flow.engaged())
                 and retention.quiet(usages, mounts, self._settings().quiet_rescan_s),
                 "stuck": bool(retention.stuck.states),
                 # Never backed off while some dir is not watched (``Watcher.complete``): a

@@ -194,10 +194,12 @@ def test_a_day_long_wall_clock_jump_keeps_the_cycle_cadence(
         thread.join(timeout=10)
     assert not thread.is_alive() and result == [0]
     for offset, ticks in zip((0, "+1 day", "-1 day", 0), phases, strict=True):
-        # check_interval 0.3 s: ~5 cycles per 1.5 s; neither stalled (0) nor rushed (dozens).
-        assert 3 <= len(ticks) <= 9, (offset, len(ticks))
+        # Quiet (well under its limit, nothing changing), the periodic cycle of each 0.3 s
+        # check_interval is skipped: the snapshots' every 0.7 s are the cycles, ~2 per 1.5 s;
+        # neither stalled (0) nor rushed (dozens).
+        assert 1 <= len(ticks) <= 5, (offset, len(ticks))
         gaps = [b - a for a, b in itertools.pairwise(ticks)]
-        assert max(gaps) < 1.0, (offset, gaps)
+        assert not gaps or max(gaps) < 1.2, (offset, gaps)
     # Snapshots kept coming too, stamped with the (jumped) wall clock they are about.
     spool = tmp_path / "state" / "spool"
     records = [

@@ -206,8 +206,10 @@ class Daemon:
             facts = {
                 "unchanged": retention.unchanged(usages, hint, mounts),
                 "over": over,
-                # Only while every dir is watched can "no hint" mean "nothing changed".
-                "quiet": self._watch.complete
+                # Only while every dir is watched can "no hint" mean "nothing changed"; asked
+                # only when the periodic cycle is due (the one thing it may skip).
+                "quiet": now >= self.schedule.next_full
+                and self._watch.complete
                 and not (self._changed or over or self.flow.engaged())
                 and retention.quiet(usages, mounts, self._settings().quiet_rescan_s),
                 "stuck": bool(retention.stuck.states),

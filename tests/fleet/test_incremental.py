@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,19 +83,42 @@ def full_run(
     return _run(spark, str(spool), tmp_path_factory.mktemp("full"))
 
 
-def test_folding_day_by_day_gives_the_full_recompute_report(
+@dataclass(frozen=True)
+class DayByDay:
+    """The spool folded one day a run into ``summaries``; ``after_day0``: a copy of the
+    summaries as the first run left them."""
+
+    spool: Path
+    summaries: Path
+    after_day0: Path
+    results: list[JobResult]
+
+
+@pytest.fixture(scope="module")
+def day_by_day(
     spark: Any,
     days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> DayByDay:
+    """Shared by the tests that start from folded days (a Spark run each costs seconds)."""
+    root = tmp_path_factory.mktemp("day-by-day")
+    spool = _write_days(root / "spool", days_fleet[1])
+    summaries, after_day0 = root / "summaries", root / "after-day0"
+    results = []
+    for d in range(DAYS):
+        results.append(_run(spark, str(spool / f"day{d}-*.jsonl"), root / f"out{d}", summaries))
+        if d == 0:
+            shutil.copytree(summaries, after_day0)
+    return DayByDay(spool, summaries, after_day0, results)
+
+
+def test_folding_day_by_day_gives_the_full_recompute_report(
+    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
+    day_by_day: DayByDay,
     full_run: JobResult,
-    tmp_path: Path,
 ) -> None:
-    records, by_day = days_fleet
-    spool = _write_days(tmp_path / "spool", by_day)
-    summaries = tmp_path / "summaries"
-    results = [
-        _run(spark, str(spool / f"day{d}-*.jsonl"), tmp_path / f"out{d}", summaries)
-        for d in range(DAYS)
-    ]
+    records, _ = days_fleet
+    results = day_by_day.results
     last = results[-1]
     assert_same_report(last, full_run)
     # day 2 brings late snapshots of day 0: that day is rewritten too
@@ -146,18 +170,14 @@ def test_the_episodes_timeline_crosses_midnight_and_gaps(
 
 
 def test_a_rerun_over_the_same_input_adds_nothing(
-    spark: Any,
-    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
-    full_run: JobResult,
-    tmp_path: Path,
+    spark: Any, day_by_day: DayByDay, full_run: JobResult, tmp_path: Path
 ) -> None:
-    spool = _write_days(tmp_path / "spool", days_fleet[1])
-    summaries = tmp_path / "summaries"
-    first = _run(spark, str(spool), tmp_path / "out1", summaries)
+    """Over the whole spool, every file of which the day-by-day runs folded."""
+    spool, summaries = day_by_day.spool, day_by_day.summaries
     again = _run(spark, str(spool), tmp_path / "out2", summaries)
     assert again.fold is not None
     assert (again.fold.read.ok, again.fold.files, again.fold.new_snapshots) == (0, 0, 0)
-    assert_same_report(again, first)
+    assert_same_report(again, day_by_day.results[-1])
     assert_same_report(again, full_run)
     # a file touched (same content, new mtime) is read again; its snapshots are known
     touched = spool / "day1-a.jsonl"
@@ -181,15 +201,14 @@ def test_a_growing_spool_file_is_read_again_and_counted_once(
     spool.mkdir()
     growing = spool / "00000001.jsonl"
     summaries = tmp_path / "summaries"
-    thirds = [
-        lines[: len(lines) // 3],
-        lines[len(lines) // 3 : 2 * len(lines) // 3],
-        lines[2 * len(lines) // 3 :],
-    ]
-    for i, part in enumerate(thirds):
+    halves = [lines[: len(lines) // 2], lines[len(lines) // 2 :]]
+    for i, part in enumerate(halves):
         with growing.open("a") as f:
             f.write("\n".join(part) + "\n")
         result = _run(spark, str(spool), tmp_path / f"out{i}", summaries)
+    # the second run read the whole file again: its first half was known
+    assert result.fold is not None and result.fold.files == 1
+    assert result.fold.read.ok > result.fold.new_snapshots > 0
     # the full run read the same lines in six files: same records, same report
     assert_same_report(result, full_run)
 
@@ -217,14 +236,14 @@ def test_a_window_of_days_reports_on_those_days(
 
 def test_a_run_that_dies_or_loses_a_race_leaves_the_summaries_whole(
     spark: Any,
-    days_fleet: tuple[list[dict[str, Any]], dict[int, list[str]]],
+    day_by_day: DayByDay,
     full_run: JobResult,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    spool = _write_days(tmp_path / "spool", days_fleet[1])
-    summaries = tmp_path / "summaries"
-    _run(spark, str(spool / "day0-*.jsonl"), tmp_path / "out0", summaries)
+    spool = day_by_day.spool
+    summaries = tmp_path / "summaries"  # as the run of day 0 left them
+    shutil.copytree(day_by_day.after_day0, summaries)
     # a run that died after writing its days, before publishing them
     orphan = summaries / "disks" / "day=2026-09-23" / "v=0000000002-deadbeef"
     orphan.mkdir(parents=True)

@@ -46,6 +46,14 @@ def _env(pythonpath: Path) -> dict[str, str]:
     return env
 
 
+def _refuse_a_crash(which: str, name: str, proc: subprocess.CompletedProcess[bytes]) -> None:
+    """Stop at a command that crashed: the time it took to fail is not a start-up time (a
+    baseline whose dependencies this venv lacks fails at its first import, fast)."""
+    if proc.returncode == 1 or b"Traceback" in proc.stderr:
+        last = (proc.stderr.decode(errors="replace").strip().splitlines() or ["(no stderr)"])[-1]
+        raise SystemExit(f"{which}: `diskguard {name}` crashed (exit {proc.returncode}): {last}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
@@ -80,13 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         for which in list(trees) if i % 2 == 0 else reversed(list(trees)):
             for name, cmd in COMMANDS.items():
                 t = time.perf_counter()
-                subprocess.run(
+                proc = subprocess.run(
                     [sys.executable, "-m", "diskguard", *cmd, "-c", str(config)],
                     env=_env(trees[which]),
                     capture_output=True,
                     check=False,
                 )
                 times[which][name].append(time.perf_counter() - t)
+                _refuse_a_crash(which, name, proc)
     result = {
         "benchmark": "startup",
         "baseline": args.baseline,

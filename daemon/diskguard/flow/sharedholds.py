@@ -8,6 +8,12 @@ view. The actuators record what they are about to create in the ledger and call
 the operator's. Without a registry (no broker configured, or tests) the view is this guard
 alone. When the registry cannot be read the view is marked incomplete: the actuators still
 hold what this guard needs, but lift nothing (another guard may need it).
+
+A registry that does not answer for less than a lease (its partition's leader restarting,
+an ``acks=all`` write waiting for a follower that was just killed) fails nothing: this
+guard's record still counts until its lease runs out, so the pass is only retried (at the
+next renewal, every ``lease / 3``). Only a registry silent for longer than a lease, when
+the other guards may no longer count this guard's holds, is an ``actuator_failed``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from diskguard.flow.actuator import Ledger, actuator_log
+from diskguard.flow.actuator import ActuatorError, Ledger, actuator_log
 from diskguard.flow.holds import (
     ClusterHolds,
     GuardHold,
@@ -80,6 +86,9 @@ class SharedHolds:
         #: Since when (this guard's clock, ms) the registry has answered every read and write;
         #: None after a failure. While the topic did not answer, no guard could renew.
         self._answering_since: int | None = None
+        #: When the registry last answered a call (this guard's clock, ms); None before the
+        #: first call. A silence shorter than a lease is retried, not reported.
+        self._answered_ms: int | None = None
         #: The others' records changed since the previous refresh (a pass must re-check).
         self.changed = False
 
@@ -126,9 +135,9 @@ class SharedHolds:
             records = self.registry.read()
         except Exception as exc:
             self._complete = False
-            self._answering_since = None
-            self._ledger.broker_failed("holds", "read", exc)
+            self._registry_failed("read", exc)
             return self.view()
+        self._answered()
         if self._answering_since is None:
             self._answering_since = self.now_ms()
         mine = records.get(self.identity.guard)
@@ -189,8 +198,9 @@ class SharedHolds:
             try:
                 self.registry.remove(hold.guard)
             except Exception as exc:
-                self._ledger.broker_failed("holds", "remove", exc)
+                self._registry_failed("remove", exc)
                 continue
+            self._answered()
             self._others.pop(hold.guard, None)
 
     def _merge_owned(
@@ -234,10 +244,34 @@ class SharedHolds:
                 self._published = body
         except Exception as exc:
             self._published = None
-            self._answering_since = None
-            self._ledger.broker_failed("holds", "publish", exc)
+            self._registry_failed("publish", exc)
             return False
+        self._answered()
         return True
+
+    def _answered(self) -> None:
+        self._answered_ms = self.now_ms()
+
+    def _registry_failed(self, action: str, exc: BaseException) -> None:
+        """A registry call failed: no lease is judged until it answers again for a lease
+        (``_answering_since``); reported as ``actuator_failed`` only once the registry has
+        not answered for longer than this guard's lease (see the module docstring)."""
+        self._answering_since = None
+        now = self.now_ms()
+        if self._answered_ms is None:
+            self._answered_ms = now  # the silence starts with the first call
+        silent_s = (now - self._answered_ms) / 1000
+        if silent_s < self.identity.lease_s:
+            # The registry dropped its clients already; the next pass reconnects.
+            actuator_log().debug(
+                "holds_registry_retrying", action=action, error=str(exc), silent_s=silent_s
+            )
+            return
+        error = ActuatorError(
+            f"{exc} (the holds topic has not answered for {silent_s:.0f} s, "
+            f"more than the lease of {self.identity.lease_s:g} s)"
+        )
+        self._ledger.broker_failed("holds", action, error)
 
 
 def quota_needs(entities: list[QuotaEntity], rate: float) -> dict[str, tuple[QuotaEntity, float]]:

@@ -64,13 +64,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--days", type=_days, default=None, help="report on the last N days summarised"
     )
+    parser.add_argument(
+        "--kafka-config",
+        default=None,
+        help="librdkafka settings (key=value lines) for a kafka:// input's cluster",
+    )
     args = parser.parse_args(argv)
     master = args.master
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = DEFAULT_MASTER
     try:
         where = summaries_location(args.output, args.summaries, args.incremental)
-        result = aggregate(args.input, args.output, master, summaries=where, days=args.days)
+        result = aggregate(
+            args.input,
+            args.output,
+            master,
+            summaries=where,
+            days=args.days,
+            kafka_config=args.kafka_config,
+        )
     except DiskguardError as exc:  # bad input: 2; Spark or the Kafka source failed: 1
         print(f"diskguard aggregate: {exc}", file=sys.stderr)
         return int(exc.exit_code)

@@ -533,3 +533,95 @@ def test_one_brokers_trims_are_pending_reclaim_on_the_others(
         assert enforced.returncode == 0, enforced.stdout + enforced.stderr
         assert [e for e in json_events(enforced.stdout) if e["event"] == "delete_records"] == []
         assert watermarks(cluster, follow, 1)[0] == lows
+
+
+# ------------------------------------------------------------------ the fleet, for real
+
+
+@pytest.mark.spark
+def test_the_fleet_report_says_which_broker_filled_first(
+    real_cluster: GuardedCluster, tmp_path: Path
+) -> None:
+    """The three guards ship their snapshots to ONE topic of the cluster (spool, then Kafka,
+    as ``User:diskguard``); ``diskguard aggregate`` (Spark local mode, the Kafka source, the
+    cluster's SASL settings from ``--kafka-config``) reads every record of it once and
+    reports three hosts, each one's growth and time to full, and which broker filled first:
+    broker 2, whose disk grows twice as fast as broker 1's (broker 3's never goes overfull).
+    It also stands for the Kafka source on a real broker (what the single-broker aggregate
+    test used to show: every record read, none twice)."""
+    from support.kafka.broker import sasl_client_settings
+    from support.kafka.guarded import USERS
+
+    cluster = real_cluster
+    topic = "fleet-snapshots"
+    cluster.cluster.create_topic(topic, 3, 3)
+    configs = {
+        i: cluster.guard_config(
+            tmp_path,
+            i,
+            flow_control=flow(cluster, i, []),
+            snapshots={"topic": topic, "interval": "1s"},
+        )
+        for i in (1, 2, 3)
+    }
+    step = {1: 0.02, 2: 0.04, 3: 0.01}  # of each disk per second: broker 2 fills first
+    guards = {i: DaemonProc(c) for i, c in configs.items()}
+    try:
+        for guard in guards.values():
+            guard.wait_for("daemon_started", timeout=60)
+            guard.wait_for("snapshot_shipped", timeout=60)
+        for n in range(8):
+            for i, share in step.items():
+                cluster.fill(i, share, name=f"growth-{n}.bin")
+            time.sleep(1)
+        first = guards[2].wait_for("overfull", timeout=30)
+        second = guards[1].wait_for("overfull", timeout=30)
+        assert first["_t"] < second["_t"]
+        assert guards[3].named("overfull") == []
+        time.sleep(2)  # a last snapshot of each disk, shipped
+        for guard in guards.values():
+            assert guard.stop() == 0
+    finally:
+        for guard in guards.values():
+            guard.kill()
+    client = tmp_path / "aggregate.properties"
+    client.write_text(
+        "".join(
+            f"{k}={v}\n" for k, v in sasl_client_settings("diskguard", USERS["diskguard"]).items()
+        )
+    )
+    out = tmp_path / "fleet"
+    proc = run_cli(
+        "aggregate",
+        "--input",
+        f"kafka://{cluster.cluster.bootstrap}/{topic}",
+        "--kafka-config",
+        str(client),
+        "--output",
+        str(out),
+        "--master",
+        "local[2]",
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    lows, highs = watermarks(cluster, topic, 3)
+    assert summary["records"] == sum(highs) - sum(lows) > 0, summary["records"]
+    assert summary["duplicates"] == 0 and sum(summary["bad_records"].values()) == 0
+    disks = {d["host"]: d for d in summary["disks"]}
+    assert set(disks) == {"kafka-1", "kafka-2", "kafka-3"}, sorted(disks)
+    growth = {host: d["growth_bytes_per_hour"] for host, d in disks.items()}
+    assert growth["kafka-2"] > growth["kafka-1"] > growth["kafka-3"] > 0, growth
+    hours = {host: d["hours_to_full"] for host, d in disks.items()}
+    assert all(h is not None and h > 0 for h in hours.values()), hours
+    assert hours["kafka-2"] < hours["kafka-1"] < hours["kafka-3"], hours
+    order = summary["fill_order"]
+    assert order["fills_first"]["host"] == "kafka-2", order
+    assert order["fills_first"]["basis"] == "overfull"
+    assert [d["host"] for d in order["disks"]] == ["kafka-2", "kafka-1"], order
+    page = (out / "report.html").read_text()
+    text = " ".join(re.sub(r"<[^>]+>", " ", page).split())
+    assert f"kafka-2:{disks['kafka-2']['mount']} filled first" in text
+    assert "3 hosts, 3 disks" in text
+    for host in disks:
+        assert f'<td class="l">{host}</td>' in page, host

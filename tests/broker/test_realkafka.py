@@ -388,26 +388,6 @@ def test_kafka_sink_ships_the_spool_to_a_topic(
     assert all(key == record["host"].encode() for key, record in got)
 
 
-@pytest.mark.spark
-def test_aggregate_reads_the_topic_with_the_kafka_source(
-    real_kafka: RealBroker, shipped_snapshots: list[dict[str, Any]], tmp_path: Path
-) -> None:
-    out = tmp_path / "fleet"
-    proc = diskguard(
-        "aggregate",
-        "--input",
-        f"kafka://{real_kafka.bootstrap}/{SNAPSHOT_TOPIC}",
-        "--output",
-        str(out),
-        "--master",
-        "local[2]",
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["records"] == SNAPSHOTS and summary["duplicates"] == 0
-
-
 # ----------------------------------------------------------------------------- plan / enforce
 
 

@@ -31,6 +31,7 @@ from diskguard.fleet.aggregation import (
     summarize_disks,
     used_ratio,
 )
+from diskguard.fleet.fillorder import fill_order
 
 T0 = 1_790_000_000_000
 
@@ -169,9 +170,57 @@ def test_summarize_disks() -> None:
     assert d1.overfull_seconds == pytest.approx(2 * 3600)
     assert d1.deleted_bytes == 18
     assert d1.peak_alert_level == 2
+    assert d1.first_overfull_ts_ms == T0 + 2 * hour
     d2 = summary[("h2", "/d")]
     assert d2.growth_bytes_per_hour is None
     assert d2.hours_to_full is None
+    assert d2.first_overfull_ts_ms is None
+
+
+def _disk(host: str, **fields: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "host": host,
+        "mount": "/data",
+        "last_ts_ms": T0,
+        "first_overfull_ts_ms": None,
+        "hours_to_full": None,
+        "forecast_status": "not_enough_data",
+    }
+    return {**row, **fields}
+
+
+def test_fill_order_ranks_what_filled_before_what_will() -> None:
+    """Went overfull: by the first overfull snapshot, however soon another's forecast says
+    it fills; then trusted forecasts (ok, weak fit) soonest first; the rest unranked."""
+    disks = [
+        _disk("late", first_overfull_ts_ms=T0 + 5000),
+        _disk("soon", hours_to_full=1.0, forecast_status="ok"),
+        _disk("weak", hours_to_full=0.5, forecast_status="weak_fit"),
+        _disk("early", first_overfull_ts_ms=T0 + 1000, hours_to_full=0.1, forecast_status="ok"),
+        _disk("noise", hours_to_full=0.01, forecast_status="not_enough_data"),
+        _disk("flat", forecast_status="not_growing"),
+    ]
+    order = fill_order(disks)
+    assert [(r.host, r.basis) for r in order.ranks] == [
+        ("early", "overfull"),
+        ("late", "overfull"),
+        ("weak", "forecast"),
+        ("soon", "forecast"),
+    ]
+    assert order.first is not None and order.first.ts_ms == T0 + 1000
+    assert order.ranks[3].ts_ms == T0 + int(MS_PER_HOUR)
+    summary = order.as_dict()
+    assert summary["fills_first"]["host"] == "early"
+    assert [d["host"] for d in summary["disks"]] == ["early", "late", "weak", "soon"]
+    assert summary["disks"][2]["forecast_status"] == "weak_fit"
+    # Nothing filled and nothing forecast: no answer rather than a guess.
+    assert fill_order([_disk("noise", hours_to_full=0.01)]).as_dict() == {
+        "fills_first": None,
+        "disks": [],
+    }
+    # Ties by host: the same answer whatever the input order.
+    tied = [_disk(h, first_overfull_ts_ms=T0) for h in ("b", "a")]
+    assert [r.host for r in fill_order(tied).ranks] == ["a", "b"]
 
 
 def test_fleet_skew_is_against_the_mean_of_hosts() -> None:

@@ -310,3 +310,42 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert drawn > width * height // 20, f"only {drawn} non-background pixels: a blank page?"
     assert blue > 200, "no usage series drawn"
     assert red > 50, "no red forecast or alarm drawn"
+
+
+def test_the_report_says_which_disk_filled_first() -> None:
+    """The disk whose guard said overfull first is named first, the next one with how much
+    later; a disk with only a trusted forecast follows; one with neither is named as not
+    ranked, with why."""
+    t0 = 1_795_000_000_000
+    base = {
+        "mount": "/data",
+        "first_ts_ms": t0 - 3_600_000,
+        "last_ts_ms": t0 + 60_000,
+        "snapshots": 20,
+        "growth_r2": 0.9,
+    }
+    disks = [
+        {**base, "host": "kafka-1", "first_overfull_ts_ms": t0 + 37_000,
+         "forecast_status": "not_enough_data", "hours_to_full": 0.2},
+        {**base, "host": "kafka-2", "first_overfull_ts_ms": t0,
+         "forecast_status": "not_enough_data", "hours_to_full": 0.1},
+        {**base, "host": "kafka-3", "first_overfull_ts_ms": None,
+         "forecast_status": "ok", "hours_to_full": 30.0},
+        {**base, "host": "kafka-4", "first_overfull_ts_ms": None,
+         "forecast_status": "not_growing", "hours_to_full": None},
+    ]  # fmt: skip
+    html = report.fill_order_html(disks)
+    text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    assert "kafka-2:/data filled first : its guard said overfull at" in text, text
+    items = re.findall(r"<li>(.*?)</li>", html)
+    assert [i.split(":")[0] for i in items] == ["kafka-2", "kafka-1", "kafka-3"]
+    assert "overfull 37 s later" in items[1]
+    assert "forecast full in 30.0 h" in items[2]
+    assert (
+        "Not ranked (never overfull, no forecast worth the name): kafka-4:/data (not growing)"
+        in text
+    )
+    nothing = report.fill_order_html([disks[3]])
+    assert "No disk went overfull in this window, and none has a forecast worth the name" in nothing
+    future = report.fill_order_html([disks[2]])
+    assert "kafka-3:/data will fill first</b>: full in 30.0 h" in future

@@ -90,6 +90,7 @@ def test_disks_match_the_pure_reference(file_run: JobResult, fleet: Fleet) -> No
         assert row["deleted_bytes"] == ref.deleted_bytes  # duplicates not summed twice
         assert row["peak_alert_level"] == ref.peak_alert_level
         assert row["overfull_episodes"] == ref.overfull_episodes
+        assert row["first_overfull_ts_ms"] == ref.first_overfull_ts_ms
         assert row["overfull_seconds"] == pytest.approx(ref.overfull_seconds, abs=1e-6)
         if ref.growth_bytes_per_hour is not None:
             assert row["growth_bytes_per_hour"] == pytest.approx(
@@ -218,6 +219,47 @@ def test_resolve_input_errors(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_text("")
     with pytest.raises(NoInputError, match="empty"):
         resolve_input(str(tmp_path / "*.jsonl"))
+
+
+def test_kafka_config_is_a_checked_properties_file(tmp_path: Path) -> None:
+    """``--kafka-config``: librdkafka settings for a secured cluster, from a file (secrets
+    stay off the command line); what the source sets itself, a malformed line, an unknown
+    property and a missing file are each one line naming the file (and line)."""
+    from diskguard.fleet.inputs import SourceError
+    from diskguard.fleet.kafkasource import read_client_settings
+
+    good = tmp_path / "client.properties"
+    good.write_text(
+        "# the aggregate job's account\n! also a comment\n\nsecurity.protocol = SASL_PLAINTEXT\n"
+        "sasl.mechanism=PLAIN\nsasl.username=ops\nsasl.password=s=cret\n"
+    )
+    assert read_client_settings(str(good)) == {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "ops",
+        "sasl.password": "s=cret",
+    }
+    cases = {
+        "group.id=mine\n": r":1: group.id is set by diskguard aggregate itself",
+        "security.protocol\n": r":1: expected key=value",
+        "no.such.property=1\n": r"No such configuration property",
+    }
+    for text, error in cases.items():
+        bad = tmp_path / "bad.properties"
+        bad.write_text(text)
+        with pytest.raises(SourceError, match=error):
+            resolve_input("kafka://127.0.0.1:9/t", kafka_config=str(bad))
+    with pytest.raises(SourceError, match=r"missing\.properties: cannot read it"):
+        resolve_input("kafka://127.0.0.1:9/t", kafka_config=str(tmp_path / "missing.properties"))
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    with pytest.raises(SourceError, match="for a kafka:// source only"):
+        resolve_input(str(tmp_path / "a.jsonl"), kafka_config=str(good))
+    proc = _cli(
+        "aggregate", "--input", "kafka://127.0.0.1:9/t", "--kafka-config", str(bad),
+        "--output", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "bad.properties" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

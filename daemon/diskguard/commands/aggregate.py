@@ -43,6 +43,14 @@ from diskguard.cli import no_traceback
     default=None,
     help="Report on the last N days summarised (default: all).",
 )
+@click.option(
+    "--kafka-config",
+    "kafka_config",
+    default=None,
+    metavar="FILE",
+    help="librdkafka settings (key=value lines) for a kafka:// input's cluster:"
+    " security.protocol, sasl.*, ssl.*.",
+)
 @no_traceback
 def aggregate_command(
     source: str,
@@ -51,6 +59,7 @@ def aggregate_command(
     incremental: bool,
     summaries: str | None,
     days: int | None,
+    kafka_config: str | None,
 ) -> None:
     """Aggregate usage snapshots: growth, time to full, overfull history, report."""
     import sys
@@ -66,6 +75,8 @@ def aggregate_command(
 
     where = summaries_location(output, summaries, incremental)
     with progress(None, "Spark: aggregating snapshots"):
-        result = aggregate(source, output, master, summaries=where, days=days)
+        result = aggregate(
+            source, output, master, summaries=where, days=days, kafka_config=kafka_config
+        )
     for line in result.lines():
         click.echo(line)

@@ -22,6 +22,8 @@ Conventions shared with the Spark job:
 - A forecast is only as good as what it rests on: the window's span, its number of
   snapshots and how well a straight line fits them (R²). :func:`forecast_status` is the
   rule that decides whether a time to full is worth an alarm.
+- Which disk fills first: :mod:`diskguard.fleet.fillorder`, from the rows made here (each
+  disk's first overfull snapshot, its forecast and the forecast's status).
 """
 
 from __future__ import annotations
@@ -305,6 +307,8 @@ class DiskSummary:
     growth_r2: float | None = None
     growth_residual_bytes: float | None = None
     forecast_status: str = FORECAST_NOT_ENOUGH_DATA
+    #: The first overfull snapshot in the window (None: never overfull in it).
+    first_overfull_ts_ms: int | None = None
 
 
 def dedup_snapshots(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -351,6 +355,7 @@ def summarize_disk(records: Sequence[Mapping[str, Any]]) -> DiskSummary:
         growth_r2=fit.r2,
         growth_residual_bytes=fit.residual_bytes,
         forecast_status=forecast_status(growth, ts[-1] - ts[0], len(ordered), fit.r2),
+        first_overfull_ts_ms=history.episodes[0].start_ts_ms if history.episodes else None,
     )
 
 

@@ -125,4 +125,7 @@ def disk_row(window: Mapping[str, Any]) -> dict[str, Any]:
         "growth_r2": fit.r2,
         "growth_residual_bytes": fit.residual_bytes,
         "forecast_status": forecast_status(fit.slope, last_ts - first_ts, n, fit.r2),
+        "first_overfull_ts_ms": (
+            None if window["first_overfull_ts_ms"] is None else int(window["first_overfull_ts_ms"])
+        ),
     }

@@ -73,9 +73,7 @@ def _pending(spec: InputSpec, store: Store) -> tuple[InputSpec, dict[str, FileSt
             elif done is not None:
                 # Past the planned end: a broker that undercounts its end (see kafkasource),
                 # or a topic recreated since. A fetch tells the true end.
-                options = {"bootstrap.servers": str(spec.kafka_bootstrap)}
-                options["topic"] = str(spec.kafka_topic)
-                high = fetched_high_watermark(options, span.partition, span.start)
+                high = fetched_high_watermark(spec.kafka_options(), span.partition, span.start)
                 if high >= done:
                     start, end = done, high
                 else:

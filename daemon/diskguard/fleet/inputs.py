@@ -8,6 +8,7 @@ silently. Imports Spark and :mod:`diskguard.fleet.kafkasource`, nothing from the
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from diskguard.fleet.kafkasource import (
     encode_plan,
     parse_kafka_url,
     plan_offsets,
+    read_client_settings,
 )
 
 TOPIC_SCHEMA = StructType(
@@ -90,6 +92,16 @@ class InputSpec:
     kafka_bootstrap: str | None = None
     kafka_topic: str | None = None
     kafka_plan: tuple[PartitionRange, ...] = ()
+    #: librdkafka settings for the topic's cluster (security), from ``--kafka-config``.
+    kafka_settings: tuple[tuple[str, str], ...] = ()
+
+    def kafka_options(self) -> dict[str, str]:
+        """The Kafka source's options: servers, topic and the client settings."""
+        return {
+            "bootstrap.servers": str(self.kafka_bootstrap),
+            "topic": str(self.kafka_topic),
+            **{f"kafka.{key}": value for key, value in self.kafka_settings},
+        }
 
     @property
     def kafka_source(self) -> str:
@@ -103,7 +115,9 @@ class InputSpec:
         return bool(self.paths)
 
 
-def resolve_input(source: str, allow_empty: bool = False) -> InputSpec:
+def resolve_input(
+    source: str, allow_empty: bool = False, kafka_config: str | None = None
+) -> InputSpec:
     """Turn SOURCE into concrete inputs, failing fast (before Spark starts) when empty.
 
     A directory means its ``*.jsonl`` / ``*.jsonl.gz`` files (a state dir with a ``spool/``
@@ -111,21 +125,31 @@ def resolve_input(source: str, allow_empty: bool = False) -> InputSpec:
     s3a://, ...) go to Spark unchanged. ``kafka://`` topics are planned here: watermarks are
     read once, and an empty topic is reported before any Spark work. ``allow_empty``: an
     empty topic or empty files are not an error (summaries may hold the history); a source
-    that names no file still is.
+    that names no file still is. ``kafka_config``: a properties file of librdkafka settings
+    for a ``kafka://`` source's cluster (security), checked here.
     """
     if source.startswith("kafka://"):
         try:
             url = parse_kafka_url(source)
+            settings = read_client_settings(kafka_config) if kafka_config else {}
         except KafkaSourceError as exc:
             raise SourceError(str(exc)) from exc
-        plan = plan_offsets({"bootstrap.servers": url.bootstrap, "topic": url.topic})
+        except ValueError as exc:
+            raise SourceError(f"--kafka-config {exc}") from None
+        spec = InputSpec(
+            source,
+            kafka_bootstrap=url.bootstrap,
+            kafka_topic=url.topic,
+            kafka_settings=tuple(sorted(settings.items())),
+        )
+        plan = plan_offsets(spec.kafka_options())
         if not allow_empty and not any(span.end > span.start for span in plan):
             raise NoInputError(
                 f"no snapshots: Kafka topic {url.topic!r} on {url.bootstrap} is empty"
             )
-        return InputSpec(
-            source, kafka_bootstrap=url.bootstrap, kafka_topic=url.topic, kafka_plan=tuple(plan)
-        )
+        return dataclasses.replace(spec, kafka_plan=tuple(plan))
+    if kafka_config is not None:
+        raise SourceError("--kafka-config is for a kafka:// source only")
     if is_remote(source):
         return InputSpec(source, paths=(source,))
     local = local_path(source)
@@ -166,8 +190,7 @@ def read_records(spark: SparkSession, spec: InputSpec) -> DataFrame:
         spark.dataSource.register(KafkaTopicSource)
         lines = (
             spark.read.format(SOURCE_NAME)
-            .option("bootstrap.servers", spec.kafka_bootstrap)
-            .option("topic", spec.kafka_topic)
+            .options(**spec.kafka_options())
             .option("offsets", encode_plan(spec.kafka_plan))
             .load()
             .select("value", "partition", "offset")

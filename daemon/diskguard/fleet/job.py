@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 
 from diskguard.fleet import daily, exactfit, report
 from diskguard.fleet.filesystem import Storage, is_remote, local_path
+from diskguard.fleet.fillorder import fill_order
 from diskguard.fleet.folding import FoldResult, Store, fold, rows
 from diskguard.fleet.inputs import (
     InputSpec,
@@ -96,6 +97,7 @@ DISKS_SCHEMA = StructType(
             for name in ("hours_to_full", "used_ratio", "growth_r2", "growth_residual_bytes")
         ],
         StructField("forecast_status", StringType(), nullable=False),
+        StructField("first_overfull_ts_ms", LongType()),
     ]
 )
 
@@ -238,6 +240,7 @@ def _report(
         "disks": disk_rows,
         "topics": topic_rows,
         "hosts": host_rows,
+        "fill_order": fill_order(disk_rows).as_dict(),
     }
     source = spec.source
     if fold is not None:
@@ -352,9 +355,11 @@ def aggregate(
     quiet: bool = True,
     summaries: str | Path | None = None,
     days: int | None = None,
+    kafka_config: str | None = None,
 ) -> JobResult:
-    """The whole job: resolve SOURCE (fails fast when empty), start Spark, run, stop Spark."""
-    spec = resolve_input(source, allow_empty=summaries is not None)
+    """The whole job: resolve SOURCE (fails fast when empty), start Spark, run, stop Spark.
+    ``kafka_config``: librdkafka settings (a properties file) for a ``kafka://`` SOURCE."""
+    spec = resolve_input(source, allow_empty=summaries is not None, kafka_config=kafka_config)
     spark = build_session(master, quiet=quiet)
     try:
         return run_aggregation(spark, spec, output, summaries=summaries, days=days)

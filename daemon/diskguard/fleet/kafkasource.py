@@ -20,7 +20,8 @@ which a dedup-by-key aggregation does not mind).
 Rows: ``key string, value string, topic string, partition int, offset long, timestamp long``.
 Options: ``bootstrap.servers`` (required), ``topic`` (required), ``offsets`` (JSON plan from
 :func:`plan_offsets`; computed by the reader when absent), ``poll.timeout.s`` (default 30),
-and any ``kafka.<librdkafka property>`` passed through to the consumer (security settings).
+and any ``kafka.<librdkafka property>`` passed through to the consumer (security settings:
+``diskguard aggregate --kafka-config FILE``, :func:`read_client_settings`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -107,6 +109,52 @@ def consumer_config(options: Mapping[str, str]) -> dict[str, Any]:
         if key.startswith("kafka."):
             config[key[len("kafka.") :]] = value
     return config
+
+
+#: What the source sets itself, so that a batch job never joins a group nor commits, and
+#: the topic comes from the URL: a client settings file may not change them.
+RESERVED_SETTINGS = frozenset(
+    {
+        "bootstrap.servers",
+        "group.id",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "enable.partition.eof",
+    }
+)
+
+
+def read_client_settings(path: str) -> dict[str, str]:
+    """librdkafka consumer settings from a properties file (``key=value`` lines, ``#`` and
+    ``!`` comments), as Kafka's own tools take ``--command-config``: what a secured cluster
+    needs (``security.protocol``, ``sasl.*``, ``ssl.*``). A file, not options, because it
+    holds secrets that a command line would show to every user of the machine.
+
+    Raises ``ValueError`` with ``path:line: what is wrong`` (or ``path: ...``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"{path}: cannot read it: {reason}") from None
+    settings: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ValueError(f"{path}:{number}: expected key=value, got {line[:60]!r}")
+        if key in RESERVED_SETTINGS:
+            raise ValueError(f"{path}:{number}: {key} is set by diskguard aggregate itself")
+        settings[key] = value
+    try:
+        from confluent_kafka import Consumer, KafkaException
+
+        Consumer({**settings, "bootstrap.servers": "localhost:9", "group.id": "x"}).close()
+    except KafkaException as exc:
+        raise ValueError(f"{path}: {exc.args[0].str()}") from None
+    return settings
 
 
 def plan_offsets(options: Mapping[str, str], timeout_s: float = 10.0) -> list[PartitionRange]:

@@ -33,6 +33,7 @@ from diskguard.fleet.chart import (
     topics_chart,
     usage_chart,
 )
+from diskguard.fleet.fillorder import FILLED, fill_order
 from diskguard.fleet.formatting import (
     escape,
     forecast_status_of,
@@ -248,6 +249,61 @@ def hosts_table(hosts: Sequence[Mapping[str, Any]]) -> str:
     return f"<table>{head}{''.join(body)}</table>"
 
 
+def fill_order_html(disks: Sequence[Mapping[str, Any]]) -> str:
+    """Which disk filled first (its guard said overfull first), or will (the soonest trusted
+    forecast), then the rest in order; the disks nothing ranks are named with why."""
+    order = fill_order(disks)
+    first = order.first
+    if first is None:
+        head = "No disk went overfull in this window, and none has a forecast worth the name."
+    elif first.basis == FILLED:
+        head = (
+            f"<b>{escape(first.host)}:{escape(first.mount)} filled first</b>: its guard said"
+            f" overfull at {escape(format_ts(first.ts_ms))} UTC."
+        )
+    else:
+        head = (
+            f"<b>{escape(first.host)}:{escape(first.mount)} will fill first</b>: full in"
+            f" {escape(format_hours(first.hours_to_full))}"
+            f" ({escape(format_ts(first.ts_ms))} UTC); no disk went overfull in this window."
+        )
+    items = []
+    for rank in order.ranks[:TABLE_ROWS]:
+        name = f"{escape(rank.host)}:{escape(rank.mount)}"
+        if rank.basis == FILLED:
+            after = rank.ts_ms - order.ranks[0].ts_ms
+            when = "first" if rank is first else f"{escape(format_span(after))} later"
+            items.append(f"<li>{name}: overfull {when} ({escape(format_ts(rank.ts_ms))} UTC)</li>")
+        else:
+            weak = " (weak fit)" if rank.forecast_status == FORECAST_WEAK_FIT else ""
+            items.append(
+                f"<li>{name}: forecast full in {escape(format_hours(rank.hours_to_full))}"
+                f"{weak} ({escape(format_ts(rank.ts_ms))} UTC)</li>"
+            )
+    more = len(order.ranks) - TABLE_ROWS
+    ranked = {(r.host, r.mount) for r in order.ranks}
+    unranked = [
+        f"{escape(d['host'])}:{escape(d['mount'])} ({escape(forecast_text(d))})"
+        for d in sorted(disks, key=lambda d: (str(d["host"]), str(d["mount"])))
+        if (str(d["host"]), str(d["mount"])) not in ranked
+    ]
+    if len(unranked) > TABLE_ROWS:
+        unranked = [*unranked[:TABLE_ROWS], f"and {len(unranked) - TABLE_ROWS} more"]
+    return "".join(
+        [
+            f'<p class="first">{head}</p>',
+            f"<ol>{''.join(items)}</ol>" if items else "",
+            f'<p class="meta">and {more} more.</p>' if more > 0 else "",
+            (
+                '<p class="meta">Not ranked (never overfull, no forecast worth the name): '
+                f"{', '.join(unranked)}.</p>"
+                if unranked
+                else ""
+            ),
+        ]
+    )
+
+
 def full_in(disk: Mapping[str, Any]) -> str:
     return forecast_text(disk)
 
@@ -296,6 +352,11 @@ def render_report(data: ReportData) -> str:
             f" {plural(len(data.topics), 'topic')},"
             f" {escape(format_ts(first))} to {escape(format_ts(last))} UTC.</p>",
             bad_line,
+            "<h2>Which disk fills first</h2>",
+            '<p class="meta">A disk filled when its guard said overfull (flow control held'
+            " its producers back: diskguard keeps df's 100% from coming); the others by when"
+            " their forecast (ok or weak fit, by the rule below) says they fill.</p>",
+            fill_order_html(data.disks),
             "<h2>Disks closest to full</h2>",
             f'<p class="meta">Growth is the least-squares slope over the whole window, split'
             " into Kafka (the log dirs' bytes, <code>kafka_bytes</code>) and not Kafka"

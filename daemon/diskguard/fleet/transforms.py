@@ -40,7 +40,9 @@ def disk_windows(disk_days: DataFrame) -> DataFrame:
 
     Overfull time and episodes cross midnight: the day's last state holds until the next
     day's first snapshot, and a day that starts overfull starts an episode unless the
-    previous day (the previous one with snapshots) ended overfull.
+    previous day (the previous one with snapshots) ended overfull. The first overfull
+    snapshot is the earliest start of any day's runs (a run that continues the day before
+    starts later than that day's).
     """
     by_day = Window.partitionBy(*DISK).orderBy("day")
     whole = Window.partitionBy(*DISK)
@@ -94,6 +96,10 @@ def disk_windows(disk_days: DataFrame) -> DataFrame:
         F.max("peak_alert_level").alias("peak_alert_level"),
         F.sum(F.col("overfull_ms") + gap).alias("overfull_ms"),
         F.sum(F.col("inner_episode_starts") + starts_here).alias("overfull_episodes"),
+        # a day's runs are in time order; the earliest day's first run is the first overfull
+        F.min(F.array_min(F.transform("runs", lambda r: r["start_ts_ms"]))).alias(
+            "first_overfull_ts_ms"
+        ),
         F.first("used_origin").alias("used_origin"),
         _sum(sum_x + n * a, "s_x"),
         _sum(sum_xx + 2 * a * sum_x + n * a * a, "s_xx"),

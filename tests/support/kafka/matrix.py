@@ -205,7 +205,7 @@ CALLS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Fetch (the Spark Kafka source)",
         "`aggregate --input kafka://`",
-        ("test_realkafka::test_aggregate_reads_the_topic_with_the_kafka_source",),
+        ("test_realcluster::test_the_fleet_report_says_which_broker_filled_first",),
     ),
     (
         "CreateAcls / DescribeAcls / DeleteAcls",

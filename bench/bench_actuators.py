@@ -9,8 +9,13 @@ makes broker 1's disk overfull. Per variant, one after another on the same clust
 - ``none`` (baseline): no actuator, nothing holds producers back;
 - ``acl``: a DENY WRITE for ``User:*`` on the topics of that disk;
 - ``quota``: ``producer_byte_rate`` 1 KiB/s for the default user and client id;
-- ``acl+quota``: both.
-The ``exec`` hook is not measured: what it holds back is whatever the operator's script does.
+- ``acl+quota``: both;
+- ``exec``: the ``on_change`` hook, here a script that raises (on ``overfull``) and lowers
+  (on ``overfull_cleared``) a flag file the producers look at before each record: a fleet
+  that cooperates, as an operator's hook that pauses producer jobs or flips a feature flag
+  makes one. What it measures is the hook's own path (the daemon's transition, fork and exec
+  of the script, the producers noticing) plus what was already in flight; a hook that
+  reaches no producer holds back nothing (the baseline).
 Reported per variant: bytes the fleet got
 acknowledged after the guard's ``overfull`` event within ``--window`` seconds, when the last
 of them was acknowledged (seconds after ``overfull``), and the acknowledged rate before.
@@ -58,7 +63,15 @@ VARIANTS: dict[str, list[str]] = {
     "acl": ["acl"],
     "quota": ["quota"],
     "acl+quota": ["acl", "quota"],
+    "exec": ["exec"],
 }
+#: The ``exec`` variant's hook: the flag is the fleet's "stop producing" switch.
+HOOK = """#!/bin/sh
+case "$DISKGUARD_EVENT" in
+  overfull) : > "$1" ;;
+  overfull_cleared) rm -f "$1" ;;
+esac
+"""
 
 
 @dataclass
@@ -79,8 +92,10 @@ class Fleet:
     """``n`` producer threads writing 1 KiB records with ``acks=all``; every acknowledgement
     (and error) with its time."""
 
-    def __init__(self, cluster: GuardedCluster, n: int) -> None:
+    def __init__(self, cluster: GuardedCluster, n: int, paused: Path | None = None) -> None:
         self.acks: list[float] = []
+        #: While this file exists the producers send nothing (the ``exec`` hook's switch).
+        self.paused = paused
         self.errors: list[float] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -108,6 +123,10 @@ class Fleet:
         payload = os.urandom(RECORD)
         next_at = time.monotonic()
         while not self._stop.is_set():
+            if self.paused is not None and self.paused.exists():
+                producer.poll(0.05)
+                next_at = time.monotonic()
+                continue
             try:
                 producer.produce(TOPIC, payload, on_delivery=report)
             except BufferError:
@@ -142,11 +161,19 @@ def measure(
         "min_free_bytes": "1MiB",
         "actuators": VARIANTS[variant],
     }
+    paused = None
+    if variant == "exec":
+        hook = workdir / "hold-producers.sh"
+        hook.parent.mkdir(parents=True, exist_ok=True)
+        hook.write_text(HOOK)
+        hook.chmod(0o755)
+        paused = workdir / "producers-paused"
+        flow["on_change"] = [str(hook), str(paused)]
     config = cluster.guard_config(workdir / variant, 1, flow_control=flow, mode="dry-run")
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     with cluster.as_it_was(), DaemonProc(config) as guard:
         guard.wait_for("daemon_started", timeout=120)
-        fleet = Fleet(cluster, producers)
+        fleet = Fleet(cluster, producers, paused)
         fleet.start()
         try:
             time.sleep(5)

@@ -151,7 +151,8 @@ def read_client_settings(path: str) -> dict[str, str]:
     try:
         from confluent_kafka import Consumer, KafkaException
 
-        Consumer({**settings, "bootstrap.servers": "localhost:9", "group.id": "x"}).close()
+        probe = {**settings, "bootstrap.servers": "localhost:9", "group.id": "x", "log_level": 0}
+        Consumer(probe).close()
     except KafkaException as exc:
         raise ValueError(f"{path}: {exc.args[0].str()}") from None
     return settings

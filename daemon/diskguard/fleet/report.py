@@ -353,8 +353,8 @@ def render_report(data: ReportData) -> str:
             f" {escape(format_ts(first))} to {escape(format_ts(last))} UTC.</p>",
             bad_line,
             "<h2>Which disk fills first</h2>",
-            '<p class="meta">A disk filled when its guard said overfull (flow control held'
-            " its producers back: diskguard keeps df's 100% from coming); the others by when"
+            '<p class="meta">A disk filled when its guard said overfull (the limit where'
+            " flow control holds producers back, well before df's 100%); the others by when"
             " their forecast (ok or weak fit, by the rule below) says they fill.</p>",
             fill_order_html(data.disks),
             "<h2>Disks closest to full</h2>",

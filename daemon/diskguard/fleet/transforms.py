@@ -59,6 +59,7 @@ def disk_windows(disk_days: DataFrame) -> DataFrame:
         "inner_episode_starts",
         "first_overfull",
         "last_overfull",
+        "runs",
         "min_used",
         *[c for c in disk_days.columns if c.startswith(("sum_", "unk_sum_"))],
         "kafka_snapshots",

@@ -3,19 +3,20 @@
 The master and the worker are started from the installed pyspark (`spark-class`), bound to
 loopback with free ports; the job is submitted unchanged with ``spark-submit --master
 spark://…`` exactly as docs/aggregate.md says (package shipped with ``--py-files``), and its
-outputs are compared with a local-mode run of ``diskguard aggregate`` on the same input,
-and so are those of two runs that fold halves of it into daily summaries on the cluster.
-This is what proves the cluster path: executors in a separate JVM (and separate Python
-workers) on a different process tree than the driver.
+outputs are compared with a local-mode run of the same job on the same input (in this
+process's local session), and so are those of a cluster run that folds the second half of it
+into daily summaries a local run made of the first half: the cluster's executors read the
+summaries and write the days it changes. This is what proves the cluster path: executors in
+a separate JVM (and separate Python workers) on a different process tree than the driver.
+Two submits, each a driver and an executor JVM: the suite's time is counted.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
+import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from diskguard.fleet.inputs import resolve_input
+from diskguard.fleet.job import run_aggregation
 from support.fleetgen import make_fleet, write_spool
-from support.sparkcluster import REPO, ClusterError, Standalone, standalone, submit
+from support.sparkcluster import ClusterError, Standalone, standalone, submit
 
 pytestmark = pytest.mark.spark
 
@@ -75,7 +78,9 @@ def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         pytest.fail(f"{cmd[0]} timed out after {exc.timeout:.0f}s:\n{err[-3000:]}")
 
 
-def test_standalone_cluster_outputs_equal_local_mode(cluster: Standalone, tmp_path: Path) -> None:
+def test_standalone_cluster_outputs_equal_local_mode(
+    spark: Any, cluster: Standalone, tmp_path: Path
+) -> None:
     spool = tmp_path / "spool"
     lines = make_fleet().lines
     write_spool(spool, lines)
@@ -97,40 +102,33 @@ def test_standalone_cluster_outputs_equal_local_mode(cluster: Standalone, tmp_pa
     # It really ran on the cluster: the worker launched an executor for it.
     assert list(cluster.work_dir.glob("app-*/*/stderr")), "no executor ran"
 
-    local_env = dict(os.environ, PYTHONPATH=str(REPO / "daemon"))
-    local = _run(
-        [
-            sys.executable,
-            "-m",
-            "diskguard",
-            "aggregate",
-            "--master",
-            "local[2]",
-            "--input",
-            str(spool),
-            "--output",
-            str(tmp_path / "local"),
-        ],
-        env=local_env,
-        capture_output=True,
-        text=True,
-        timeout=STEP_TIMEOUT_S,
-    )
-    assert local.returncode == 0, local.stderr[-4000:]
-    # The summary line (counts) is the same.
-    assert submitted.stdout.splitlines()[0] == local.stdout.splitlines()[0]
-    assert "from 3 hosts, 5 disks" in local.stdout
+    local = run_aggregation(spark, resolve_input(str(spool)), tmp_path / "local")
+    # The summary line (counts) is the one `diskguard aggregate` prints in local mode.
+    assert submitted.stdout.splitlines()[0] == local.summary_line()
+    assert "from 3 hosts, 5 disks" in local.summary_line()
     _assert_same_outputs(tmp_path / "cluster", tmp_path / "local")
 
-    # Daily summaries written by the cluster's executors, folded in two runs: the report of
-    # the second is the local full run's.
+    # Daily summaries of the first half (a local run), folded on by the cluster: its
+    # executors read them and write the days the second half changes; the report is the
+    # local full run's.
     halves = tmp_path / "halves"
     write_spool(halves / "a", lines[: len(lines) // 2], files=1)
     write_spool(halves / "b", lines[len(lines) // 2 :], files=1)
-    summaries = str(tmp_path / "summaries")
-    for half in ("a", "b"):
-        out = str(tmp_path / f"cluster-{half}")
-        on_cluster("--input", str(halves / half), "--output", out, "--summaries", summaries)
+    summaries = tmp_path / "summaries"
+    first = run_aggregation(
+        spark, resolve_input(str(halves / "a")), tmp_path / "local-a", summaries=summaries
+    )
+    assert first.fold is not None and first.fold.days_changed > 0
+    out = str(tmp_path / "cluster-b")
+    folded = on_cluster(
+        "--input", str(halves / "b"), "--output", out, "--summaries", str(summaries)
+    )
+    # the cluster read only the second half and changed days of the summaries
+    assert re.search(
+        r"this run read [1-9]\d* valid records from 1 new or changed files, "
+        r"[1-9]\d* new snapshots into [1-9]\d* days",
+        folded.stdout,
+    ), folded.stdout
     _assert_same_outputs(tmp_path / "cluster-b", tmp_path / "local")
 
 

@@ -105,16 +105,18 @@ def fill_until_shutdown(broker: KafkaCluster, topic: str = ORDERS, deadline_s: f
 def restarted(
     broker: KafkaCluster, topic: str
 ) -> tuple[bool, list[str], dict[int, tuple[int, int]], list[str]]:
-    """Start the rescued broker and see it serve: alive 10 s later, the write errors of 10
-    records to ``topic`` (acks=all), per partition (low watermark, first offset read from
-    it), and the ERROR lines it logged since this start."""
+    """Start the rescued broker and see it serve: the write errors of 10 records to
+    ``topic`` (acks=all), per partition (low watermark, first offset read from it), alive
+    10 s after its start (the writes and reads count towards them), and the ERROR lines it
+    logged since this start."""
     broker.start()
-    time.sleep(10)
-    alive = broker.alive()
+    up = time.monotonic()
     write_errors = [
         str(e) for e in broker.produce(topic, 10, 100, partition=0, settings={"acks": "all"})
     ]
     reads = broker.first_offsets(topic, (0, 1))
+    time.sleep(max(0.0, up + 10 - time.monotonic()))
+    alive = broker.alive()
     errors = [
         line
         for line in broker.log_since_start().splitlines()
@@ -393,9 +395,13 @@ def internal_topic_traffic(broker: KafkaCluster, target: Target) -> None:
             {"bootstrap.servers": broker.bootstrap, "group.id": "kr-share", "log_level": 0}
         )
         share.subscribe([KR_COMPACT])
+        # A share group starts at the latest offset (share.auto.offset.reset): it reads what
+        # is written once it has joined, so a record goes in at every empty poll.
+        plain = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
         until = time.monotonic() + 30
         while time.monotonic() < until and not share.poll(1.0):
-            pass
+            plain.produce(KR_COMPACT, b"share", key=b"share-key")
+            plain.flush(10)
         share.close()
 
 

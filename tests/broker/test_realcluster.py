@@ -338,13 +338,18 @@ def test_a_guard_killed_while_holding_stops_counting_at_its_lease(
             guards[i].wait_for("daemon_started", timeout=60)
         cluster.fill(1, 0.2)
         cluster.fill(2, 0.2)
-        for i in (1, 2):
-            guards[i].wait_for("acl_applied", timeout=60)
+        applied = {i: guards[i].wait_for("acl_applied", timeout=60) for i in (1, 2)}
         guards[1].proc.kill()
         guards[1].proc.wait(10)
         expired = guards[2].wait_for("hold_lease_expired", timeout=60, guard="broker-1")
         assert topic in expired["held_topics"], expired
-        assert f"DENY WRITE User:*@* on TOPIC:LITERAL:{topic}" in expired["acls_owned"], expired
+        # Identical bindings are one ACL: it belongs to the guard that created it, the first
+        # to go overfull; the other found it there and owns nothing of it.
+        deny = f"DENY WRITE User:*@* on TOPIC:LITERAL:{topic}"
+        if applied[1]["created"]:
+            assert deny in expired["acls_owned"], (expired, applied)
+        else:
+            assert applied[2]["created"] and deny not in expired["acls_owned"], (expired, applied)
         assert held(cluster, topic)  # guard 2 still needs it
         port = configs[2].read_text().split('listen = "127.0.0.1:')[1].split('"')[0]
         scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()

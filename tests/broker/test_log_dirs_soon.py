@@ -36,10 +36,18 @@ class _Admin:
         self.fail = fail
         self.release = release
 
+        self.inside = 0
+        self.most_inside = 0
+        self.entered = threading.Event()
+
     def describe_log_dirs(
         self, topic_partitions: dict[str, list[int]], brokers: list[int]
     ) -> list[dict[str, Any]]:
+        self.inside += 1
+        self.most_inside = max(self.most_inside, self.inside)
+        self.entered.set()
         self.release.wait(10)
+        self.inside -= 1
         self.asked.append(brokers)
         self.replicas.append(topic_partitions)
         if self.fail:
@@ -102,3 +110,19 @@ def test_another_broker_is_asked_and_an_answer_never_taken_is_not_waited_for() -
     release2.set()
     assert api2.log_dirs(2) == []  # asked of broker 2 itself: the answer names broker 1 only
     assert [2] in admin2.asked
+
+
+def test_a_call_waits_for_the_early_one_still_asking() -> None:
+    """kafka-python's client is not thread-safe: a call that wants replicas (which the early
+    answer does not hold) waits until the early call is done, then asks on its own."""
+    api, admin, _kafka, release = _api()
+    api.log_dirs_soon(1)
+    assert admin.entered.wait(10)
+    admin.entered.clear()
+    later = threading.Thread(target=api.log_dirs, args=(1, {"orders": [0]}))
+    later.start()
+    assert not admin.entered.wait(0.5)  # not let in beside the early call
+    release.set()
+    later.join(10)
+    assert admin.most_inside == 1
+    assert admin.replicas == [{}, {"orders": [0]}]

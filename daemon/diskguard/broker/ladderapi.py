@@ -91,6 +91,9 @@ class LadderApi:
         self.timeout = timeout
         #: ``log_dirs_soon``'s call: the broker asked, its thread, what it got.
         self._early: tuple[int, threading.Thread, dict[str, Any]] | None = None
+        #: One kafka-python call at a time: its client is not thread-safe, and
+        #: ``log_dirs_soon``'s thread may still be asking when another call comes.
+        self._kafka_lock = threading.Lock()
 
     def close(self) -> None:
         early, self._early = self._early, None
@@ -99,13 +102,14 @@ class LadderApi:
         self._kafka.reset()
 
     def _kafka_call(self, what: str, call: Any) -> Any:
-        try:
-            return call(self._kafka.admin())
-        except LadderCallFailed:
-            raise
-        except Exception as exc:
-            self._kafka.reset()
-            raise LadderCallFailed(f"{what}: {type(exc).__name__}: {exc}") from exc
+        with self._kafka_lock:
+            try:
+                return call(self._kafka.admin())
+            except LadderCallFailed:
+                raise
+            except Exception as exc:
+                self._kafka.reset()
+                raise LadderCallFailed(f"{what}: {type(exc).__name__}: {exc}") from exc
 
     # -- tiered storage ---------------------------------------------------------------
     def tiered_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:

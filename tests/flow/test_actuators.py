@@ -258,6 +258,39 @@ def test_a_quota_change_is_done_only_once_the_broker_shows_it(
     assert not stuck.converged
 
 
+def test_a_quota_restore_shown_late_is_said_by_a_later_pass(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """A restore the broker shows only after the wait: ``actuator_failed`` then, and the
+    ledger keeps the value to restore, so a later pass restores again (idempotent) and says
+    ``quota_restored`` once per entity, with exactly the value there before."""
+    broker = LaggingQuotaBroker({USER_DEFAULT: 4096.0}, lag=0)
+    cfg = make_config(tmp_path, actuators=["quota"], quota={"producer_byte_rate": "1KiB"})
+    acts = Actuators(
+        cfg,
+        quota_admin=KafkaQuotaAdmin(broker.send, visible_within_s=0.2, poll_s=0.01),
+        background=False,
+    )
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert len(events(logs, "quota_applied")) == 2
+    broker.lag = None  # accepted, not shown
+    acts.apply(transition("overfull_cleared", percent=50))
+    assert [e["action"] for e in events(logs, "actuator_failed")] == ["restore"]
+    assert events(logs, "quota_restored") == []
+    state = json.loads((tmp_path / "state" / STATE_FILE).read_text())
+    assert state["quota"]["previous"], "the value to restore was dropped"
+    broker.image, broker.lag = dict(broker.quotas), 0  # replayed it; shows changes again
+    for _ in range(3):
+        acts.reconcile({"/data": False})
+    restored = events(logs, "quota_restored")
+    assert sorted((e["entity"], e["producer_byte_rate"]) for e in restored) == [
+        ("client-id=<default>", None),
+        ("user=<default>", 4096.0),
+    ]
+    assert broker.quotas == {USER_DEFAULT: 4096.0}
+    assert acts.converged
+
+
 def quota_actuators(tmp_path: Path, broker: FakeQuotaBroker, **kw: Any) -> Actuators:
     cfg = make_config(tmp_path, actuators=["quota"], quota={"producer_byte_rate": "1KiB"})
     return Actuators(cfg, quota_admin=KafkaQuotaAdmin(broker.send), background=False, **kw)
@@ -366,13 +399,20 @@ def test_quota_dropped_from_config_still_restores(tmp_path: Path, logs: io.Strin
 
 
 def acl_actuators(
-    tmp_path: Path, admin: FakeConfluentAdmin, permissive: bool | None = False
+    tmp_path: Path,
+    admin: FakeConfluentAdmin,
+    permissive: bool | None = False,
+    timeout_s: float = 10.0,
 ) -> Actuators:
     """One guard alone; ``permissive``: what the broker's ``allow.everyone.if.no.acl.found``
-    is known to be (False: a topic without ACLs is closed to all but super users anyway)."""
+    is known to be (False: a topic without ACLs is closed to all but super users anyway);
+    ``timeout_s``: how long a create or delete waits for DescribeAcls to show it."""
     cfg = make_config(tmp_path, actuators=["acl"], acl_principal="User:producer")
     return Actuators(
-        cfg, acl_admin=ConfluentAclAdmin(admin), background=False, acl_permissive=permissive
+        cfg,
+        acl_admin=ConfluentAclAdmin(admin, timeout_s),
+        background=False,
+        acl_permissive=permissive,
     )
 
 
@@ -423,6 +463,76 @@ def test_acl_release_waits_until_the_broker_no_longer_lists_it(
     quick.create([binding])
     with pytest.raises(ActuatorError, match="DeleteAcls was accepted but DescribeAcls still"):
         quick.delete([binding])
+
+
+def test_acl_removal_shown_only_after_the_wait_is_said_by_a_later_pass(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """A removal the broker lists until after DeleteAcls gave up waiting: the release was an
+    ``actuator_failed``, and the operator's log must not end there with the hold looking
+    never lifted. The state says the removal is not seen yet; a later pass that no longer
+    finds the ACL says ``acl_removed``, once."""
+    admin = FakeConfluentAdmin()
+    acts = acl_actuators(tmp_path, admin, timeout_s=0.2)
+    acts.apply(transition("overfull"), topics=["orders"])
+    binding = deny_write("orders", "User:producer")
+    admin.delete_lag = None  # listed until ``replay``
+    acts.apply(transition("overfull_cleared", percent=10))
+    failed = events(logs, "actuator_failed")
+    assert [e["action"] for e in failed] == ["remove"], failed
+    assert events(logs, "acl_removed") == []
+    state = json.loads((tmp_path / "state" / STATE_FILE).read_text())
+    assert state["acl_removing"] == [binding.to_json()]
+    assert not acts.converged
+
+    acts.reconcile({"/data": False})  # still listed: nothing said, still pending
+    assert events(logs, "acl_removed") == []
+    admin.replay()
+    for _ in range(4):  # gone: said once (a binding missed twice, as any owned ACL)
+        acts.reconcile({"/data": False})
+    removed = events(logs, "acl_removed")
+    assert [(e["topics"], e["principal"]) for e in removed] == [(["orders"], "User:producer")]
+    state = json.loads((tmp_path / "state" / STATE_FILE).read_text())
+    assert state["acl_removing"] == [] and state["acl_owned"] == []
+    assert acts.converged
+
+
+def test_acl_removal_pending_across_a_restart_is_said_when_seen(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """The pending removal is in ``actuators.json``: a guard restarted before the broker showed
+    it still says ``acl_removed`` when it does."""
+    admin = FakeConfluentAdmin()
+    acts = acl_actuators(tmp_path, admin, timeout_s=0.2)
+    acts.apply(transition("overfull"), topics=["orders"])
+    admin.delete_lag = None
+    acts.apply(transition("overfull_cleared", percent=10))
+    del acts  # kill -9
+    admin.replay()
+    restarted = acl_actuators(tmp_path, admin, timeout_s=0.2)
+    for _ in range(3):
+        restarted.reconcile({"/data": False})
+    assert [e["topics"] for e in events(logs, "acl_removed")] == [["orders"]]
+    assert admin.acls == set()
+
+
+def test_acl_creation_shown_late_is_applied_by_a_later_pass(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """A CreateAcls accepted but listed only after the wait: a failure then, ``acl_applied``
+    from the pass that finds it listed (once)."""
+    admin = FakeConfluentAdmin()
+    admin.forget = True  # accepted, not listed
+    acts = acl_actuators(tmp_path, admin, timeout_s=0.2)
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert [e["action"] for e in events(logs, "actuator_failed")] == ["deny"]
+    assert events(logs, "acl_applied") == []
+    admin.forget = False
+    admin.acls.add(ConfluentAclAdmin._native(deny_write("orders", "User:producer"), False))
+    for _ in range(3):
+        acts.reconcile({"/data": True}, {"/data": ["orders"]})
+    assert [e["topics"] for e in events(logs, "acl_applied")] == [["orders"]]
+    assert acts.converged
 
 
 def test_acl_failure_is_retried_and_crash_is_reconciled(tmp_path: Path, logs: io.StringIO) -> None:

@@ -219,5 +219,9 @@ class FakeConfluentAdmin:
             out[f] = _done(matched)
         return out
 
+    def replay(self) -> None:
+        """The broker has replayed every removal: DescribeAcls no longer lists any of them."""
+        self._ghosts.clear()
+
     def topics(self) -> set[str]:
         return {a.name for a in self.acls}

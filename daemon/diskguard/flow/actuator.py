@@ -114,6 +114,10 @@ class Applied:
     #: ACLs this guard created (or took over from a guard whose lease expired): recorded
     #: before they are created, removed once no guard needs them.
     acl_owned: set[AclBinding] = field(default_factory=set)
+    #: Owned ACLs whose DeleteAcls this guard sent but has not yet seen take effect (the
+    #: broker still listed them when the call gave up waiting): ``acl_removed`` comes when a
+    #: later pass no longer finds them.
+    acl_removing: set[AclBinding] = field(default_factory=set)
 
     @property
     def throttled(self) -> bool:
@@ -133,6 +137,7 @@ class Applied:
             },
             "acl": [{"topic": t, "principal": p} for t, p in sorted(self.acl)],
             "acl_owned": [b.to_json() for b in sorted(self.acl_owned)],
+            "acl_removing": [b.to_json() for b in sorted(self.acl_removing)],
         }
 
     @classmethod
@@ -160,6 +165,7 @@ class Applied:
             quota_applied=bool(quota.get("applied")),
             acl=acl,
             acl_owned=owned,
+            acl_removing={AclBinding.from_json(b) for b in data.get("acl_removing") or ()} & owned,
         )
 
 

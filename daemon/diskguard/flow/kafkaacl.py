@@ -118,6 +118,11 @@ class AclActuator:
             self._publish()
         ok = True
         if delete:
+            with ledger.lock:
+                applied.acl_removing.update(delete)
+            # Recorded before the call: a removal the broker shows only after the call gave
+            # up waiting (or after a restart) is still said when a later pass sees it.
+            ledger.save()
             try:
                 self._admin.delete(delete)
             except Exception as exc:
@@ -126,6 +131,7 @@ class AclActuator:
             else:
                 with ledger.lock:
                     applied.acl_owned.difference_update(delete)
+                    applied.acl_removing.difference_update(delete)
                 self._removed(delete)
         if plan.create:
             try:
@@ -138,12 +144,22 @@ class AclActuator:
             # reads in a row miss it: a KRaft broker lists an ACL once it replayed it, and one
             # that lags (just restarted, loaded) must not make us forget an ACL we must lift.
             missing = {b for b in applied.acl_owned if b not in present and b not in plan.create}
-            applied.acl_owned.difference_update(missing & self._missing)
+            gone = missing & self._missing
+            applied.acl_owned.difference_update(gone)
             self._missing = missing - self._missing
+            # A removal this guard asked for that the broker shows only now (its DeleteAcls
+            # gave up waiting for it): gone for two reads, or gone and needed again (created
+            # anew this pass). Said once, so the log never claims a hold that was lifted.
+            lifted = applied.acl_removing & (gone | set(plan.create))
+            applied.acl_removing.difference_update(lifted)
+            # Still listed and not needed: read again until the broker shows the removal.
+            unseen = applied.acl_removing - plan.desired
             held = {(t, p) for t, p in own_needs if t not in plan.skipped}
             applied.acl = held
         ledger.save()
         self._publish()
+        if lifted:
+            self._removed(sorted(lifted))
         # Newly held, or held again (this pass created its ACLs: e.g. after a restart, once
         # another guard had let them go when this one's lease expired).
         own_topics = {t for t, _p in held}
@@ -181,7 +197,8 @@ class AclActuator:
                 "broker.server_properties to the broker's server.properties)",
             )
         self._skipped_said = skipped
-        return ok and not self._missing  # missed once: read again at the next pass
+        # Missed once, or a removal not seen yet: read again at the next pass.
+        return ok and not self._missing and not unseen
 
     @staticmethod
     def _removed(bindings: Sequence[AclBinding]) -> None:

@@ -18,7 +18,15 @@ makes broker 1's disk overfull. Per variant, one after another on the same clust
   reaches no producer holds back nothing (the baseline).
 Reported per variant: bytes the fleet got
 acknowledged after the guard's ``overfull`` event within ``--window`` seconds, when the last
-of them was acknowledged (seconds after ``overfull``), and the acknowledged rate before.
+of them was acknowledged (seconds after ``overfull``), the sends that failed after it (by
+Kafka error name), the guard's ``actuator_failed`` events, and the acknowledged rate before.
+``--repeats`` runs every variant that many times, in rounds (each round every variant once),
+so that the machine's load drifts over all of them alike.
+
+Each variant also checks the release: an operator's own quota (``OPERATOR_QUOTA``, on the
+very entity the ``quota`` actuator throttles) is in place before, and after
+``overfull_cleared`` the cluster's ACLs and client quotas must come back exactly as they were
+(reported: how long that took, or what was left behind).
 Writes ``bench/results/actuators.json`` and prints the table for docs/flow-control.md.
 Not part of the test suite; needs root (loop mounts), Java and Maven. Timing depends on the
 machine's load (printed).
@@ -35,7 +43,8 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +67,10 @@ MiB = 1024 * 1024
 #: own retention frees, and the 2 cores keep the guard scheduled.
 PACE = 256 * 1024
 TOPIC = "fleet"
+#: The operator's own default-user producer quota (never limiting the fleet's ~1 MiB/s;
+#: Kafka 4.x refuses a fractional rate);
+#: the ``quota`` actuator must put exactly this value back.
+OPERATOR_QUOTA = (("user", None),), 50_000_000.0
 VARIANTS: dict[str, list[str]] = {
     "none": [],
     "acl": ["acl"],
@@ -86,6 +99,16 @@ class Result:
     errors_after_overfull: int
     load_before: str
     load_after: str
+    round: int = 1
+    #: Seconds after ``overfull_cleared`` until ACLs and quotas were exactly as before.
+    restored_after_clear_s: float | None = None
+    #: What was still different 60 s after ``overfull_cleared`` (empty: nothing).
+    left_behind: str = ""
+    #: The failed sends after ``overfull`` by Kafka error name (``refused at send``: the
+    #: client refused the record itself, its metadata saying the topic is denied).
+    error_names: dict[str, int] = field(default_factory=dict)
+    #: The guard's ``actuator_failed`` events (action: error), none expected.
+    actuator_failed: list[str] = field(default_factory=list)
 
 
 class Fleet:
@@ -97,6 +120,7 @@ class Fleet:
         #: While this file exists the producers send nothing (the ``exec`` hook's switch).
         self.paused = paused
         self.errors: list[float] = []
+        self.error_names: list[tuple[float, str]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads = [
@@ -118,7 +142,11 @@ class Fleet:
 
         def report(err: Any, _msg: Any) -> None:
             with self._lock:
-                (self.acks if err is None else self.errors).append(time.monotonic())
+                now = time.monotonic()
+                (self.acks if err is None else self.errors).append(now)
+                if err is not None:
+                    name = err.name() if hasattr(err, "name") else "refused at send"
+                    self.error_names.append((now, name))
 
         payload = os.urandom(RECORD)
         next_at = time.monotonic()
@@ -150,8 +178,26 @@ class Fleet:
             t.join(30)
 
 
+def left_behind(cluster: GuardedCluster, acls: set[tuple[str, ...]], quotas: dict[Any, Any]) -> str:
+    """What differs from ``acls``/``quotas`` now (empty when the cluster is as it was)."""
+    now_acls, now_quotas = cluster.acls(), cluster.quotas()
+    parts = []
+    if now_acls - acls:
+        parts.append(f"ACLs added: {sorted(now_acls - acls)}")
+    if acls - now_acls:
+        parts.append(f"ACLs gone: {sorted(acls - now_acls)}")
+    if now_quotas != quotas:
+        parts.append(f"quotas {now_quotas} (before {quotas})")
+    return "; ".join(parts)
+
+
 def measure(
-    cluster: GuardedCluster, workdir: Path, variant: str, producers: int, window: float
+    cluster: GuardedCluster,
+    workdir: Path,
+    variant: str,
+    producers: int,
+    window: float,
+    round_: int = 1,
 ) -> Result:
     now = df_percent(cluster.mount(1))
     flow: dict[str, Any] = {
@@ -169,9 +215,11 @@ def measure(
         hook.chmod(0o755)
         paused = workdir / "producers-paused"
         flow["on_change"] = [str(hook), str(paused)]
-    config = cluster.guard_config(workdir / variant, 1, flow_control=flow, mode="dry-run")
+    config = cluster.guard_config(
+        workdir / f"{variant}-{round_}", 1, flow_control=flow, mode="dry-run"
+    )
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    with cluster.as_it_was(), DaemonProc(config) as guard:
+    with cluster.as_it_was() as (acls, quotas), DaemonProc(config) as guard:
         guard.wait_for("daemon_started", timeout=120)
         fleet = Fleet(cluster, producers, paused)
         fleet.start()
@@ -185,7 +233,17 @@ def measure(
         before = [t for t in fleet.acks if overfull - 4 <= t < overfull]
         after = [t for t in fleet.acks if overfull <= t <= overfull + window]
         cluster.clear(1)
-        guard.wait_for("overfull_cleared", timeout=60)
+        cleared = guard.wait_for("overfull_cleared", timeout=60)["_t"]
+        restored = None
+        while True:
+            left = left_behind(cluster, acls, quotas)
+            if not left:
+                restored = round(time.monotonic() - cleared, 2)
+                break
+            if time.monotonic() > cleared + 60:
+                break
+            time.sleep(0.5)
+        failed = [f"{e.get('action')}: {e.get('error')}" for e in guard.named("actuator_failed")]
         assert guard.stop() == 0
     return Result(
         variant=variant,
@@ -196,23 +254,33 @@ def measure(
         last_ack_after_overfull_s=round(max(after) - overfull, 2) if after else None,
         window_s=window,
         errors_after_overfull=sum(1 for t in fleet.errors if t >= overfull),
+        error_names=dict(Counter(name for t, name in fleet.error_names if t >= overfull)),
+        actuator_failed=failed,
         load_before=load_before,
         load_after=" ".join(f"{x:.1f}" for x in os.getloadavg()),
+        round=round_,
+        restored_after_clear_s=restored,
+        left_behind=left,
     )
 
 
 def table(results: list[Result]) -> str:
     lines = [
-        "| actuator | acknowledged before (B/s) | acknowledged after `overfull` | last ack after"
-        " `overfull` | failed sends | load before → after |",
-        "|---|---|---|---|---|---|",
+        "| round | actuator | acknowledged after `overfull` | last ack after `overfull` |"
+        " failed sends | as before after `overfull_cleared` | load before → after |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         last = "—" if r.last_ack_after_overfull_s is None else f"{r.last_ack_after_overfull_s} s"
+        restored = (
+            f"yes, {r.restored_after_clear_s} s"
+            if r.restored_after_clear_s is not None
+            else f"NO: {r.left_behind}"
+        )
         lines.append(
-            f"| {r.variant} | {r.rate_before_bytes_per_s:,.0f} | "
-            f"{r.bytes_after_overfull:,} B in {r.window_s:.0f} s | {last} | "
-            f"{r.errors_after_overfull} | {r.load_before} → {r.load_after} |"
+            f"| {r.round} | {r.variant} | {r.bytes_after_overfull / 1e6:.2f} MB in "
+            f"{r.window_s:.0f} s | {last} | {r.errors_after_overfull} | {restored} | "
+            f"{r.load_before} → {r.load_after} |"
         )
     return "\n".join(lines)
 
@@ -222,6 +290,7 @@ def main() -> int:
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--window", type=float, default=20.0)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     kafka = target()
     results: list[Result] = []
@@ -248,10 +317,13 @@ def main() -> int:
         )
         workdir = Path(tempfile.mkdtemp(prefix="diskguard-bench-guards-"))
         stack.callback(shutil.rmtree, workdir, True)
-        for variant in args.variants.split(","):
-            result = measure(cluster, workdir, variant, args.producers, args.window)
-            print(json.dumps(asdict(result)), flush=True)
-            results.append(result)
+        entity, rate = OPERATOR_QUOTA
+        cluster.set_quota(dict(entity), rate)
+        for round_ in range(1, args.repeats + 1):
+            for variant in args.variants.split(","):
+                result = measure(cluster, workdir, variant, args.producers, args.window, round_)
+                print(json.dumps(asdict(result)), flush=True)
+                results.append(result)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {"machine": machine_info(), "results": [asdict(r) for r in results]}
     (RESULTS / "actuators.json").write_text(json.dumps(out, indent=2) + "\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,10 @@ from diskguard.kafkalog.model import (
     segment_file_name,
 )
 from diskguard.retention.planner import Deletion
+
+#: ``parse_segment_file``'s rule (20 ASCII digits, a segment suffix, the whole name) over a
+#: "/"-joined listing: each match is one whole name.
+_SEGMENT_NAMES = re.compile(r"/([0-9]{20}(?:\.log|\.index|\.timeindex|\.txnindex|\.snapshot))(?=/)")
 
 
 class Refused(Exception):
@@ -77,12 +82,14 @@ class SegmentDirListing:
 
     def __init__(self, modes: dict[str, int]) -> None:
         self.modes = modes
+        # Segment names are 20 digits and a suffix: the ``.log`` ones are exactly those
+        # ending in ".log" (``of`` keeps segment names only; a caller's dict is parsed).
         self.logs: list[int] = sorted(
             seg[0]
             for name, mode in modes.items()
-            if (seg := parse_segment_file(name)) is not None
-            and seg[1] == ".log"
+            if name.endswith(".log")
             and stat.S_ISREG(mode)
+            and (seg := parse_segment_file(name)) is not None
         )
 
     @classmethod
@@ -92,15 +99,17 @@ class SegmentDirListing:
         rails list it on every cycle. Where the filesystem does not give types
         (``DT_UNKNOWN``), ``DirEntry`` falls back to ``lstat`` by itself. Only the type bits
         are kept: all the rails ask is "a regular file?"."""
+        with os.scandir(part_dir) as listed:
+            entries = {entry.name: entry for entry in listed}
+        # One regex over all names at once ("/" cannot occur in a name, so it delimits them
+        # exactly), not ``parse_segment_file`` per name: a writer's partition holds
+        # thousands of names, and this runs on every acting cycle.
         modes: dict[str, int] = {}
-        with os.scandir(part_dir) as entries:
-            for entry in entries:
-                if parse_segment_file(entry.name) is None:
-                    continue
-                try:
-                    modes[entry.name] = _file_type(entry)
-                except FileNotFoundError:
-                    continue
+        for name in _SEGMENT_NAMES.findall("/" + "/".join(entries) + "/"):
+            try:
+                modes[name] = _file_type(entries[name])
+            except FileNotFoundError:
+                continue
         return cls(modes)
 
     def has_log(self, base: int) -> bool:
@@ -171,11 +180,18 @@ def check_deletion(
     if d.next_offset <= d.base_offset:
         raise Refused(f"next offset {d.next_offset} is not after base offset {d.base_offset}")
     wanted = {segment_file_name(d.base_offset, s) for s in SEGMENT_FILE_SUFFIXES}
+    # A segment's files share one dir: each distinct dir is resolved once (``realpath``
+    # lstats every component of the path, and a batch checks thousands of files).
+    resolved: dict[str, str] = {}
     for f in d.files:
         name = os.path.basename(f)
         if name not in wanted:
             raise Refused(f"{f} is not one of segment {d.base_offset}'s own files")
-        if os.path.realpath(os.path.dirname(os.path.abspath(f))) != part_dir:
+        parent = os.path.dirname(os.path.abspath(f))
+        real = resolved.get(parent)
+        if real is None:
+            real = resolved[parent] = os.path.realpath(parent)
+        if real != part_dir:
             raise Refused(f"{f} is not inside {part_dir}")
     if listings is not None and part_dir in listings:
         listing = listings[part_dir]

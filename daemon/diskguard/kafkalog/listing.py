@@ -287,6 +287,13 @@ class ListingCache:
     files are stat'ed again. A directory changed within the last ``settle_s`` seconds is not
     cached, as a change in the same clock tick could go unseen. This is what keeps the idle
     daemon's periodic rescan of a large log dir to one ``stat`` per partition.
+    A dir changed within ``settle_s`` (a writer's partition rolls several times a second) that
+    the offline sweep lists just before a scan (``hand_on``) is handed on to that scan, once,
+    if the dir's ``(inode, mtime)`` is still the same then, within ``settle_s`` and before the
+    scan ends (``prune``): the state it shows is one the dir had moments ago, as if the scan
+    had listed it then (and the deletion's guard rails list the dir afresh anyway). Every
+    acting cycle at a million segments listed each writer's partition twice. Never one that
+    holds ``*.deleted`` files: those are what the sweep removes.
     A hard link made from elsewhere to a cached file does not touch this directory, so the link
     counts kept here can lag until it changes: that only delays reported Kafka bytes, since
     the planner re-stats every segment it considers (``SegmentFileReader``).
@@ -300,12 +307,17 @@ class ListingCache:
         self._early: EarlyListing | None = None
         self._prefetched: dict[str, tuple[tuple[int, int], PartitionListing] | OSError] = {}
         self._entries: dict[str, tuple[tuple[int, int], PartitionListing]] = {}
+        #: Listings of dirs changed within ``settle_s``, made since the last ``prune`` (the
+        #: end of a scan): see ``listing``.
+        self._fresh: dict[str, tuple[tuple[int, int], float, PartitionListing]] = {}
         self._log_dirs: dict[str, tuple[tuple[int, int], list[os.DirEntry[str]]]] = {}
         #: path -> (the listing a scan made the Partition of, that Partition)
         self._partitions: dict[str, tuple[PartitionListing, Partition]] = {}
         self._touched: set[str] = set()
         self.hits = 0
         self.misses = 0
+        #: Served from ``_fresh`` (the offline sweep's listing, taken again by the scan).
+        self.fresh_hits = 0
 
     @property
     def parallel(self) -> bool:
@@ -354,7 +366,11 @@ class ListingCache:
                 early.close()  # names only, where this scan stats every file
             self._prefetched.update(list_in_parallel(wanted, full, self.worker))
 
-    def listing(self, path: str, full: bool) -> PartitionListing:
+    def listing(self, path: str, full: bool, hand_on: bool = False) -> PartitionListing:
+        """``path``'s listing: kept if its dir is unchanged, else made now. ``hand_on``: the
+        offline sweep's call, just before a scan: a listing made now is handed on to that
+        scan's call for the same dir (once) if the dir is still the same then, even when it
+        changed too recently to be kept (see the class)."""
         self._touched.add(path)
         pre = self._prefetched.pop(path, None)
         if pre is not None:
@@ -370,9 +386,21 @@ class ListingCache:
         if cached is not None and cached[0] == key and (cached[1].full or not full):
             self.hits += 1
             return cached[1]
+        fresh = self._fresh.pop(path, None)
+        if (
+            fresh is not None
+            and fresh[0] == key
+            and (fresh[2].full or not full)
+            and time.monotonic() - fresh[1] < self.settle_s
+        ):
+            self.fresh_hits += 1
+            return fresh[2]
         self.misses += 1
+        now = time.monotonic()
         listing = list_partition(path, full)
         self._keep(self._entries, path, key, listing)
+        if hand_on and path not in self._entries and not listing.deleted_files:
+            self._fresh[path] = (key, now, listing)
         return listing
 
     def partition(
@@ -442,6 +470,7 @@ class ListingCache:
             del self._partitions[path]
         self._touched.clear()
         self._prefetched.clear()
+        self._fresh.clear()
 
 
 def live_partition_dirs(entries: Iterable[os.DirEntry[str]]) -> list[str]:

@@ -92,7 +92,7 @@ def _may_hold_deleted(listings: ListingCache | None, path: str) -> bool:
     if listings is None:
         return True
     try:
-        return listings.listing(path, full=False).deleted_files > 0
+        return listings.listing(path, full=False, hand_on=True).deleted_files > 0
     except OSError:
         return True  # let the sweep itself meet (and report) the problem
 

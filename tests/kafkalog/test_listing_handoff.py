@@ -1,0 +1,183 @@
+"""The offline sweep's listings handed on to the scan: the daemon's plan is the one a scan
+from nothing would make, whatever changed in between; and a plan made stale behind the
+cache's back is refused at deletion, never carried out."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
+from diskguard.kafkalog.listing import ListingCache
+from diskguard.kafkalog.scan import ScanResult, scan, still_listed
+from diskguard.kafkalog.topicpolicy import ProtectionRule
+from diskguard.retention.audit import AuditLog
+from diskguard.retention.limits import Limits
+from diskguard.retention.offline.fileexecutor import FileExecutor
+from diskguard.retention.offline.sweeptargets import targets
+from diskguard.retention.planner import Deletion, plan_filesystem
+from support.kafkagen import DEFAULT_FIRST_TIMESTAMP_MS, SegmentSpec, write_partition
+
+RULE = ProtectionRule(assume_delete_policy=(".*",))
+#: Few distinct timestamps: equally old segments of different partitions are common (ties).
+_TIMES = st.sampled_from([0, 0, 1, 2, 3]).map(lambda k: DEFAULT_FIRST_TIMESTAMP_MS + k * 60_000)
+_TREE = st.lists(st.lists(_TIMES, min_size=1, max_size=4), min_size=1, max_size=4)
+_CHANGES = st.lists(
+    st.tuples(
+        st.sampled_from(["roll", "drop_oldest", "remove", "to_delete", "leftover", "none"]),
+        st.integers(0, 3),
+    ),
+    max_size=6,
+)
+
+
+def _spec(ts: int) -> SegmentSpec:
+    return SegmentSpec(records=2, payload_size=50, first_timestamp_ms=ts, timestamp_step_ms=0)
+
+
+def _segment_files(part: Path) -> dict[int, list[Path]]:
+    out: dict[int, list[Path]] = {}
+    for f in part.iterdir():
+        stem, _, suffix = f.name.partition(".")
+        if len(stem) == 20 and stem.isdigit() and suffix in ("log", "index", "timeindex"):
+            out.setdefault(int(stem), []).append(f)
+    return dict(sorted(out.items()))
+
+
+def _change(log_dir: Path, kind: str, which: int) -> None:
+    """One change a broker (or an operator) could make between two cycles."""
+    parts = sorted(p for p in log_dir.iterdir() if p.is_dir() and not p.name.endswith("-delete"))
+    if not parts:
+        return
+    part = parts[which % len(parts)]
+    segments = _segment_files(part)
+    if kind == "roll" and segments:
+        # A new segment after the active one: what was active becomes a candidate.
+        last = max(segments)
+        nxt = last + 2
+        for suffix in (".log", ".index", ".timeindex"):
+            (part / f"{nxt:020d}{suffix}").write_bytes(b"")
+    elif kind == "drop_oldest" and len(segments) > 1:
+        for f in segments[min(segments)]:
+            f.unlink()
+    elif kind == "remove":
+        shutil.rmtree(part)
+    elif kind == "to_delete":
+        part.rename(log_dir / f"{part.name}.0123456789abcdef-delete")
+    elif kind == "leftover" and segments:
+        (part / f"{min(segments):020d}.snapshot.deleted").write_bytes(b"x" * 100)
+
+
+def _plan(result: ScanResult, read: SegmentFileReader) -> tuple[list[Deletion], list[str]]:
+    """Every candidate in global-oldest order (limits of 0 %: all of them are wanted)."""
+    chosen: list[Deletion] = []
+    for fs in result.filesystems:
+        _fs_plan, deletions = plan_filesystem(fs, Limits(0.0, 0.0), read)
+        chosen.extend(deletions)
+    return chosen, read.warnings
+
+
+@settings(max_examples=25, deadline=None)
+@given(_TREE, _CHANGES)
+def test_the_daemons_plan_is_a_fresh_scans_plan_after_any_change(
+    tree: list[list[int]], changes: list[tuple[str, int]]
+) -> None:
+    """Per cycle the daemon lists partition dirs in its sweep (``targets``) and hands the
+    listings on to the scan, reuses unchanged dirs' listings and ``Partition``s, and reads
+    ages through its age cache; a scan with no cache and a reader with none decides the
+    same deletions, in the same order, with the same why and the same warnings."""
+    root = Path(tempfile.mkdtemp(prefix="dg-handoff-"))
+    try:
+        log_dir = root / "logs"
+        for p, times in enumerate(tree):
+            write_partition(log_dir, "orders", p, [_spec(t) for t in times])
+        cache, ages = ListingCache(), AgeCache()
+        handed = 0
+        for kind, which in [("none", 0), *changes]:
+            _change(log_dir, kind, which)
+            before = cache.fresh_hits
+            targets(os.path.realpath(log_dir), cache)
+            daemon = scan([str(log_dir)], RULE, use_log_start=False, cache=cache)
+            handed += cache.fresh_hits - before
+            reader = SegmentFileReader(ages)
+            daemon_plan = _plan(daemon, reader)
+            ages.prune(still_listed(daemon))
+            fresh = scan([str(log_dir)], RULE, use_log_start=False)
+            # The same usage for both (other processes write to this filesystem meanwhile).
+            fresh = replace(
+                fresh,
+                filesystems=tuple(
+                    replace(f, usage=d.usage)
+                    for f, d in zip(fresh.filesystems, daemon.filesystems, strict=True)
+                ),
+            )
+            assert daemon.filesystems == fresh.filesystems
+            assert daemon.warnings == fresh.warnings
+            assert daemon_plan == _plan(fresh, SegmentFileReader(None))
+        assert handed > 0  # the sweep's listings were taken, not made again
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_handed_on_listing_is_taken_once_and_only_while_the_dir_is_the_same(
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    write_partition(log_dir, "orders", 0, [_spec(DEFAULT_FIRST_TIMESTAMP_MS)] * 3)
+    path = str(log_dir / "orders-0")
+    cache = ListingCache()
+    handed = cache.listing(path, full=False, hand_on=True)
+    assert cache.listing(path, full=False) is handed and cache.fresh_hits == 1
+    assert cache.listing(path, full=False) is not handed  # once
+    cache.listing(path, full=False, hand_on=True)
+    (log_dir / "orders-0" / f"{99:020d}.log").write_bytes(b"")  # a roll, in between
+    os.utime(log_dir / "orders-0", ns=(1, 1))  # a new mtime whatever the clock's grain
+    assert 99 in cache.listing(path, full=False).bases and cache.fresh_hits == 1
+    cache.listing(path, full=False, hand_on=True)
+    cache.prune()  # the scan ended: nothing handed on survives it
+    cache.listing(path, full=False)
+    assert cache.fresh_hits == 1
+    # A dir holding *.deleted leftovers (the sweep removes them) is never handed on.
+    (log_dir / "orders-0" / f"{0:020d}.index.deleted").write_bytes(b"x")
+    cache.listing(path, full=False, hand_on=True)
+    cache.listing(path, full=False)
+    assert cache.fresh_hits == 1
+
+
+def test_a_plan_made_stale_behind_the_caches_back_is_refused_at_deletion(
+    tmp_path: Path,
+) -> None:
+    """The cache trusts a dir's (inode, mtime). A segment removed with the dir's mtime put
+    back is not seen by the daemon's scan, so its plan still names the segment before it as
+    closed; the guard rails list the dir afresh before deleting and refuse: nothing goes."""
+    log_dir = tmp_path / "logs"
+    write_partition(log_dir, "orders", 0, [_spec(DEFAULT_FIRST_TIMESTAMP_MS)] * 3)
+    part = log_dir / "orders-0"
+    old = part.stat().st_mtime_ns - 60 * 10**9
+    os.utime(part, ns=(old, old))
+    os.utime(log_dir, ns=(old, old))
+    cache = ListingCache()
+    scan([str(log_dir)], RULE, use_log_start=False, cache=cache)  # cached: settled
+    segments = _segment_files(part)
+    bases = list(segments)
+    for f in segments[bases[1]]:  # the segment after the oldest goes behind our back
+        f.unlink()
+    os.utime(part, ns=(old, old))
+    stale = scan([str(log_dir)], RULE, use_log_start=False, cache=cache)
+    assert cache.hits >= 1
+    chosen, _ = _plan(stale, SegmentFileReader(None))
+    first = chosen[0]
+    assert (first.base_offset, first.next_offset) == (bases[0], bases[1])  # stale
+    state = tmp_path / "state"
+    state.mkdir()
+    audit = AuditLog(state / "audit.jsonl")
+    results = FileExecutor(state, audit).execute([first], {first.mount: 99.0})
+    assert len(results) == 1 and not results[0].ok and results[0].refused
+    assert "next offset" in (results[0].error or "")
+    assert all(f.exists() for f in segments[bases[0]])  # nothing deleted

@@ -114,7 +114,12 @@ class Cluster:
         self.permissive = permissive
         self.expired: list[int] = []
 
-    def guard(self, broker_id: int, actuators: tuple[str, ...] = ("acl", "quota")) -> Actuators:
+    def guard(
+        self,
+        broker_id: int,
+        actuators: tuple[str, ...] = ("acl", "quota"),
+        said_before: bool = False,
+    ) -> Actuators:
         log_dir = self.tmp_path / f"broker-{broker_id}"
         log_dir.mkdir(exist_ok=True)
         (log_dir / "meta.properties").write_text(f"version=1\nnode.id={broker_id}\n")
@@ -142,6 +147,7 @@ class Cluster:
             acl_permissive=self.permissive,
             on_lease_expired=lambda: self.expired.append(broker_id),
             clock=self.clock,
+            said_before=said_before,
         )
 
     def acl_set(self) -> set[Binding]:
@@ -342,6 +348,42 @@ def test_a_restarted_guard_takes_its_hold_back(tmp_path: Path) -> None:
     restarted.reconcile({"/data": True}, {"/data": ["orders"]})
     assert deny_write("orders", "User:*") in cluster.acl_set()
     restarted.reconcile({"/data": False})
+    assert cluster.acl_set() == set() and cluster.quotas.quotas == {}
+
+
+def test_a_guard_restarted_while_another_holds_says_its_hold_is_in_place(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """Restarted on a disk still overfull, a guard finds its hold in place (another guard's
+    pass put it back, or never lifted it): it creates nothing, and still says that its
+    topics are held and producers throttled, as it would in a new episode. Rebuilt at a
+    config reload it has said so already, and does not again."""
+    cluster = Cluster(tmp_path)
+    a, b = cluster.guard(1), cluster.guard(2)
+    overfull(a, ["orders"])
+    overfull(b, ["orders"])
+    held = cluster.acl_set()
+    del b  # kill -9, or a stop: a stop keeps the hold of a disk still overfull
+    logs.truncate(0)
+    logs.seek(0)
+    restarted = cluster.guard(2)  # the same state dir: its ledger says held
+    restarted.reconcile({"/data": True}, {"/data": ["orders"]})
+    assert cluster.acl_set() == held
+    (applied,) = events(logs, "acl_applied")
+    assert applied["topics"] == ["orders"] and applied["created"] == 0, applied
+    assert {e["entity"] for e in events(logs, "quota_applied")} == {
+        "user=<default>",
+        "client-id=<default>",
+    }
+    assert restarted.sync(renewal=True) and events(logs, "acl_applied") == [applied]
+
+    logs.truncate(0)
+    logs.seek(0)
+    reloaded = cluster.guard(2, said_before=True)
+    reloaded.reconcile({"/data": True}, {"/data": ["orders"]})
+    assert events(logs, "acl_applied") == [] and events(logs, "quota_applied") == []
+    cleared(reloaded)
+    cleared(a)
     assert cluster.acl_set() == set() and cluster.quotas.quotas == {}
 
 

@@ -37,6 +37,7 @@ class FlowControl:
     def __init__(self, config: Config, state_dir: Path, metrics: Metrics) -> None:
         self._metrics = metrics
         self.states: dict[str, FlowState] = {}
+        self._built = False
         self.build(config, state_dir)
 
     def build(self, config: Config, state_dir: Path) -> None:
@@ -46,7 +47,11 @@ class FlowControl:
             state_dir,
             on_failure=self._metrics.actuator_failed,
             on_lease_expired=self._metrics.hold_lease_expired,
+            # At start-up the ledger's holds are said again once in place; at a reload this
+            # process has said them already.
+            said_before=self._built,
         )
+        self._built = True
         self.ballast = Ballast(config.ballast, state_dir) if config.ballast.path else None
 
     def restore(self, mounts: Iterable[str]) -> None:

@@ -49,7 +49,8 @@ class AclActuator:
     ``permissive``: ``default_allow`` — whether a topic without ACLs gets an ALLOW ALL for
     ``User:*`` with its DENY (keeping reads, DescribeConfigs and DeleteRecords as they were).
     ``configured`` False = present only to remove ACLs an earlier run recorded (the actuator
-    was since removed from the config).
+    was since removed from the config). ``said_before`` False: the holds the ledger records
+    were never said by this process (a restart), and are said (``acl_applied``) once in place.
     """
 
     name = "acl"
@@ -63,6 +64,7 @@ class AclActuator:
         configured: bool,
         permissive: bool | None = None,
         publish: Callable[[], bool] = lambda: True,
+        said_before: bool = False,
     ) -> None:
         self._principal = principal
         self._admin = admin
@@ -73,6 +75,9 @@ class AclActuator:
         self._skipped_said: tuple[str, ...] = ()
         #: ACLs this guard owns that the previous read did not list (see ``converge``).
         self._missing: set[AclBinding] = set()
+        #: The holds this process said are in place (``acl_applied``); None = what the ledger
+        #: records (said before a reload).
+        self._said: set[tuple[str, str]] | None = None if said_before else set()
 
     def on_transition(self, transition: Transition) -> bool:
         return self._configured
@@ -161,10 +166,14 @@ class AclActuator:
         if lifted:
             self._removed(sorted(lifted))
         # Newly held, or held again (this pass created its ACLs: e.g. after a restart, once
-        # another guard had let them go when this one's lease expired).
+        # another guard had let them go when this one's lease expired), or held since before
+        # this process started and not said yet: a restarted guard says its hold is in place
+        # even when another guard's pass re-created the ACLs before its own did.
+        said = had if self._said is None else self._said
+        self._said = set(held)
         own_topics = {t for t, _p in held}
         newly = sorted(
-            {t for t, _p in held - had} | {b.name for b in plan.create if b.name in own_topics}
+            {t for t, _p in held - said} | {b.name for b in plan.create if b.name in own_topics}
         )
         if newly:
             actuator_log().info(

@@ -211,7 +211,9 @@ class QuotaActuator:
     """``quota``: throttles producers while any filesystem is overfull, restores after.
 
     ``configured`` False = present only to restore a throttle an earlier run recorded (the
-    actuator was since removed from the config).
+    actuator was since removed from the config). ``said_before`` False: a throttle the
+    ledger records was never said by this process (a restart); its first pass re-sends it
+    and says so (``quota_applied``).
     """
 
     name = "quota"
@@ -225,6 +227,7 @@ class QuotaActuator:
         configured: bool,
         connection: KafkaAdminConnection | None = None,
         publish: Callable[[], bool] = lambda: True,
+        said_before: bool = False,
     ) -> None:
         self._publish = publish
         self._cfg = cfg
@@ -236,6 +239,8 @@ class QuotaActuator:
             ledger.on_broker_failure(connection.reset)
         #: The broker has no client-quota API (Kafka < 2.6): said once per overfull episode.
         self._unsupported = False
+        #: A throttle recorded as applied has been said by this process (see ``converge``).
+        self._said = said_before
 
     def on_transition(self, transition: Transition) -> bool:
         if transition.event == "overfull":
@@ -349,7 +354,7 @@ class QuotaActuator:
                 # Never loosen a quota that was already stricter than ours.
                 value = rate if previous is None else min(rate, previous)
                 admin.alter_producer_byte_rate(entity, value)
-                if not had:
+                if not had or not self._said:
                     actuator_log().info(
                         "quota_applied",
                         actuator="quota",
@@ -368,6 +373,7 @@ class QuotaActuator:
             with ledger.lock:
                 applied.quota_applied = bool(mine)
             ledger.save()
+            self._said = True
             if had and not mine and needs:
                 actuator_log().info(
                     "hold_kept",

@@ -41,13 +41,14 @@ def configured_actuators(
     broker_timeout_s: float = 10.0,
     publish: Callable[[], bool] = lambda: True,
     acl_permissive: bool | None = None,
+    said_before: bool = False,
 ) -> list[Actuator]:
     """The actuators ``flow_control.actuators`` names, plus any an earlier run left work for.
 
     A throttle or ACL recorded by an earlier run must be undone even if its actuator has
     since been removed from the config: it is built for that too, only to undo. Order
     matters only for logs: quota before acl, as always. ``quota_admin`` / ``acl_admin``
-    replace the Kafka clients (tests).
+    replace the Kafka clients (tests). ``said_before``: see ``Actuators``.
     """
     flow = cfg.flow_control
     kinds = set(flow.actuators)
@@ -55,22 +56,20 @@ def configured_actuators(
     out: list[Actuator] = []
     if "exec" in kinds and flow.on_change:
         out.append(HookActuator(flow.on_change, flow.on_change_timeout, ledger))
-    if quota_admin is not None:
-        out.append(
-            QuotaActuator(
-                flow.quota, quota_admin, ledger, configured="quota" in kinds, publish=publish
-            )
-        )
-    elif "quota" in kinds or applied.throttled:
-        connection = KafkaAdminConnection(cfg.broker, broker_timeout_s)
+    if quota_admin is not None or "quota" in kinds or applied.throttled:
+        connection: KafkaAdminConnection | None = None
+        if quota_admin is None:
+            connection = KafkaAdminConnection(cfg.broker, broker_timeout_s)
+            quota_admin = connection.quota_admin()
         out.append(
             QuotaActuator(
                 flow.quota,
-                connection.quota_admin(),
+                quota_admin,
                 ledger,
                 configured="quota" in kinds,
                 connection=connection,
                 publish=publish,
+                said_before=said_before,
             )
         )
     if acl_admin is None and ("acl" in kinds or applied.acl or applied.acl_owned):
@@ -84,6 +83,7 @@ def configured_actuators(
                 configured="acl" in kinds,
                 permissive=acl_permissive,
                 publish=publish,
+                said_before=said_before,
             )
         )
     return out
@@ -107,6 +107,11 @@ class Actuators:
     raises. A failed broker call is retried by the worker every ``retry_interval_s`` until
     it succeeds (and on every ``apply``/``reconcile``). ``background=False`` runs broker calls
     in the caller's thread (CLI, tests) and retries only on the next call.
+
+    A daemon that starts with holds in its ledger (restarted on a disk still overfull) says
+    them again (``acl_applied``, ``quota_applied``) once its first pass finds them in place,
+    whoever put them there: another guard may have re-created them before this one got to.
+    ``said_before``: this process said them already (rebuilt at a config reload).
     """
 
     def __init__(
@@ -124,6 +129,7 @@ class Actuators:
         acl_permissive: bool | None = None,
         on_lease_expired: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.time,
+        said_before: bool = False,
     ) -> None:
         self._cfg = cfg
         self._ledger = Ledger((state_dir or cfg.daemon.state_dir) / STATE_FILE, on_failure)
@@ -170,6 +176,7 @@ class Actuators:
             broker_timeout_s=broker_timeout_s,
             publish=self._shared.publish,
             acl_permissive=acl_permissive,
+            said_before=said_before,
         )
         self._lock = self._ledger.lock  # guards the record and the desired state
         self._sync_lock = threading.Lock()  # one converge pass at a time

@@ -48,6 +48,31 @@ def test_the_table_from_reports_of_entries_run_one_at_a_time(tmp_path: Path) -> 
     assert "| **total** | 1 passed, 0 failed, 1 skipped (1.5 min) |" in text
 
 
+def test_a_rerun_of_some_tests_replaces_their_results_and_is_said(tmp_path: Path) -> None:
+    """``--rerun`` keeps a partial run beside the entry's full one: the table shows each
+    test's newest result, keeps the others', and says what was re-run when."""
+    case = '<testcase classname="tests.broker.test_realcluster" name="test_{}" time="1" />'
+    failed = (
+        '<testcase classname="tests.broker.test_realcluster" name="test_b" time="3">'
+        '<failure message="AssertionError: no acl_applied" /></testcase>'
+    )
+    full = matrix._report(tmp_path, "3.9.2", "kraft")
+    report(full, "2026-11-26", case.format("a") + failed)
+    again = full.with_name(f"{full.stem}.rerun-20261127T174000.xml")
+    report(again, "2026-11-27", case.format("b") + case.format("c"))
+    out = tmp_path / "matrix.md"
+    only = ["--only", "3.9.2:kraft"]
+    code = matrix.main(["--from-reports", "--reports", str(tmp_path), "--output", str(out), *only])
+    text = out.read_text()
+    assert code == 0  # the failure was re-run and passed
+    assert "| `test_realcluster::test_a` | pass |" in text
+    assert "| `test_realcluster::test_b` | pass |" in text
+    assert "| `test_realcluster::test_c` | pass |" in text
+    assert "Written by `make test-kafka-matrix` on 2026-11-26 " in text
+    assert "3.9.2 KRaft on 2026-11-27 10:00 UTC (2 tests, 1.5 min)" in text
+    assert "| **total** | 3 passed, 0 failed, 0 skipped (1.5 min) |" in text
+
+
 def test_the_per_call_table_goes_between_its_markers(tmp_path: Path) -> None:
     kip848 = "test_realkafka::test_committed_offsets_of_a_kip848_consumer_group"
     skipped = matrix.Outcome("skipped", "Kafka 2.8.2 (ZooKeeper): no ConsumerGroupHeartbeat; later")

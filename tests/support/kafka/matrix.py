@@ -4,6 +4,10 @@ table of what passed where (``docs/kafka-matrix.md``, which the README links).
 Each entry runs ``pytest -m realkafka`` in its own process with ``DISKGUARD_KAFKA_VERSION`` and
 ``DISKGUARD_KAFKA_MODE`` set, a JUnit XML report per entry; a test skipped on a release says
 why in the table (an API the release does not have), never silently.
+
+A whole matrix takes hours on two cores; ``--rerun`` runs only some tests (the pytest
+arguments, e.g. one module) on the chosen entries and keeps their report beside the entry's
+full one: the table takes each test's newest result and says which were re-run, and when.
 """
 
 from __future__ import annotations
@@ -57,19 +61,58 @@ def _report(workdir: Path, release: str, mode: str) -> Path:
     return workdir / f"{release.replace(':', '-')}-{mode}.xml"
 
 
-def saved_entry(release: str, mode: str, workdir: Path) -> tuple[dict[str, Outcome], float, str]:
-    """An entry's results from the report an earlier run left: its outcomes, the time the
-    suite took and the day it ran (the report's own timestamp)."""
-    suite = ET.parse(_report(workdir, release, mode)).getroot().find("testsuite")
-    elapsed = float(suite.get("time", "0")) if suite is not None else 0.0
-    day = (suite.get("timestamp", "") if suite is not None else "")[:10]
-    return _outcomes(_report(workdir, release, mode)), elapsed, day
+def _reruns(workdir: Path, release: str, mode: str) -> list[Path]:
+    """The entry's partial re-runs (``--rerun``), oldest first (their names sort by time)."""
+    return sorted(workdir.glob(f"{_report(workdir, release, mode).stem}.rerun-*.xml"))
+
+
+def _suite(report: Path) -> tuple[float, str]:
+    """The time a report's suite took and when it ran (its own timestamp, to the minute)."""
+    suite = ET.parse(report).getroot().find("testsuite")
+    if suite is None:
+        return 0.0, ""
+    return float(suite.get("time", "0")), suite.get("timestamp", "")[:16].replace("T", " ")
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """Tests of an entry run again after its full run: how many, when, how long."""
+
+    tests: int
+    when: str
+    elapsed: float
+
+
+def saved_entry(
+    release: str, mode: str, workdir: Path
+) -> tuple[dict[str, Outcome], float, str, list[Rerun]]:
+    """An entry's results from the reports earlier runs left: each test's newest outcome
+    (the full run's, or a later ``--rerun``'s), the time the full run took, the day it ran
+    (the report's own timestamp) and the re-runs since."""
+    results: dict[str, Outcome] = {}
+    elapsed, day = 0.0, ""
+    full = _report(workdir, release, mode)
+    if full.exists():
+        results = _outcomes(full)
+        elapsed, stamp = _suite(full)
+        day = stamp[:10]
+    reruns = []
+    for report in _reruns(workdir, release, mode):
+        again = _outcomes(report)
+        results.update(again)
+        took, when = _suite(report)
+        reruns.append(Rerun(len(again), when, took))
+    return results, elapsed, day or (reruns[0].when[:10] if reruns else ""), reruns
 
 
 def run_entry(
-    release: str, mode: str, workdir: Path, extra: list[str]
+    release: str, mode: str, workdir: Path, extra: list[str], rerun: bool = False
 ) -> tuple[dict[str, Outcome], float, int]:
     report = _report(workdir, release, mode)
+    if rerun:
+        report = report.with_name(
+            f"{report.stem}.rerun-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.xml"
+        )
     env = {**os.environ, "DISKGUARD_KAFKA_VERSION": release, "DISKGUARD_KAFKA_MODE": mode}
     env.pop("DISKGUARD_KAFKA_HOME", None)
     started = time.monotonic()
@@ -348,6 +391,13 @@ def main(argv: list[str] | None = None) -> int:
         "build/kafka-matrix (entries run one at a time, e.g. with --only)",
     )
     ap.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run only the tests the pytest arguments name on the entries (--only) and keep "
+        "their results beside each entry's full run: the table (every entry with a report) "
+        "shows each test's newest result and says what was re-run when",
+    )
+    ap.add_argument(
         "--reports", type=Path, default=REPO / "build" / "kafka-matrix", help="JUnit XML dir"
     )
     ap.add_argument("pytest_args", nargs="*")
@@ -357,15 +407,27 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [e for e in ENTRIES if not args.only or f"{e[0]}:{e[1]}" in args.only]
     columns = []
     days = set()
+    reruns: list[tuple[str, str, list[Rerun]]] = []
     failed = False
+    if args.rerun:
+        for release, mode in wanted:
+            print(f"== Kafka {release} ({mode}): {' '.join(args.pytest_args)}", flush=True)
+            _results, _elapsed, code = run_entry(
+                release, mode, workdir, args.pytest_args, rerun=True
+            )
+            failed |= code != 0
+        wanted = [
+            (r, m) for r, m in ENTRIES if _report(workdir, r, m).exists() or _reruns(workdir, r, m)
+        ]
     for release, mode in wanted:
-        if args.from_reports:
-            if not _report(workdir, release, mode).exists():
+        if args.from_reports or args.rerun:
+            if not _report(workdir, release, mode).exists() and not _reruns(workdir, release, mode):
                 print(f"no report for Kafka {release} ({mode}): run it first", file=sys.stderr)
                 return 2
-            results, elapsed, day = saved_entry(release, mode, workdir)
+            results, elapsed, day, again = saved_entry(release, mode, workdir)
             failed |= any(o.status == "failed" for o in results.values())
             days.add(day)
+            reruns.append((release, mode, again))
         else:
             print(f"== Kafka {release} ({mode})", flush=True)
             results, elapsed, code = run_entry(release, mode, workdir, args.pytest_args)
@@ -378,7 +440,10 @@ def main(argv: list[str] | None = None) -> int:
         "# The realkafka tests on every supported Kafka line\n\n"
         f"Written by `make test-kafka-matrix` on {when} (brokers from Maven Central, run as "
         "nobody on loop ext4; KRaft = one combined broker+controller node). A skip names "
-        "the API the release lacks; — = not in that entry's run (a test added since).\n\n" + text
+        "the API the release lacks; — = not in that entry's run (a test added since)."
+        + _rerun_note(reruns)
+        + "\n\n"
+        + text
     )
     if args.output:
         args.output.write_text(document)
@@ -386,6 +451,22 @@ def main(argv: list[str] | None = None) -> int:
         put_calls_table(args.calls, calls_table(columns), when)
     print(text)
     return 1 if failed else 0
+
+
+def _rerun_note(reruns: list[tuple[str, str, list[Rerun]]]) -> str:
+    """What was re-run after the full runs (``--rerun``), whose results the table shows."""
+    said = [
+        f"{release.split(':')[-1]} {'KRaft' if mode == 'kraft' else 'ZooKeeper'} on "
+        f"{r.when} UTC ({r.tests} tests, {r.elapsed / 60:.1f} min)"
+        for release, mode, again in reruns
+        for r in again
+    ]
+    if not said:
+        return ""
+    return (
+        " Tests re-run since the full runs (`--rerun`; the table shows each test's newest "
+        "result, the totals' time is the full run's): " + "; ".join(said) + "."
+    )
 
 
 if __name__ == "__main__":

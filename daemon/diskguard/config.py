@@ -176,7 +176,8 @@ class LadderConfig:
 class QuotaConfig:
     """AlterClientQuotas entity and rate applied while overfull."""
 
-    producer_byte_rate: Size = 1024
+    #: Kafka refuses 0 (AlterClientQuotas): said at start, not failed at every overfull.
+    producer_byte_rate: RateLimit = 1024
     #: Entities as Kafka names them, e.g. ``{"user" = "alice"}`` or ``{"client-id" = "app"}``;
     #: empty = the default entity for users and client ids.
     entities: list[dict[str, str | None]] = field(default_factory=list)

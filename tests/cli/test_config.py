@@ -258,6 +258,20 @@ def test_intervals_have_floors(tmp_path: Path, key: str) -> None:
     assert getattr(table, name) == parse_duration(floor)
 
 
+def test_the_quota_rate_is_a_rate_kafka_takes(tmp_path: Path) -> None:
+    """Kafka refuses a producer_byte_rate of 0 (AlterClientQuotas, seen on 4.4: "must be
+    greater than 0"); a size below one byte rounds to 0. Said at start, naming the key,
+    rather than an actuator_failed at every overfull with producers not throttled."""
+    key = "flow_control.quota.producer_byte_rate"
+    for bad in (0, "0.5", "0KiB"):
+        with pytest.raises(ConfigError) as err:
+            parse_config(_with(tmp_path, key, bad), tmp_path / "c.toml")
+        (problem,) = err.value.problems
+        assert problem.startswith(f"{tmp_path / 'c.toml'}: {key}: must be a rate"), problem
+    config = parse_config(_with(tmp_path, key, 1), tmp_path / "c.toml")
+    assert config.flow_control.quota.producer_byte_rate == 1
+
+
 def test_zero_intervals_on_the_cli_exit_2_naming_each_key(tmp_path: Path) -> None:
     path = write(
         tmp_path,

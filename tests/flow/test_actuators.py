@@ -265,12 +265,7 @@ def test_a_quota_restore_shown_late_is_said_by_a_later_pass(
     ledger keeps the value to restore, so a later pass restores again (idempotent) and says
     ``quota_restored`` once per entity, with exactly the value there before."""
     broker = LaggingQuotaBroker({USER_DEFAULT: 4096.0}, lag=0)
-    cfg = make_config(tmp_path, actuators=["quota"], quota={"producer_byte_rate": "1KiB"})
-    acts = Actuators(
-        cfg,
-        quota_admin=KafkaQuotaAdmin(broker.send, visible_within_s=0.2, poll_s=0.01),
-        background=False,
-    )
+    acts = quota_actuators(tmp_path, broker, visible_within_s=0.2)
     acts.apply(transition("overfull"), topics=["orders"])
     assert len(events(logs, "quota_applied")) == 2
     broker.lag = None  # accepted, not shown
@@ -291,9 +286,35 @@ def test_a_quota_restore_shown_late_is_said_by_a_later_pass(
     assert acts.converged
 
 
-def quota_actuators(tmp_path: Path, broker: FakeQuotaBroker, **kw: Any) -> Actuators:
+def test_a_throttle_shown_late_is_said_by_a_later_pass(tmp_path: Path, logs: io.StringIO) -> None:
+    """A throttle accepted but shown only after the wait: ``actuator_failed``, no
+    ``quota_applied`` yet; the pass that sees it says ``quota_applied`` once per entity, with
+    the value from before (recorded ahead of the alter), never the throttle itself."""
+    broker = LaggingQuotaBroker({USER_DEFAULT: 4096.0}, lag=None)
+    acts = quota_actuators(tmp_path, broker, visible_within_s=0.2)
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert [e["action"] for e in events(logs, "actuator_failed")] == ["throttle"]
+    assert events(logs, "quota_applied") == []
+    broker.image, broker.lag = dict(broker.quotas), 0
+    for _ in range(3):
+        acts.reconcile({"/data": True})
+    applied = events(logs, "quota_applied")
+    assert sorted((e["entity"], e["previous"]) for e in applied) == [
+        ("client-id=<default>", None),
+        ("user=<default>", 4096.0),
+    ]
+    acts.apply(transition("overfull_cleared", percent=50))
+    assert broker.quotas == {USER_DEFAULT: 4096.0}
+
+
+def quota_actuators(
+    tmp_path: Path, broker: FakeQuotaBroker, visible_within_s: float = 5.0, **kw: Any
+) -> Actuators:
+    """One guard alone; ``visible_within_s``: how long an alter waits for a describe to show
+    it."""
     cfg = make_config(tmp_path, actuators=["quota"], quota={"producer_byte_rate": "1KiB"})
-    return Actuators(cfg, quota_admin=KafkaQuotaAdmin(broker.send), background=False, **kw)
+    admin = KafkaQuotaAdmin(broker.send, visible_within_s=visible_within_s, poll_s=0.01)
+    return Actuators(cfg, quota_admin=admin, background=False, **kw)
 
 
 def test_quota_throttles_and_restores_previous_values(tmp_path: Path, logs: io.StringIO) -> None:

@@ -9,17 +9,25 @@ classpath file per release, so the second run costs nothing and needs no network
 distribution directory (``DISKGUARD_KAFKA_HOME``: ``libs/``) stands in for Maven where an
 operator has one.
 
+Resolution holds a lock on the cache dir: parallel test workers (or two runs) that all miss
+the cache run one ``mvn`` at a time (Maven does not guard its shared ``~/.m2`` against a
+second process), and the later ones then find the first's classpath file, written whole and
+renamed into place so no reader sees half a list.
+
 Resolution that fails raises ``KafkaResolutionError`` with one line saying why: a test run
 that cannot have its broker must say so, not skip.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,13 +143,30 @@ def classpath(
     cached = _cached(target)
     if cached is not None:
         return cached
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _resolution_lock(target.parent):
+        # Another worker may have resolved it while this one waited for the lock.
+        return _cached(target) or _resolve(release, profiles, properties, target)
+
+
+@contextlib.contextmanager
+def _resolution_lock(cache: Path) -> Iterator[None]:
+    """One resolution at a time per cache dir (released when the holder exits, even killed)."""
+    with open(cache / ".resolve.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _resolve(
+    release: Release, profiles: tuple[str, ...], properties: dict[str, str], target: Path
+) -> tuple[Path, ...]:
+    """``mvn dependency:build-classpath``, the jars linked into the cache, ``target`` written."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise KafkaResolutionError(
             f"cannot resolve {release.coordinates}: mvn not found (`make tools` installs Maven "
             "and a JDK 17)"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".tmp", delete=False) as tmp:
         out = Path(tmp.name)
     command = [
@@ -174,8 +199,10 @@ def classpath(
     if not resolved:
         raise KafkaResolutionError(f"mvn resolved {release.coordinates} but listed no jars")
     placed = _readable_copies(resolved, target.with_suffix(""))
-    target.write_text(os.pathsep.join(map(str, placed)) + "\n")
-    os.chmod(target, 0o644)
+    written = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    written.write_text(os.pathsep.join(map(str, placed)) + "\n")
+    os.chmod(written, 0o644)
+    os.replace(written, target)
     return tuple(placed)
 
 

@@ -10,7 +10,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,69 @@ def test_a_release_that_cannot_be_had_fails_with_one_line() -> None:
         classpath(Release((4, 99, 0)))
     text = str(missing.value)
     assert "\n" not in text and "org.apache.kafka:kafka_2.13:4.99.0" in text, text
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _waits_for_flock(path: Path) -> bool:
+    """Whether some process is blocked in flock() on ``path`` (a ``->`` line of /proc/locks
+    names the inode it waits for)."""
+    if not path.exists():  # no lock file: nothing can wait on it
+        return False
+    inode = f":{path.stat().st_ino} "
+    return any(
+        "->" in line and " FLOCK " in line and inode in line
+        for line in Path("/proc/locks").read_text().splitlines()
+    )
+
+
+def test_runs_that_all_miss_the_cache_resolve_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parallel test workers all start with an empty cache on a fresh machine: one runs mvn,
+    the others wait for it and take its classpath, so nothing runs two Mavens into one
+    ``~/.m2`` or links the same jars twice. (A stand-in mvn: it waits to be let go.)"""
+    work = Path(tempfile.mkdtemp(prefix="diskguard-resolve-"))
+    try:
+        calls, gate, jar = work / "calls", work / "gate", work / "m2" / "kafka_2.13-4.98.0.jar"
+        jar.parent.mkdir()
+        jar.write_bytes(b"PK")
+        mvn = work / "bin" / "mvn"
+        mvn.parent.mkdir()
+        mvn.write_text(
+            "#!/bin/sh\n"
+            f"echo run >> {calls}\n"
+            f"for _ in $(seq 1200); do [ -e {gate} ] && break; sleep 0.05; done\n"
+            'for arg; do case "$arg" in -Dmdep.outputFile=*) '
+            f'printf %s {jar} > "${{arg#*=}}";; esac; done\n'
+        )
+        mvn.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{mvn.parent}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("DISKGUARD_KAFKA_CACHE", str(work / "cache"))
+        release = Release((4, 98, 0))
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(classpath, release)
+            _until(calls.exists, "the first resolution never ran mvn")
+            second = pool.submit(classpath, release)
+            try:
+                # The second waits on the lock; without one it would run a second mvn.
+                _until(
+                    lambda: (
+                        _waits_for_flock(work / "cache" / ".resolve.lock")
+                        or calls.read_text().count("run") > 1
+                    ),
+                    "the second resolution neither waited nor ran mvn",
+                )
+            finally:
+                gate.touch()  # never leave a stand-in mvn (and this test) waiting
+            assert first.result(timeout=60) == second.result(timeout=60)
+        assert calls.read_text().count("run") == 1
+        assert [p.name for p in first.result()] == [jar.name]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_the_runner_starts_and_stops_a_broker_for_bench_and_the_demo(

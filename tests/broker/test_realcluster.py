@@ -226,6 +226,23 @@ def released(cluster: GuardedCluster, topic: str) -> bool:
 DEFAULT_USER = (("user", None),)
 
 
+def said(guards: dict[int, DaemonProc], event: str) -> dict[int, int]:
+    """How many ``event``s each guard has said so far."""
+    return {i: len(g.named(event)) for i, g in guards.items()}
+
+
+def said_again(guards: dict[int, DaemonProc], event: str, before: dict[int, int]) -> None:
+    """One of the guards says ``event`` again within 60 s. A hold no guard needs any more is
+    lifted by whichever live guard's pass sees that first (the one that cleared, or another
+    at its lease renewal), and that guard says ``acl_removed``."""
+    wait_until(
+        lambda: any(len(g.named(event)) > before.get(i, 0) for i, g in guards.items()),
+        60,
+        f"{event} from one of the guards",
+        lambda: {i: [e.get("event") for e in g.events] for i, g in guards.items()},
+    )
+
+
 def start_guards(
     cluster: GuardedCluster, tmp_path: Path, ids: list[int], lease: str = "6s"
 ) -> dict[int, Path]:
@@ -275,10 +292,15 @@ def test_a_hold_lasts_while_any_guard_needs_it(
             second = guards[2].wait_for("quota_applied", timeout=60, entity="user=<default>")
             assert second["previous"] == 50_000_000.0, second  # not guard 1's 1 KiB/s
 
-            # A guard restarted and a broker killed -9 while held change nothing.
+            # A guard restarted and a broker killed -9 while held change nothing. The restarted
+            # guard finds its hold in place (guard 1's ACL, the throttle) and says so.
             assert guards[2].stop() == 0
             guards[2] = DaemonProc(configs[2])
             guards[2].wait_for("daemon_started", timeout=60)
+            again = guards[2].wait_for("acl_applied", timeout=60)
+            assert topic in again["topics"], again
+            again = guards[2].wait_for("quota_applied", timeout=60, entity="user=<default>")
+            assert again["previous"] == 50_000_000.0, again
             cluster.node(3).kill()
             cluster.node(3).start()
             cluster.cluster.wait_brokers()
@@ -296,9 +318,10 @@ def test_a_hold_lasts_while_any_guard_needs_it(
             assert cluster.quotas()[DEFAULT_USER]["producer_byte_rate"] == 1024.0
             assert guards[1].named("acl_removed") == [] and guards[1].named("quota_restored") == []
 
+            removals = said(guards, "acl_removed")
             cluster.clear(2)
             guards[2].wait_for("overfull_cleared", timeout=30)
-            guards[2].wait_for("acl_removed", timeout=60)
+            said_again(guards, "acl_removed", removals)
             guards[2].wait_for("quota_restored", timeout=60, entity="user=<default>")
             wait_until(
                 lambda: cluster.quotas() == before_quotas,
@@ -364,8 +387,9 @@ def test_a_guard_killed_while_holding_stops_counting_at_its_lease(
         guards[1] = DaemonProc(configs[1])  # restarted on its overfull disk: holds again
         guards[1].wait_for("acl_applied", timeout=60)
         wait_until(lambda: held(cluster, topic), 30, "held again")
+        removals = said(guards, "acl_removed")
         cluster.clear(1)
-        guards[1].wait_for("acl_removed", timeout=60)
+        said_again(guards, "acl_removed", removals)
         as_before(cluster, before_acls, before_quotas)
         for guard in guards.values():
             assert guard.stop() == 0
@@ -606,7 +630,8 @@ def test_the_fleet_report_says_which_broker_filled_first(
         str(out),
         "--master",
         "local[2]",
-        timeout=300,
+        # ~2-4 min on two cores beside other brokers (load 20-35); 300 s was once too few.
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((out / "summary.json").read_text())

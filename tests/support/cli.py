@@ -17,16 +17,31 @@ def run_cli(
     cwd: Path | None = None,
     check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m diskguard ARGS`` with text output captured; ``env`` adds to os.environ."""
-    return subprocess.run(
-        [sys.executable, "-m", "diskguard", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=None if env is None else {**os.environ, **env},
-        cwd=cwd,
-        check=check,
-    )
+    """``python -m diskguard ARGS`` with text output captured; ``env`` adds to os.environ.
+    A command still running at ``timeout`` fails the test with the end of what it said (a
+    bare ``TimeoutExpired`` would not say where it was stuck)."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "diskguard", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=None if env is None else {**os.environ, **env},
+            cwd=cwd,
+            check=check,
+        )
+    except subprocess.TimeoutExpired as exc:
+        said = [_text(exc.stdout)[-2000:], _text(exc.stderr)[-4000:]]
+        raise AssertionError(
+            f"diskguard {' '.join(args[:1])} still running after {timeout:g} s; "
+            f"stdout ends: {said[0]!r}; stderr ends: {said[1]!r}"
+        ) from None
+
+
+def _text(output: bytes | str | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output or ""
 
 
 def plan_json(cfg: Path) -> tuple[dict[str, Any], str]:

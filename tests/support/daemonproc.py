@@ -67,8 +67,17 @@ class DaemonProc:
                 break
         raise AssertionError(
             f"no {name} event within {timeout}s; rc={self.proc.poll()} "
-            f"events={[e.get('event') for e in self.events]} stderr={self.stderr_tail()}"
+            f"events={[e.get('event') for e in self.events]} errors={self.errors()} "
+            f"stderr={self.stderr_tail()}"
         )
+
+    def errors(self) -> list[str]:
+        """The error events so far, each shortened (what a failed wait should show)."""
+        return [
+            json.dumps({k: v for k, v in e.items() if k not in ("_t", "timestamp")})[:300]
+            for e in self.events
+            if e.get("level") == "error"
+        ]
 
     def named(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("event") == name]

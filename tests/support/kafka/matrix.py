@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("pytest_args", nargs="*")
     args = ap.parse_args(argv)
-    workdir = args.reports
+    workdir = args.reports.resolve()  # pytest runs in the repository, not here
     workdir.mkdir(parents=True, exist_ok=True)
     wanted = [e for e in ENTRIES if not args.only or f"{e[0]}:{e[1]}" in args.only]
     columns = []

@@ -457,7 +457,7 @@ def _rerun_note(reruns: list[tuple[str, str, list[Rerun]]]) -> str:
     """What was re-run after the full runs (``--rerun``), whose results the table shows."""
     said = [
         f"{release.split(':')[-1]} {'KRaft' if mode == 'kraft' else 'ZooKeeper'} on "
-        f"{r.when} UTC ({r.tests} tests, {r.elapsed / 60:.1f} min)"
+        f"{r.when} UTC ({r.tests} test{'' if r.tests == 1 else 's'}, {r.elapsed / 60:.1f} min)"
         for release, mode, again in reruns
         for r in again
     ]

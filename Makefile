@@ -52,7 +52,9 @@ test: lint typecheck unit
 
 # The realkafka tests against every supported line: 2.8 (ZooKeeper), 3.9 (ZooKeeper and
 # KRaft), 4.0 and the newest 4.x. Writes docs/kafka-matrix.md (per test) and the per-call
-# table of docs/broker-calls.md.
+# table of docs/broker-calls.md. Some tests again on one line, merged over the reports the
+# full runs left in build/kafka-matrix: `$(KAFKA_RUNNER).matrix --rerun --only 3.9.2:kraft
+# --output ../docs/kafka-matrix.md --calls ../docs/broker-calls.md -- tests/broker/test_x.py`.
 test-kafka-matrix: venv tools
 	$(KAFKA_RUNNER).matrix --output ../docs/kafka-matrix.md --calls ../docs/broker-calls.md
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from support.kafka import matrix
 
 
@@ -71,6 +73,32 @@ def test_a_rerun_of_some_tests_replaces_their_results_and_is_said(tmp_path: Path
     assert "Written by `make test-kafka-matrix` on 2026-11-26 " in text
     assert "3.9.2 KRaft on 2026-11-27 10:00 UTC (2 tests, 1.5 min)" in text
     assert "| **total** | 3 passed, 0 failed, 0 skipped (1.5 min) |" in text
+
+
+def test_rerun_runs_the_tests_named_and_keeps_the_full_runs_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--rerun`` end to end (a stand-in test for a broker's): pytest runs the module named,
+    its report lands beside the entry's full one (a relative ``--reports`` taken from where
+    the command runs), and the document shows both."""
+    case = '<testcase classname="tests.broker.test_realkafka" name="test_{}" time="1" />'
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    report(matrix._report(reports, "4.4.0", "kraft"), "2026-11-26", case.format("a"))
+    module = tmp_path / "test_again.py"
+    module.write_text(
+        "import pytest\n\npytestmark = pytest.mark.realkafka\n\n\ndef test_b():\n    pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "matrix.md"
+    only = ["--only", "4.4.0:kraft"]
+    args = ["--rerun", "--reports", "reports", "--output", str(out), *only, "--", str(module)]
+    assert matrix.main(args) == 0
+    assert len(list(reports.glob("4.4.0-kraft.rerun-*.xml"))) == 1
+    text = out.read_text()
+    assert "| `test_realkafka::test_a` | pass |" in text
+    assert "| `test_again::test_b` | pass |" in text
+    assert "4.4.0 KRaft on " in text and "(1 test, " in text
 
 
 def test_the_per_call_table_goes_between_its_markers(tmp_path: Path) -> None:

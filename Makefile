@@ -45,8 +45,14 @@ KAFKA_RUNNER := cd tests && ../$(BIN)/python -m support.kafka
 kafka: venv tools
 	@$(KAFKA_RUNNER) classpath
 
+# The suite on pytest-xdist workers, two per core: most tests wait on a daemon's cycle, a
+# broker or a loop disk rather than burn CPU. Tests that share a longer-lived fixture (the
+# session broker and cluster, the SparkSession, a module's wheel) stay on one worker, so each
+# starts once (tests/conftest.py, "parallel workers"). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+
 unit: venv tools kafka
-	$(BIN)/pytest -q -p no:cacheprovider --durations=25
+	$(BIN)/pytest -q -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) --dist loadgroup
 
 test: lint typecheck unit
 

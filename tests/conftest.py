@@ -4,6 +4,8 @@ delimited, and do not reorder others' blocks. Imports stay at the top (ruff E402
 from __future__ import annotations
 
 import contextlib
+import inspect
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.nodeid import NodeId
 from hypothesis import HealthCheck, settings
 
 from support import fsfixtures, kafka
@@ -234,3 +237,84 @@ def loop_xfs() -> Iterator[Callable[..., Path]]:
 
 
 # ======================= copy-on-write filesystems (fsfixtures) — end =========================
+
+
+# ======================= parallel workers (pytest-xdist) — begin =======================
+# `make test` spreads the suite over several pytest-xdist workers (``-n``, ``--dist
+# loadgroup``). A fixture of ours that outlives one test (the session broker ``real_kafka``,
+# the three-broker ``real_cluster``, the SparkSession, a module's built wheel or cluster) must
+# still be set up once, as in a serial run: every test that shares such a fixture with another
+# (directly, or through a chain of tests that do) gets the same ``xdist_group`` and so runs on
+# one worker, in collection order. Every other test is scheduled on its own.
+# ``kafka_target`` is only a look-up (its classpath is cached on disk, resolved under a lock),
+# so sharing it groups nothing.
+_SHARED_BUT_CHEAP = frozenset({"kafka_target"})
+_SCOPE_NODE: dict[str, type[pytest.Item | pytest.Collector] | None] = {
+    "session": None,
+    "package": pytest.Package,
+    "module": pytest.Module,
+    "class": pytest.Class,
+}
+
+
+def _ours(func: Callable[..., Any]) -> bool:
+    """A fixture defined under tests/ (not pytest's or a plugin's, e.g. tmp_path_factory)."""
+    return Path(inspect.getfile(func)).resolve().is_relative_to(Path(__file__).resolve().parent)
+
+
+def _shared_fixtures(item: pytest.Item) -> set[str]:
+    """One key per instance of a longer-lived fixture of ours that ``item`` uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    keys = set()
+    for name in item.fixturenames:
+        defs = info.name2fixturedefs.get(name)
+        if not defs or name in _SHARED_BUT_CHEAP:
+            continue
+        fixture = defs[-1]
+        if fixture.scope == "function" or not _ours(fixture.func):  # not pytest's own
+            continue
+        scope_type = _SCOPE_NODE[fixture.scope]
+        owner = item.getparent(scope_type) if scope_type else None
+        keys.add(f"{owner.nodeid}::{name}" if owner else name)
+    return keys
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (it tags node ids with them)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Union-find over the fixture instances: tests joined by any one are one group, named by
+    # its smallest key (the same on every worker: each collects the same items in one order).
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    uses = [(item, sorted(_shared_fixtures(item))) for item in items]
+    for _, keys in uses:
+        for key in keys[1:]:
+            a, b = root(keys[0]), root(key)
+            parent[max(a, b)] = min(a, b)
+    worker = bool(os.environ.get("PYTEST_XDIST_WORKER")) and config.getvalue("loadgroup")
+    for item, keys in uses:
+        if keys:
+            group = root(keys[0]).replace("@", "_").replace("[", "(").replace("]", ")")
+            item.add_marker(pytest.mark.xdist_group(group))
+            if worker:
+                _tag_with_group(item, group)
+
+
+def _tag_with_group(item: pytest.Item, group: str) -> None:
+    """What xdist's own hook means to do with the mark: its scheduler reads the group from
+    the node id's ``@group`` suffix. xdist 3.8 sets ``item._nodeid``, which pytest 9.2 no
+    longer reads (the id is ``item._id``), so it is set here; if neither took, the run stops
+    rather than start each shared fixture on every worker."""
+    if not item.nodeid.endswith(f"@{group}"):
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
+    if not item.nodeid.endswith(f"@{group}"):
+        raise pytest.UsageError(f"cannot tag {item.nodeid} with its xdist group {group}")
+
+
+# ======================= parallel workers (pytest-xdist) — end =========================

@@ -75,9 +75,9 @@ class AclActuator:
         self._skipped_said: tuple[str, ...] = ()
         #: ACLs this guard owns that the previous read did not list (see ``converge``).
         self._missing: set[AclBinding] = set()
-        #: The holds this process said are in place (``acl_applied``); None = what the ledger
-        #: records (said before a reload).
-        self._said: set[tuple[str, str]] | None = None if said_before else set()
+        #: The holds the ledger records have been said by this process (``acl_applied``);
+        #: False after a restart, until its first pass that gets that far.
+        self._said = said_before
 
     def on_transition(self, transition: Transition) -> bool:
         return self._configured
@@ -169,8 +169,8 @@ class AclActuator:
         # another guard had let them go when this one's lease expired), or held since before
         # this process started and not said yet: a restarted guard says its hold is in place
         # even when another guard's pass re-created the ACLs before its own did.
-        said = had if self._said is None else self._said
-        self._said = set(held)
+        said = had if self._said else set()
+        self._said = True
         own_topics = {t for t, _p in held}
         newly = sorted(
             {t for t, _p in held - said} | {b.name for b in plan.create if b.name in own_topics}

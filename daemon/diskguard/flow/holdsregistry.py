@@ -24,9 +24,22 @@ from diskguard.broker.errors import describe_error, rdkafka_logger
 from diskguard.flow.actuator import ActuatorError
 from diskguard.flow.holds import GuardHold
 
-__all__ = ["DEFAULT_TOPIC", "HoldsRegistry", "guard_key"]
+__all__ = ["DEFAULT_TOPIC", "HoldsRegistry", "call_budget", "guard_key"]
 
 DEFAULT_TOPIC: Final = "__diskguard_holds"
+
+
+def call_budget(lease_s: float, broker_timeout_s: float = 10.0) -> float:
+    """How long one call to the holds topic (a read, a write) may take in all: a sixth of
+    the lease, at most the broker timeout, at least a second.
+
+    A guard renews every lease / 3 with a pass of one read and one write. While the topic's
+    leader changes every call fails; calls bounded so lets such a pass end within one
+    renewal interval, so the next pass (and the actuators' events, ``hold_kept`` among
+    them) comes on time, and a silence longer than the lease is reported while the lease
+    still tells.
+    """
+    return max(1.0, min(broker_timeout_s, lease_s / 6))
 
 
 def guard_key(broker_id: int | None, host: str) -> str:
@@ -34,9 +47,18 @@ def guard_key(broker_id: int | None, host: str) -> str:
     return f"broker-{broker_id}" if broker_id is not None else f"host-{host}"
 
 
+def _left(deadline: float) -> float:
+    """The time to a call's deadline, for a client timeout (librdkafka takes 0 as "do not
+    wait" and a negative one as "for ever": never less than a moment)."""
+    return max(0.1, deadline - time.monotonic())
+
+
 class HoldsRegistry:
     """Read all guards' records, write this guard's; every failure is an ``ActuatorError``.
 
+    ``timeout_s`` bounds each call in all (``call_budget``): the topic's creation, the
+    watermark and the records of a read share one deadline, as do the creation and the
+    delivery of a write.
     Used from the actuators' worker thread only (not thread-safe).
     """
 
@@ -48,7 +70,7 @@ class HoldsRegistry:
         timeout_s: float = 10.0,
     ) -> None:
         self.topic = topic
-        self._timeout = timeout_s
+        self.timeout_s = timeout_s
         self._settings: dict[str, Any] = {
             **dict(client_settings),
             "bootstrap.servers": bootstrap,
@@ -59,7 +81,7 @@ class HoldsRegistry:
         self._created = False
 
     # -- the topic --------------------------------------------------------------------------
-    def _ensure_topic(self) -> None:
+    def _ensure_topic(self, deadline: float) -> None:
         if self._created:
             return
         from confluent_kafka import KafkaException
@@ -72,7 +94,7 @@ class HoldsRegistry:
             {**self._settings, "client.id": "diskguard-holds"}, logger=rdkafka_logger()
         )
         try:
-            metadata = admin.list_topics(timeout=self._timeout)
+            metadata = admin.list_topics(timeout=_left(deadline))
             if self.topic in metadata.topics and metadata.topics[self.topic].error is None:
                 self._created = True
                 return
@@ -87,26 +109,26 @@ class HoldsRegistry:
                     "min.insync.replicas": "1",
                 },
             )
-            for future in admin.create_topics([topic], request_timeout=self._timeout).values():
+            created = admin.create_topics([topic], request_timeout=_left(deadline))
+            for future in created.values():
                 try:
-                    future.result(timeout=self._timeout + 2)
+                    future.result(timeout=_left(deadline))
                 except KafkaException as exc:
                     if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                         raise
-            self._wait_leader(admin)
+            self._wait_leader(admin, deadline)
         except Exception as exc:
             raise ActuatorError(
                 f"holds topic {self.topic}: cannot create it: {describe_error(exc)}"
             ) from None
         self._created = True
 
-    def _wait_leader(self, admin: Any) -> None:
+    def _wait_leader(self, admin: Any, deadline: float) -> None:
         """A topic just created has no leader in every broker's metadata yet: the first read
         would fail with an unknown partition."""
-        deadline = time.monotonic() + self._timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
-                meta = admin.list_topics(self.topic, timeout=self._timeout).topics[self.topic]
+                meta = admin.list_topics(self.topic, timeout=_left(deadline)).topics[self.topic]
                 if meta.error is None and meta.partitions and meta.partitions[0].leader >= 0:
                     return
             time.sleep(0.2)
@@ -114,7 +136,8 @@ class HoldsRegistry:
     # -- reading ----------------------------------------------------------------------------
     def read(self) -> dict[str, GuardHold]:
         """Every guard's latest record (tombstoned and unreadable ones left out)."""
-        self._ensure_topic()
+        deadline = time.monotonic() + self.timeout_s
+        self._ensure_topic(deadline)
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         try:
@@ -134,16 +157,15 @@ class HoldsRegistry:
             # Paused between reads: an idle guard's consumer does not fetch at all.
             partition = [TopicPartition(self.topic, 0)]
             self._consumer.resume(partition)
-            high = self._high_watermark()
-            deadline = time.monotonic() + self._timeout
+            high = self._high_watermark(deadline)
             position = self._position()
             while position < high:
                 if time.monotonic() > deadline:
                     raise ActuatorError(
                         f"holds topic {self.topic}: read to offset {position} of {high} "
-                        f"within {self._timeout:g} s"
+                        f"within {self.timeout_s:g} s"
                     )
-                message = self._consumer.poll(0.2)
+                message = self._consumer.poll(min(0.2, _left(deadline)))
                 if message is None:
                     continue
                 if message.error() is not None:
@@ -159,23 +181,23 @@ class HoldsRegistry:
             raise ActuatorError(f"holds topic {self.topic}: {describe_error(exc)}") from None
         return dict(self._records)
 
-    def _high_watermark(self) -> int:
+    def _high_watermark(self, deadline: float) -> int:
         """The partition's end offset from its leader; a fresh consumer may not know the
         partition yet (``_UNKNOWN_PARTITION`` until its first metadata answer), a restarted
-        leader drops its connection (``_DESTROY_BROKER``): asked again within the timeout."""
+        leader drops its connection (``_DESTROY_BROKER``): asked again until the read's
+        deadline, each ask given only the time left to it."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        deadline = time.monotonic() + self._timeout
         while True:
             try:
                 _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, 0), timeout=self._timeout, cached=False
+                    TopicPartition(self.topic, 0), timeout=_left(deadline), cached=False
                 )
                 return int(high)
             except KafkaException:
                 # A partition its fresh consumer does not know yet, a leader restarting:
-                # asked again until the timeout; then the error is the pass's.
-                if time.monotonic() > deadline:
+                # asked again until the deadline; then the error is the pass's.
+                if time.monotonic() + 0.2 >= deadline:
                     raise
                 time.sleep(0.2)
 
@@ -212,7 +234,8 @@ class HoldsRegistry:
         self._send(guard, None)
 
     def _send(self, key: str, value: bytes | None) -> None:
-        self._ensure_topic()
+        deadline = time.monotonic() + self.timeout_s
+        self._ensure_topic(deadline)
         from confluent_kafka import Producer
 
         errors: list[str] = []
@@ -232,12 +255,13 @@ class HoldsRegistry:
                         "acks": "all",
                         "enable.idempotence": True,
                         "linger.ms": 0,
-                        "message.timeout.ms": int(self._timeout * 1000),
+                        "message.timeout.ms": int(self.timeout_s * 1000),
                     },
                     logger=rdkafka_logger(),
                 )
             self._producer.produce(self.topic, value, key=key.encode(), on_delivery=report)
-            self._producer.flush(self._timeout + 2)
+            # A moment past the deadline: the report of a message that timed out in it.
+            self._producer.flush(_left(deadline) + 1.0)
         except Exception as exc:
             self.reset()
             raise ActuatorError(f"holds topic {self.topic}: {describe_error(exc)}") from None

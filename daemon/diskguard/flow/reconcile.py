@@ -142,13 +142,15 @@ class Actuators:
             and cfg.broker.bootstrap_servers
             and (kinds & {"quota", "acl"} or self._applied.throttled or self._applied.acl_owned)
         ):
-            from diskguard.flow.holdsregistry import HoldsRegistry
+            from diskguard.flow.holdsregistry import HoldsRegistry, call_budget
 
             registry = HoldsRegistry(
                 cfg.broker.bootstrap_servers,
                 cfg.broker.client,
                 cfg.flow_control.holds_topic,
-                broker_timeout_s,
+                # Each call bounded by the lease: a pass while the topic's leader changes
+                # must end before the next renewal is due.
+                call_budget(cfg.flow_control.hold_lease, broker_timeout_s),
             )
         broker_id = local_broker_id(cfg.broker.log_dirs)
         from diskguard.flow.holdsregistry import guard_key

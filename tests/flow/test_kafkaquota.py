@@ -101,7 +101,7 @@ def test_only_the_kafka_python_adapters_import_it() -> None:
         for path in package.rglob("*.py")
         if importing.search(path.read_text(encoding="utf-8"))
     )
-    assert found == ["broker/kafkapython.py", "broker/ladderapi.py", "flow/kafkaquota.py"]
+    assert found == ["broker/kafkapython.py", "broker/ladderapi.py", "flow/quotaadmin.py"]
 
 
 class _Brokers:

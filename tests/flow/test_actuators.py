@@ -286,6 +286,78 @@ def test_a_quota_restore_shown_late_is_said_by_a_later_pass(
     assert acts.converged
 
 
+def said(buf: io.StringIO, key: str) -> list[str]:
+    """The ``quota_applied`` / ``quota_restored`` events for one entity key, in order."""
+    return [
+        rec["event"]
+        for rec in (json.loads(line) for line in buf.getvalue().splitlines() if line.strip())
+        if rec.get("event") in ("quota_applied", "quota_restored") and rec.get("entity") == key
+    ]
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["same-process", "restarted"])
+def test_a_throttle_needed_again_before_its_restore_shows_is_one_hold(
+    tmp_path: Path, logs: io.StringIO, restart: bool
+) -> None:
+    """Overfull again while the restore is not shown yet (the broker still gives the
+    throttle): the hold never visibly lifted, so neither ``quota_restored`` nor a second
+    ``quota_applied``; the one ``quota_restored`` comes with the release that shows. The
+    restore of the second entity was never even sent (the first one failed): the same."""
+    broker = LaggingQuotaBroker({USER_DEFAULT: 4096.0}, lag=0)
+    acts = quota_actuators(tmp_path, broker, visible_within_s=0.2)
+    acts.apply(transition("overfull"), topics=["orders"])
+    broker.lag = None  # accepted, not shown
+    acts.apply(transition("overfull_cleared", percent=50))
+    assert [e["action"] for e in events(logs, "actuator_failed")] == ["restore"]
+    if restart:
+        del acts  # kill -9: the restarted guard says its hold once more (a new process)
+        acts = quota_actuators(tmp_path, broker, visible_within_s=0.2)
+    acts.apply(transition("overfull"), topics=["orders"])
+    again = ["quota_applied"] if restart else []
+    for key in ("client-id=<default>", "user=<default>"):
+        assert said(logs, key) == ["quota_applied", *again], said(logs, key)
+    broker.image, broker.lag = dict(broker.quotas), 0
+    acts.apply(transition("overfull_cleared", percent=50))
+    for key in ("client-id=<default>", "user=<default>"):
+        assert said(logs, key) == ["quota_applied", *again, "quota_restored"], said(logs, key)
+    assert broker.quotas == {USER_DEFAULT: 4096.0}
+    assert acts.converged
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["same-process", "restarted"])
+def test_a_restore_shown_late_then_needed_again_is_said_restored_first(
+    tmp_path: Path, logs: io.StringIO, restart: bool
+) -> None:
+    """The restore the broker showed only after the wait (and before the next overfull): the
+    throttle was visibly gone, so the pass that needs it again says ``quota_restored`` (what
+    is known now) before its ``quota_applied``; the entity whose restore was never sent
+    stays one hold. Across a restart too: ``actuators.json`` says which throttles were said."""
+    broker = LaggingQuotaBroker({USER_DEFAULT: 4096.0}, lag=0)
+    acts = quota_actuators(tmp_path, broker, visible_within_s=0.2)
+    acts.apply(transition("overfull"), topics=["orders"])
+    broker.lag = None
+    acts.apply(transition("overfull_cleared", percent=50))  # client-id's restore not shown
+    broker.image, broker.lag = dict(broker.quotas), 0  # now it is
+    assert CLIENT_DEFAULT not in broker.image
+    if restart:
+        del acts
+        acts = quota_actuators(tmp_path, broker, visible_within_s=0.2)
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert said(logs, "client-id=<default>") == [
+        "quota_applied",
+        "quota_restored",
+        "quota_applied",
+    ]
+    restored = events(logs, "quota_restored")
+    assert restored[0]["producer_byte_rate"] is None
+    user = ["quota_applied", "quota_applied"] if restart else ["quota_applied"]
+    assert said(logs, "user=<default>") == user
+    acts.apply(transition("overfull_cleared", percent=50))
+    assert said(logs, "client-id=<default>")[-1] == "quota_restored"
+    assert said(logs, "user=<default>") == [*user, "quota_restored"]
+    assert broker.quotas == {USER_DEFAULT: 4096.0}
+
+
 def test_a_throttle_shown_late_is_said_by_a_later_pass(tmp_path: Path, logs: io.StringIO) -> None:
     """A throttle accepted but shown only after the wait: ``actuator_failed``, no
     ``quota_applied`` yet; the pass that sees it says ``quota_applied`` once per entity, with
@@ -337,7 +409,7 @@ def test_quota_throttles_and_restores_previous_values(tmp_path: Path, logs: io.S
     acts.apply(transition("overfull_cleared", percent=50))
     assert broker.quotas == {USER_DEFAULT: 4096.0, (("user", "strict"),): 100.0}
     saved = json.loads((tmp_path / "state" / STATE_FILE).read_text())
-    assert saved["quota"] == {"applied": False, "previous": []}
+    assert saved["quota"] == {"applied": False, "previous": [], "said": []}
     assert acts.failure_counts()["quota"] == 0
     assert len(events(logs, "quota_applied")) == 2 and len(events(logs, "quota_restored")) == 2
 
@@ -537,6 +609,59 @@ def test_acl_removal_pending_across_a_restart_is_said_when_seen(
     assert admin.acls == set()
 
 
+def test_acl_needed_again_before_its_removal_shows_is_one_hold(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """Overfull again while the broker still lists the ACL whose removal this guard asked
+    for: the hold never visibly lifted, so neither ``acl_removed`` nor a second
+    ``acl_applied``. The ACL is created again all the same: the DeleteAcls the broker
+    accepted may still land (a KRaft broker replays it late), and must not lift a hold
+    that is needed; the create comes after it. The one ``acl_removed`` comes with the
+    release that shows."""
+    admin = FakeConfluentAdmin()
+    acts = acl_actuators(tmp_path, admin, timeout_s=0.2)
+    acts.apply(transition("overfull"), topics=["orders"])
+    admin.delete_lag = None  # listed until ``replay``
+    acts.apply(transition("overfull_cleared", percent=10))
+    assert [e["action"] for e in events(logs, "actuator_failed")] == ["remove"]
+    acts.apply(transition("overfull"), topics=["orders"])
+    assert [e["topics"] for e in events(logs, "acl_applied")] == [["orders"]]
+    assert events(logs, "acl_removed") == []
+    state = json.loads((tmp_path / "state" / STATE_FILE).read_text())
+    assert state["acl_removing"] == []
+    admin.replay()  # the accepted removal lands now
+    assert admin.topics() == {"orders"}, "the late removal lifted a hold that is needed"
+    admin.delete_lag = 0
+    for _ in range(2):
+        acts.reconcile({"/data": True}, {"/data": ["orders"]})
+    acts.apply(transition("overfull_cleared", percent=10))
+    assert [e["topics"] for e in events(logs, "acl_applied")] == [["orders"]]
+    assert [e["topics"] for e in events(logs, "acl_removed")] == [["orders"]]
+    assert admin.topics() == set()
+    assert acts.converged
+
+
+def test_acl_removal_shown_then_needed_again_is_said_removed_first(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """The removal shown after the wait, before the next overfull: the hold was visibly
+    gone, so ``acl_removed`` (once), then ``acl_applied`` for the new one."""
+    admin = FakeConfluentAdmin()
+    acts = acl_actuators(tmp_path, admin, timeout_s=0.2)
+    acts.apply(transition("overfull"), topics=["orders"])
+    admin.delete_lag = None
+    acts.apply(transition("overfull_cleared", percent=10))
+    admin.replay()
+    acts.apply(transition("overfull"), topics=["orders"])
+    order = [
+        rec["event"]
+        for rec in (json.loads(line) for line in logs.getvalue().splitlines() if line.strip())
+        if rec.get("event") in ("acl_applied", "acl_removed")
+    ]
+    assert order == ["acl_applied", "acl_removed", "acl_applied"]
+    assert admin.topics() == {"orders"}
+
+
 def test_acl_creation_shown_late_is_applied_by_a_later_pass(
     tmp_path: Path, logs: io.StringIO
 ) -> None:
@@ -656,7 +781,7 @@ def test_missing_quota_api_is_one_line_per_episode_not_retried(
     assert failed["error"].startswith("DescribeClientQuotas/AlterClientQuotas not supported")
     assert failures == ["quota"] and acts.failure_counts()["quota"] == 1
     assert acts.converged
-    assert acts.applied()["quota"] == {"applied": False, "previous": []}  # nothing to restore
+    assert acts.applied()["quota"] == {"applied": False, "previous": [], "said": []}  # nothing
     assert not (tmp_path / "state" / STATE_FILE).exists()
     # Cleared, then a new episode: said once more.
     acts.apply(transition("overfull_cleared", percent=10))

@@ -109,6 +109,10 @@ class Applied:
     #: Quota entities we changed -> their value before (None = had none). Non-empty = throttled.
     quota_previous: dict[str, tuple[QuotaEntity, float | None]] = field(default_factory=dict)
     quota_applied: bool = False
+    #: Quota entities (keys) whose ``quota_applied`` was said and whose ``quota_restored``
+    #: was not: a throttle announced and not yet seen gone. Needed again before then (a
+    #: restore not shown yet, or never sent), it is the same hold, said once.
+    quota_said: set[str] = field(default_factory=set)
     #: (topic, principal) pairs this guard holds with a DENY WRITE ACL (its need, applied).
     acl: set[tuple[str, str]] = field(default_factory=set)
     #: ACLs this guard created (or took over from a guard whose lease expired): recorded
@@ -118,6 +122,9 @@ class Applied:
     #: broker still listed them when the call gave up waiting): ``acl_removed`` comes when a
     #: later pass no longer finds them.
     acl_removing: set[AclBinding] = field(default_factory=set)
+    #: (topic, principal) holds whose ``acl_applied`` was said and whose ``acl_removed`` was
+    #: not: needed again before the removal shows, the same hold, said once.
+    acl_said: set[tuple[str, str]] = field(default_factory=set)
 
     @property
     def throttled(self) -> bool:
@@ -130,6 +137,7 @@ class Applied:
             "overfull": {m: sorted(t) for m, t in sorted(self.overfull.items())},
             "quota": {
                 "applied": self.quota_applied,
+                "said": sorted(self.quota_said),
                 "previous": [
                     {"entity": [list(p) for p in entity], "value": value}
                     for _key, (entity, value) in sorted(self.quota_previous.items())
@@ -138,6 +146,7 @@ class Applied:
             "acl": [{"topic": t, "principal": p} for t, p in sorted(self.acl)],
             "acl_owned": [b.to_json() for b in sorted(self.acl_owned)],
             "acl_removing": [b.to_json() for b in sorted(self.acl_removing)],
+            "acl_said": [{"topic": t, "principal": p} for t, p in sorted(self.acl_said)],
         }
 
     @classmethod
@@ -152,7 +161,16 @@ class Applied:
             )
             value = item.get("value")
             previous[entity_key(entity)] = (entity, None if value is None else float(value))
+        applied = bool(quota.get("applied"))
+        if "said" in quota:
+            said = {str(k) for k in quota["said"] or ()}
+        else:  # written before it was recorded: a throttle in place had been said
+            said = set(previous) if applied else set()
         acl = {(str(a["topic"]), str(a["principal"])) for a in data.get("acl") or ()}
+        if "acl_said" in data:
+            acl_said = {(str(a["topic"]), str(a["principal"])) for a in data["acl_said"] or ()}
+        else:
+            acl_said = set(acl)
         if "acl_owned" in data:
             owned = {AclBinding.from_json(b) for b in data["acl_owned"] or ()}
         else:  # written before ownership was recorded: its DENYs were all its own
@@ -162,10 +180,12 @@ class Applied:
                 str(m): [str(t) for t in ts] for m, ts in (data.get("overfull") or {}).items()
             },
             quota_previous=previous,
-            quota_applied=bool(quota.get("applied")),
+            quota_applied=applied,
+            quota_said=said & previous.keys(),
             acl=acl,
             acl_owned=owned,
             acl_removing={AclBinding.from_json(b) for b in data.get("acl_removing") or ()} & owned,
+            acl_said=acl_said,
         )
 
 

@@ -10,12 +10,12 @@ calls are ``flow.acladmin``'s, each in a child process.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 
 from diskguard.config import BrokerConfig
 from diskguard.flow.acladmin import AclAdmin, ConfluentAclAdmin, ProcessAclAdmin
 from diskguard.flow.actuator import Ledger, actuator_log
-from diskguard.flow.holds import AclBinding, ClusterHolds, acl_plan
+from diskguard.flow.holds import AclBinding, ClusterHolds, acl_plan, deny_write
 from diskguard.flow.state import Transition
 from diskguard.kafkalog.serverprops import read_properties
 
@@ -113,6 +113,12 @@ class AclActuator:
         plan = acl_plan(needs, present, owned, self._permissive)
         # Lift nothing while another guard's needs are unknown: it may need exactly that.
         delete = plan.delete if holds.complete else ()
+        # A removal this guard asked for that the broker does not show yet, needed again: the
+        # same hold, but created again with the rest, after the DeleteAcls the broker
+        # accepted (which may still land, and must not lift a hold that is needed).
+        with ledger.lock:
+            resumed = applied.acl_removing & plan.desired & present
+        create = tuple(sorted({*plan.create, *resumed}))
         if plan.create:
             with ledger.lock:
                 applied.acl_owned.update(plan.create)
@@ -137,10 +143,11 @@ class AclActuator:
                 with ledger.lock:
                     applied.acl_owned.difference_update(delete)
                     applied.acl_removing.difference_update(delete)
+                    applied.acl_said.difference_update(_holds(delete))
                 self._removed(delete)
-        if plan.create:
+        if create:
             try:
-                self._admin.create(plan.create)
+                self._admin.create(create)
             except Exception as exc:
                 ledger.broker_failed("acl", "deny", exc)
                 return False
@@ -156,11 +163,22 @@ class AclActuator:
             # gave up waiting for it): gone for two reads, or gone and needed again (created
             # anew this pass). Said once, so the log never claims a hold that was lifted.
             lifted = applied.acl_removing & (gone | set(plan.create))
-            applied.acl_removing.difference_update(lifted)
+            applied.acl_removing.difference_update(lifted | resumed)
+            applied.acl_said.difference_update(_holds(lifted))
             # Still listed and not needed: read again until the broker shows the removal.
             unseen = applied.acl_removing - plan.desired
             held = {(t, p) for t, p in own_needs if t not in plan.skipped}
             applied.acl = held
+            # Said and not said lifted: not said again (unless by a restarted process, whose
+            # log starts anew). Kept while needed, listed or ours to remove.
+            said = set(applied.acl_said) if self._said else set()
+            applied.acl_said = {
+                (t, p)
+                for t, p in applied.acl_said | held
+                if (t, p) in own_needs
+                or deny_write(t, p) in present
+                or deny_write(t, p) in applied.acl_owned
+            }
         ledger.save()
         self._publish()
         if lifted:
@@ -169,7 +187,6 @@ class AclActuator:
         # another guard had let them go when this one's lease expired), or held since before
         # this process started and not said yet: a restarted guard says its hold is in place
         # even when another guard's pass re-created the ACLs before its own did.
-        said = had if self._said else set()
         self._said = True
         own_topics = {t for t, _p in held}
         newly = sorted(
@@ -210,7 +227,7 @@ class AclActuator:
         return ok and not self._missing and not unseen
 
     @staticmethod
-    def _removed(bindings: Sequence[AclBinding]) -> None:
+    def _removed(bindings: Iterable[AclBinding]) -> None:
         denies = [b for b in bindings if b.permission == "DENY"]
         actuator_log().info(
             "acl_removed",
@@ -218,3 +235,8 @@ class AclActuator:
             principal=",".join(sorted({b.principal for b in denies})),
             topics=sorted({b.name for b in bindings}),
         )
+
+
+def _holds(bindings: Iterable[AclBinding]) -> set[tuple[str, str]]:
+    """The (topic, principal) holds whose DENY is among ``bindings``."""
+    return {(b.name, b.principal) for b in bindings if b.permission == "DENY"}

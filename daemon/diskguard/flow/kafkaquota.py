@@ -130,6 +130,47 @@ class QuotaActuator:
         self._publish()
         return now
 
+    def _seen_lifted(
+        self,
+        mine: dict[str, tuple[QuotaEntity, float]],
+        owned: dict[str, tuple[QuotaEntity, float | None]],
+        holds: ClusterHolds,
+    ) -> None:
+        """Throttles this guard said (``quota_applied``) and had begun to let go, needed again
+        before a restore was seen: its restore may not have been sent, or not shown yet (the
+        broker gave the throttle until after the wait), or shown since. The quota there now
+        says which: a throttle still in place is the same hold, said once; one the broker
+        no longer gives was lifted, and is said so (``quota_restored``, with the value there
+        now, which becomes the value before the new throttle) before it is applied anew."""
+        with self._ledger.lock:
+            pending = sorted(mine.keys() & self._ledger.applied.quota_said & owned.keys())
+        for key in pending:
+            (entity, rate), previous = mine[key], owned[key][1]
+            ours = rate if previous is None else min(rate, previous)
+            throttles = holds.throttle_rates(key) | {float(self._cfg.producer_byte_rate), ours}
+            now = self._admin.describe_producer_byte_rate(entity)
+            if now in throttles:
+                continue
+            owned[key] = (entity, now)
+            self._restored(key, entity, now, keep=True)
+
+    def _restored(
+        self, key: str, entity: QuotaEntity, value: float | None, *, keep: bool = False
+    ) -> None:
+        """Say a restore the broker shows; the claim goes with it (``keep``: stays, as the
+        value before a throttle applied again at once)."""
+        actuator_log().info(
+            "quota_restored", actuator="quota", entity=key, producer_byte_rate=value
+        )
+        with self._ledger.lock:
+            self._ledger.applied.quota_said.discard(key)
+            if keep:
+                self._ledger.applied.quota_previous[key] = (entity, value)
+            else:
+                self._ledger.applied.quota_previous.pop(key, None)
+        self._ledger.save()
+        self._publish()
+
     @staticmethod
     def _settled(key: str, claimed: float | None, previous: float | None) -> None:
         actuator_log().warning(
@@ -168,6 +209,8 @@ class QuotaActuator:
         admin = self._admin
         waiting = False
         try:
+            if mine and not had:
+                self._seen_lifted(mine, owned, holds)
             for key, (entity, rate) in sorted(mine.items()):
                 claim = owned.get(key) or claims.get(key)
                 if claim is None and not holds.complete:
@@ -188,7 +231,12 @@ class QuotaActuator:
                 # Never loosen a quota that was already stricter than ours.
                 value = rate if previous is None else min(rate, previous)
                 admin.alter_producer_byte_rate(entity, value)
-                if not had or not self._said:
+                with ledger.lock:
+                    known = key in applied.quota_said
+                    applied.quota_said.add(key)
+                # Said once per hold: not again while a release of it was never seen (nor
+                # at a re-send), but by a restarted process, whose log starts anew.
+                if not known or not self._said:
                     actuator_log().info(
                         "quota_applied",
                         actuator="quota",
@@ -222,13 +270,7 @@ class QuotaActuator:
                 if key in needs:
                     continue
                 admin.alter_producer_byte_rate(entity, previous)
-                actuator_log().info(
-                    "quota_restored", actuator="quota", entity=key, producer_byte_rate=previous
-                )
-                with ledger.lock:
-                    applied.quota_previous.pop(key, None)
-                ledger.save()
-                self._publish()
+                self._restored(key, entity, previous)
             return True
         except Exception as exc:  # logged, counted, retried next cycle
             missing = missing_quota_api(exc)

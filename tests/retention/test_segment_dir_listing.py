@@ -58,3 +58,16 @@ def test_the_listing_is_the_per_name_listing(entries: dict[str, str]) -> None:
         assert all(stat.S_ISREG(fast.modes[f"{b:020d}.log"]) for b in fast.logs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_one_definition_of_a_segment_name_serves_both() -> None:
+    """The listing's regex is built from the model's definition, not a copy of its suffixes:
+    a suffix added to the model is found by the guard rails too."""
+    from diskguard.kafkalog import model
+    from diskguard.retention.offline import guards
+
+    assert model.SEGMENT_NAME_PATTERN in guards._SEGMENT_NAMES.pattern
+    for suffix in (*model.SEGMENT_FILE_SUFFIXES, model.SNAPSHOT_SUFFIX):
+        name = f"{42:020d}{suffix}"
+        assert parse_segment_file(name) == (42, suffix)
+        assert guards._SEGMENT_NAMES.findall(f"/{name}/") == [name]

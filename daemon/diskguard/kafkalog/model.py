@@ -24,7 +24,12 @@ DELETED_SUFFIX = ".deleted"
 #: Transient suffixes Kafka uses while cleaning/swapping; never touched, counted as Kafka bytes.
 TRANSIENT_SUFFIXES: tuple[str, ...] = (".cleaned", ".swap")
 
-_SEGMENT_NAME = re.compile(r"^([0-9]{20})(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)\Z")
+#: A segment file's name, with no groups of its own: 20 ASCII digits (the base offset), then
+#: a segment or snapshot suffix. The one definition: ``parse_segment_file`` matches it whole,
+#: the offline guard rails find it in a whole directory's listing at once.
+_NAME_SUFFIXES = "|".join(re.escape(s) for s in (*SEGMENT_FILE_SUFFIXES, SNAPSHOT_SUFFIX))
+SEGMENT_NAME_PATTERN = rf"[0-9]{{20}}(?:{_NAME_SUFFIXES})"
+_SEGMENT_NAME = re.compile(rf"{SEGMENT_NAME_PATTERN}\Z")
 # Kafka: "topic-partition", plus ".uniqueId-delete" / "-future" / "-stray" for non-live dirs.
 _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+?)-(?P<partition>[0-9]+)\Z")
 _NON_LIVE_DIR = re.compile(
@@ -114,10 +119,9 @@ def parse_segment_base(name: str) -> int | None:
 
 def parse_segment_file(name: str) -> tuple[int, str] | None:
     """``00000000000000001234.log`` -> ``(1234, ".log")``; anything else -> None."""
-    match = _SEGMENT_NAME.match(name)
-    if not match:
+    if not _SEGMENT_NAME.match(name):
         return None
-    return int(match.group(1)), match.group(2)
+    return int(name[:20]), name[20:]
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:

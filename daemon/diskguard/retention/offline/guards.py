@@ -21,6 +21,7 @@ from typing import Any
 from diskguard.kafkalog.model import (
     DELETED_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
+    SEGMENT_NAME_PATTERN,
     SNAPSHOT_SUFFIX,
     PartitionDirKind,
     parse_partition_dir,
@@ -29,9 +30,9 @@ from diskguard.kafkalog.model import (
 )
 from diskguard.retention.planner import Deletion
 
-#: ``parse_segment_file``'s rule (20 ASCII digits, a segment suffix, the whole name) over a
-#: "/"-joined listing: each match is one whole name.
-_SEGMENT_NAMES = re.compile(r"/([0-9]{20}(?:\.log|\.index|\.timeindex|\.txnindex|\.snapshot))(?=/)")
+#: ``parse_segment_file``'s rule (``SEGMENT_NAME_PATTERN``, the whole name) over a "/"-joined
+#: listing: each match is one whole name.
+_SEGMENT_NAMES = re.compile(rf"/({SEGMENT_NAME_PATTERN})(?=/)")
 
 
 class Refused(Exception):

@@ -50,20 +50,23 @@ def _percent(value: object) -> float:
 
 
 def _at_least(floor: str) -> Callable[[float], float]:
-    """A duration floor: an interval of 0 makes the daemon loop spin instead of sleep."""
+    """A duration floor: an interval of 0 makes the daemon loop spin instead of sleep. A check
+    after ``parse_duration`` (configschema adds the value as written to its problem)."""
     seconds = parse_duration(floor)
 
     def check(value: float) -> float:
         if value < seconds:
-            raise ValueError(f"must be at least {floor}, got {value:g}s")
+            raise ValueError(f"must be at least {floor}")
         return value
 
     return check
 
 
-def _positive(value: int, what: str) -> int:
-    if value <= 0:
-        raise ValueError(f"must be {what} above 0, got {value}")
+def _a_rate(value: int) -> int:
+    """A check after ``parse_size``: a rate in whole bytes, so "0.5" is 0 (configschema adds
+    the value as written to the problem: the 0 is ours, not the operator's)."""
+    if value < 1:
+        raise ValueError("must be a rate of at least 1 byte per second")
     return value
 
 
@@ -148,7 +151,7 @@ class RetentionConfig:
         return self.disk_usage_percent if self.target_percent is None else self.target_percent
 
 
-RateLimit = Annotated[int, parse_size, lambda v: _positive(v, "a rate in bytes per second")]
+RateLimit = Annotated[int, parse_size, _a_rate]
 StallAfter = Annotated[float, parse_duration, _at_least("1s")]
 
 

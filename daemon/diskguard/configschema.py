@@ -9,8 +9,11 @@ reports every problem with where it is, as pydantic did.
 A field's kind is its annotation, read as an object (no postponed annotations in the
 modules that declare sections):
 
-- ``Annotated[T, conv, ...]``: the converters run in order on the raw value; each returns
-  the value to keep or raises ``ValueError`` whose text is the problem;
+- ``Annotated[T, conv, check, ...]``: the converters run in order, the first on the raw
+  value; each returns the value to keep or raises ``ValueError`` whose text is the problem.
+  A later one checks what the first read (a size in whole bytes, a duration in seconds), so
+  its problem gets ", got <the value as written>": the operator never wrote the 0 that
+  "0.5" bytes became;
 - ``bool``, ``int``, ``float``, ``str``, ``Path``: that TOML type (``float`` also takes an
   integer; a boolean is never a number);
 - ``Literal[...]``, ``X | None``, a union of scalars, ``list[X]``, ``dict[str, X]``;
@@ -146,11 +149,12 @@ def check(kind: Any, value: object, loc: Loc, problems: list[Problem]) -> Any:
     origin = typing.get_origin(kind)
     if origin is typing.Annotated:
         _base, *converters = typing.get_args(kind)
-        for convert in converters:
+        written = value
+        for i, convert in enumerate(converters):
             try:
                 value = convert(value)
             except ValueError as exc:
-                problems.append((loc, str(exc)))
+                problems.append((loc, str(exc) if i == 0 else f"{exc}, got {_as_written(written)}"))
                 return None
         return value
     if origin is typing.Union or origin is types.UnionType:
@@ -184,6 +188,12 @@ def check(kind: Any, value: object, loc: Loc, problems: list[Problem]) -> Any:
         raise TypeError(f"configschema cannot check {kind!r} (at {loc})")
     problems.append((loc, f"expected {wanted}, got {describe(value)}"))
     return None
+
+
+def _as_written(value: object) -> str:
+    """A value from the file, as the operator wrote it (cut short past 40 characters)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _is_a(kind: Any, value: object) -> bool:

@@ -250,6 +250,7 @@ def test_intervals_have_floors(tmp_path: Path, key: str) -> None:
             parse_config(_with(tmp_path, key, bad), tmp_path / "c.toml")
         (problem,) = err.value.problems
         assert problem.startswith(f"{tmp_path / 'c.toml'}: {key}: must be at least {floor}")
+        assert problem.endswith(f", got {bad!r}"), problem  # as written, not in seconds
     config = parse_config(_with(tmp_path, key, floor), tmp_path / "c.toml")
     section, _, name = key.rpartition(".")
     table = config
@@ -268,8 +269,24 @@ def test_the_quota_rate_is_a_rate_kafka_takes(tmp_path: Path) -> None:
             parse_config(_with(tmp_path, key, bad), tmp_path / "c.toml")
         (problem,) = err.value.problems
         assert problem.startswith(f"{tmp_path / 'c.toml'}: {key}: must be a rate"), problem
+        # The value as written: "0.5" read as whole bytes is 0, which the operator never wrote.
+        assert problem.endswith(f", got {bad!r}"), problem
     config = parse_config(_with(tmp_path, key, 1), tmp_path / "c.toml")
     assert config.flow_control.quota.producer_byte_rate == 1
+
+
+def test_check_config_names_the_rate_as_written(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f'[broker]\nlog_dirs = ["{tmp_path}"]\nbootstrap_servers = "127.0.0.1:9"\n'
+        '[flow_control]\nactuators = ["quota"]\n[flow_control.quota]\nproducer_byte_rate = "0.5"\n',
+    )
+    proc = run_cli("check-config", "-c", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"{path}: flow_control.quota.producer_byte_rate: must be a rate of at least 1 byte "
+        "per second, got '0.5'"
+    ]
 
 
 def test_zero_intervals_on_the_cli_exit_2_naming_each_key(tmp_path: Path) -> None:

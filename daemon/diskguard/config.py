@@ -50,8 +50,7 @@ def _percent(value: object) -> float:
 
 
 def _at_least(floor: str) -> Callable[[float], float]:
-    """A duration floor: an interval of 0 makes the daemon loop spin instead of sleep. A check
-    after ``parse_duration`` (configschema adds the value as written to its problem)."""
+    """A duration floor: an interval of 0 makes the daemon loop spin instead of sleep."""
     seconds = parse_duration(floor)
 
     def check(value: float) -> float:
@@ -63,9 +62,7 @@ def _at_least(floor: str) -> Callable[[float], float]:
 
 
 def _a_rate(value: int) -> int:
-    """A check after ``parse_size``: a rate in whole bytes, so "0.5" is 0 (configschema adds
-    the value as written to the problem: the 0 is ours, not the operator's)."""
-    if value < 1:
+    if value < 1:  # in whole bytes ("0.5" is 0): configschema's problem shows the "0.5"
         raise ValueError("must be a rate of at least 1 byte per second")
     return value
 

@@ -262,6 +262,29 @@ def test_kafka_config_is_a_checked_properties_file(tmp_path: Path) -> None:
     assert "bad.properties" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_kafka_config_is_read_as_kafka_reads_a_properties_file(tmp_path: Path) -> None:
+    """Kafka's tools read ``--command-config`` with java.util.Properties: ``key: value`` and
+    ``key value`` lines and ``\\`` continuations are properties too, and a file that works
+    there works here. One reader of that syntax: the broker's own ``server.properties`` is
+    read the same way (``kafkalog.serverprops``)."""
+    from diskguard.fleet.kafkasource import read_client_settings
+    from diskguard.kafkalog.serverprops import read_properties
+
+    java = tmp_path / "command.properties"
+    java.write_text(
+        "security.protocol: SASL_PLAINTEXT\nsasl.mechanism PLAIN\n"
+        "sasl.username = ops\nsasl.password=a-long-\\\n    secret\n"
+    )
+    expected = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "ops",
+        "sasl.password": "a-long-secret",
+    }
+    assert read_client_settings(str(java)) == expected
+    assert read_properties(java) == expected
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, timeout=300)
 

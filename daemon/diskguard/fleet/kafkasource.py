@@ -37,6 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from diskguard.errors import FailedError
+from diskguard.properties import parse_properties
 
 SOURCE_NAME = "diskguard_kafka"
 ERROR_PREFIX = "diskguard-kafka: "
@@ -125,10 +126,11 @@ RESERVED_SETTINGS = frozenset(
 
 
 def read_client_settings(path: str) -> dict[str, str]:
-    """librdkafka consumer settings from a properties file (``key=value`` lines, ``#`` and
-    ``!`` comments), as Kafka's own tools take ``--command-config``: what a secured cluster
-    needs (``security.protocol``, ``sasl.*``, ``ssl.*``). A file, not options, because it
-    holds secrets that a command line would show to every user of the machine.
+    """librdkafka consumer settings from a properties file, read as Kafka's own tools read
+    ``--command-config`` (Java ``.properties``: ``diskguard.properties``; a line that is only
+    a key is an error here): what a secured cluster needs (``security.protocol``, ``sasl.*``,
+    ``ssl.*``). A file, not options, because it holds secrets that a command line would show
+    to every user of the machine.
 
     Raises ``ValueError`` with ``path:line: what is wrong`` (or ``path: ...``)."""
     try:
@@ -137,14 +139,9 @@ def read_client_settings(path: str) -> dict[str, str]:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ValueError(f"{path}: cannot read it: {reason}") from None
     settings: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key:
-            raise ValueError(f"{path}:{number}: expected key=value, got {line[:60]!r}")
+    for number, key, value in parse_properties(text):
+        if value is None:
+            raise ValueError(f"{path}:{number}: expected key=value, got {key[:60]!r}")
         if key in RESERVED_SETTINGS:
             raise ValueError(f"{path}:{number}: {key} is set by diskguard aggregate itself")
         settings[key] = value

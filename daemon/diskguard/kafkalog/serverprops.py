@@ -7,12 +7,12 @@ when its TOML does not say (log dirs, segment sizes).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from diskguard.host import safeopen
+from diskguard.properties import parse_properties
 
 
 @dataclass(frozen=True)
@@ -32,22 +32,8 @@ def read_properties(path: Path) -> dict[str, str]:
 
     Read through ``safeopen``: ``meta.properties`` lives in a log dir, where a FIFO would block
     a plain ``open`` forever; anything but a regular file raises an OSError naming it."""
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in safeopen.read_text(path, errors="replace").splitlines():
-        line = pending + raw.strip()
-        pending = ""
-        if not line or line.startswith(("#", "!")):
-            continue
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        match = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if match:
-            props[match.group(1)] = match.group(2).strip()
-        else:
-            props[line] = ""
-    return props
+    text = safeopen.read_text(path, errors="replace")
+    return {key: value or "" for _n, key, value in parse_properties(text)}
 
 
 def local_broker_id(log_dirs: Iterable[Path]) -> int | None:

@@ -265,6 +265,37 @@ def test_one_guard_clearing_keeps_the_hold_another_still_needs(
     assert cluster.registry.records == {}
 
 
+@pytest.mark.parametrize("why", ["another-guard-holds", "registry-unreadable"])
+def test_a_hold_needed_again_before_it_was_lifted_is_said_once(
+    tmp_path: Path, logs: io.StringIO, why: str
+) -> None:
+    """A guard clears while its hold stays (another guard still needs it, or the holds topic
+    cannot be read, so nothing is lifted), then needs it again: the hold never lifted, so
+    no second ``acl_applied`` / ``quota_applied``."""
+    cluster = Cluster(tmp_path)
+    a, b = cluster.guard(1), cluster.guard(2)
+    overfull(a, ["orders"])
+    if why == "another-guard-holds":
+        overfull(b, ["orders"])
+    else:
+        cluster.registry.broken = True
+    applied = len(events(logs, "acl_applied")), len(events(logs, "quota_applied"))
+    cleared(a)
+    assert deny_write("orders", "User:*") in cluster.acl_set()
+    overfull(a, ["orders"])
+    assert (len(events(logs, "acl_applied")), len(events(logs, "quota_applied"))) == applied
+    cluster.registry.broken = False
+    cleared(a)
+    cleared(b)
+    for acts in (a, b, a):
+        acts.sync(renewal=True)
+    assert cluster.acl_set() == set() and cluster.quotas.quotas == {}
+    # One removal of the one ACL (by whichever guard lifts it); each guard's throttle claim
+    # (two default entities) restored and said by the guard that said it applied.
+    assert len(events(logs, "acl_removed")) == 1
+    assert len(events(logs, "quota_restored")) == applied[1]
+
+
 def test_operator_acls_stay_byte_identical(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
     mine = [

@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+from inotify_simple import flags
+
 from diskguard.daemon.watch import HintSummary, Watcher
 
 
@@ -55,5 +57,58 @@ def test_a_log_dirs_own_checkpoints_are_not_a_partitions_change(tmp_path: Path) 
             f.flush()
             hint = _hints(watcher, woken)
         assert not hint.partitions, hint
+    finally:
+        watcher.stop()
+
+
+def test_renames_and_unlinks_reach_the_reclaim_timer_under_their_paths(tmp_path: Path) -> None:
+    """The reclaim latency hears a segment renamed to ``.deleted`` and unlinked, with full
+    paths, also in a partition dir made after the watch started and after a dir's rename."""
+    log_dir = tmp_path / "kafka"
+    log_dir.mkdir()
+    heard: list[tuple[str, str, str]] = []
+    woken = threading.Event()
+    watcher = Watcher(woken.set)
+    watcher.start([log_dir], lambda kind, src, dest, _t: heard.append((kind, src, dest)))
+    try:
+        part = log_dir / "orders-0"
+        part.mkdir()
+        assert _hints(watcher, woken).partitions
+        seg = part / f"{0:020d}.log"
+        seg.write_bytes(b"x")
+        assert _hints(watcher, woken).partitions
+        os.replace(seg, f"{seg}.deleted")
+        os.unlink(f"{seg}.deleted")
+        _hints(watcher, woken)
+        assert ("moved", str(seg), f"{seg}.deleted") in heard, heard
+        assert ("deleted", f"{seg}.deleted", "") in heard, heard
+        # The broker renames a deleted partition's dir: its files are heard under the new name.
+        gone = log_dir / "orders-0.abc-delete"
+        os.replace(part, gone)
+        assert _hints(watcher, woken).partitions
+        (gone / "leftover").write_bytes(b"y")
+        os.unlink(gone / "leftover")
+        _hints(watcher, woken)
+        assert ("deleted", str(gone / "leftover"), "") in heard, heard
+    finally:
+        watcher.stop()
+
+
+def test_a_lost_event_queue_says_everything_may_have_changed(tmp_path: Path) -> None:
+    """The kernel's queue overflowed (``IN_Q_OVERFLOW``): no event can be trusted to be
+    missing, so the hint is structural, of partitions, and names every log dir's ``.lock``."""
+    log_dir = tmp_path / "kafka"
+    log_dir.mkdir()
+    woken = threading.Event()
+    watcher = Watcher(woken.set)
+    watcher.start([log_dir], lambda *_a: None)
+    try:
+        reader = watcher._reader
+        assert reader is not None
+        reader._handle([(-1, int(flags.Q_OVERFLOW), 0, "")])
+        hint = watcher.take()
+        assert hint.structural and hint.partitions, hint
+        assert hint.lock_dirs == {str(log_dir)}
+        assert watcher.take() == HintSummary()
     finally:
         watcher.stop()

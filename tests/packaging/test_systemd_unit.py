@@ -156,8 +156,7 @@ MDWE_CHILD = textwrap.dedent(
     from diskguard.metrics import Metrics
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
-    from watchdog.observers import Observer
-    from watchdog.events import FileSystemEventHandler
+    from inotify_simple import INotify, flags
 
     admin = AdminClient({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
     producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
@@ -168,19 +167,11 @@ MDWE_CHILD = textwrap.dedent(
     assert b"diskguard_build_info" in body
     metrics.stop()
     with tempfile.TemporaryDirectory() as d:
-        seen = []
-        class H(FileSystemEventHandler):
-            def on_any_event(self, event):
-                seen.append(event)
-        observer = Observer()
-        observer.schedule(H(), d, recursive=True)
-        observer.start()
+        inotify = INotify()
+        inotify.add_watch(d, flags.CREATE)
         open(os.path.join(d, "x"), "w").close()
-        deadline = time.monotonic() + 5
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.05)
-        observer.stop()
-        observer.join(5)
+        seen = inotify.read(timeout=5000)
+        inotify.close()
         assert seen, "no inotify event under MDWE"
     print("mdwe-ok")
     """

@@ -1,12 +1,12 @@
 """``diskguard run``: the daemon loop.
 
 One thread decides; everything else only wakes it. Signals set a flag and wake the loop;
-inotify (watchdog) events are *hints* that wake it early (the kernel queue can overflow and
-watchdog hides that); the retention cycle runs beside it (``cycles``) and wakes it when it
-is done. Each iteration the loop reads usage (one ``statvfs`` per filesystem), steps flow
-control at once, and asks ``schedule.tick`` what else to do (start a cycle or a snapshot,
-reload, write ``state.json``, ping the watchdog); it carries that out through the components
-that own their state:
+inotify events are *hints* that wake it early (the kernel queue can overflow: then the hint
+says everything may have changed); the retention cycle runs beside it (``cycles``) and
+wakes it when it is done. Each iteration the loop reads usage (one ``statvfs`` per
+filesystem), steps flow control at once, and asks ``schedule.tick`` what else to do (start a
+cycle or a snapshot, reload, write ``state.json``, ping the watchdog); it carries that out
+through the components that own their state:
 
 - ``flowcontrol.FlowControl``: the flow states, actuators and ballast;
 - ``cycles.Retention``: the retention cycle, its worker thread and what it leaves behind;
@@ -238,8 +238,8 @@ class Daemon:
             self._changed = False
             self.retention.start(full=True)
         elif action is Action.RECORD_SNAPSHOT:
-            # Partition dirs made since the last check may be past the watch limit (watchdog
-            # says nothing): say so, and keep the rescans at check_interval.
+            # Partition dirs made since the last check may be past the watch limit (the
+            # reader skips them): say so, and keep the rescans at check_interval.
             self._watch.verify(self.config.broker.log_dirs)
             last = self.retention.last
             if last is not None:

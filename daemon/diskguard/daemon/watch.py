@@ -1,34 +1,32 @@
-"""inotify hints for the daemon loop (watchdog): what changed under the log dirs, roughly.
+"""inotify hints for the daemon loop: what changed under the log dirs, roughly.
 
-Events are *hints*: the kernel queue can overflow and watchdog hides that, so the loop's
-usage poll and periodic rescan stay the truth; a hint only wakes the loop early and says
-whether a plan's inputs may have changed (``HintSummary``). The same watches time the
-broker's reclaim of the segments diskguard asked it to delete (``on_reclaim``).
+Events are *hints*: the loop's usage poll and periodic rescan stay the truth; a hint only
+wakes the loop early and says whether a plan's inputs may have changed (``HintSummary``). The
+same watches time the broker's reclaim of the segments diskguard asked it to delete
+(``on_reclaim``).
+
+One thread reads the inotify descriptor (``inotify_simple``, a thin ctypes wrapper over the
+system calls): a read takes every queued event at once, and after each read the thread
+waits ``_BATCH_S`` so that a broker's stream of appends arrives in batches. Why not
+watchdog, used before: three threads per observer, several Python objects and a queue
+hand-off per event, and a delay queue pairing renames; beside a writer at 60 MiB/s they took
+twice the CPU of the retention cycle itself, and competed with it for the interpreter lock
+on a crossing's path. An event-queue overflow (``IN_Q_OVERFLOW``), which watchdog hid, is
+now known: the hint then says everything may have changed.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from watchdog.events import (
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
+from inotify_simple import INotify
+from inotify_simple import flags as _flags
 
 from diskguard.host import inotifywatches
 from diskguard.kafkalog import lockfile
@@ -40,33 +38,37 @@ log = get_logger("diskguard.daemon")
 #: unlinked (``deleted``), for the broker's reclaim latency (``ReclaimWatch.on_event``).
 ReclaimEvent = Callable[[str, str, str, float], None]
 
-
-class _ReclaimEvents(FileSystemEventHandler):
-    """inotify renames/unlinks of segments we asked the broker for: the reclaim latency."""
-
-    def __init__(self, on_reclaim: ReclaimEvent) -> None:
-        self._on_reclaim = on_reclaim
-
-    def on_moved(self, event: FileSystemEvent) -> None:
-        self._on_reclaim("moved", str(event.src_path), str(event.dest_path), time.monotonic())
-
-    def on_deleted(self, event: FileSystemEvent) -> None:
-        self._on_reclaim("deleted", str(event.src_path), "", time.monotonic())
-
-
-#: Only changes: opens, reads and closes without a write are left out of the inotify mask.
-#: Our own reads of checkpoints and ``.lock`` produced those, and each woke the loop for
-#: another cycle that read them again: a busy loop while stuck over a limit.
-_EVENT_FILTER = [
-    FileCreatedEvent,
-    DirCreatedEvent,
-    FileDeletedEvent,
-    DirDeletedEvent,
-    FileMovedEvent,
-    DirMovedEvent,
-    FileModifiedEvent,
-    FileClosedEvent,
-]
+_CREATE = int(_flags.CREATE)
+_DELETE = int(_flags.DELETE)
+_MOVED_FROM = int(_flags.MOVED_FROM)
+_MOVED_TO = int(_flags.MOVED_TO)
+_MODIFY = int(_flags.MODIFY)
+_CLOSE_WRITE = int(_flags.CLOSE_WRITE)
+_SELF = int(_flags.DELETE_SELF) | int(_flags.MOVE_SELF)
+_ISDIR = int(_flags.ISDIR)
+_IGNORED = int(_flags.IGNORED)
+_OVERFLOW = int(_flags.Q_OVERFLOW)
+#: Only changes: opens, reads and closes without a write are left out. Our own reads of
+#: checkpoints and ``.lock`` produced those, and each woke the loop for another cycle that
+#: read them again: a busy loop while stuck over a limit.
+_MASK = (
+    _CREATE
+    | _DELETE
+    | _MOVED_FROM
+    | _MOVED_TO
+    | _MODIFY
+    | _CLOSE_WRITE
+    | _SELF
+    | int(_flags.DONT_FOLLOW)
+    | int(_flags.ONLYDIR)
+)
+#: After a read, the thread waits this long before the next (seconds): a stream of appends
+#: (one ``IN_MODIFY`` each) costs at most 1 / _BATCH_S reads a second, and an event is
+#: still seen well within the loop's own pace (``schedule.HINT_PACE_S``).
+_BATCH_S = 0.01
+#: ``IN_MOVED_FROM`` halves waiting for their ``IN_MOVED_TO`` (same cookie), at most this
+#: many: a rename out of the watched tree never gets one.
+_PAIRS_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -88,43 +90,181 @@ class HintSummary:
     partitions: bool = False
 
 
-class _Hint(FileSystemEventHandler):
-    """A change under a log dir wakes the loop; what changed is found by rescanning."""
+class _Hint:
+    """What the events since the last ``take`` said (the reader thread adds, the loop takes)."""
 
-    def __init__(self, wake: Callable[[], None], log_dirs: Iterable[str] = ()) -> None:
-        self._wake = wake
-        self._log_dirs = frozenset(os.path.normpath(d) for d in log_dirs)
-        self._mutex = threading.Lock()
-        self._structural = False
-        self._partitions = False
-        self._locks: set[str] = set()
+    def __init__(self, log_dirs: Iterable[str]) -> None:
+        self.log_dirs = frozenset(os.path.normpath(d) for d in log_dirs)
+        self.mutex = threading.Lock()
+        self.structural = False
+        self.partitions = False
+        self.locks: set[str] = set()
 
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        kind = event.event_type
-        if kind in ("opened", "closed_no_write"):
-            return  # reads (ours among them) change nothing
-        with self._mutex:
-            for raw in (event.src_path, getattr(event, "dest_path", "")):
-                path = os.fsdecode(raw)
-                if not path:
-                    continue
-                parent = os.path.dirname(path)
-                if os.path.basename(path) == lockfile.LOCK_FILE:
-                    self._locks.add(parent)
-                elif kind != "modified":
-                    self._structural = True
-                    # A log dir's own file (a checkpoint) is not a partition's change.
-                    if event.is_directory or os.path.normpath(parent) not in self._log_dirs:
-                        self._partitions = True
-        self._wake()
+    def everything(self) -> None:
+        """Events were lost (queue overflow): any of it may have changed."""
+        with self.mutex:
+            self.structural = self.partitions = True
+            self.locks.update(self.log_dirs)
 
     def take(self) -> HintSummary:
-        with self._mutex:
-            summary = HintSummary(self._structural, frozenset(self._locks), self._partitions)
-            self._structural = False
-            self._partitions = False
-            self._locks.clear()
+        with self.mutex:
+            summary = HintSummary(self.structural, frozenset(self.locks), self.partitions)
+            self.structural = False
+            self.partitions = False
+            self.locks.clear()
         return summary
+
+
+class _Reader:
+    """The watches of one inotify instance over whole trees (each dir, and each dir made
+    later), and the thread that reads them: hints into ``hint``, renames and unlinks to
+    ``on_reclaim``, ``wake`` after each batch that had any event."""
+
+    def __init__(
+        self,
+        inotify: INotify,
+        hint: _Hint,
+        wake: Callable[[], None],
+        on_reclaim: ReclaimEvent,
+    ) -> None:
+        self._inotify = inotify
+        self._hint = hint
+        self._wake = wake
+        self._on_reclaim = on_reclaim
+        #: watch descriptor -> the dir's path (kept up to date when a watched dir is renamed)
+        self._paths: dict[int, str] = {}
+        self._moved_from: dict[int, str] = {}
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
+        self._thread = threading.Thread(target=self._run, name="diskguard-inotify", daemon=True)
+
+    def watch_tree(self, top: str) -> None:
+        """Watch ``top`` and every dir below it (symlinks not followed). ``top`` failing
+        raises; a dir below failing (the watch limit, gone meanwhile) is skipped: the
+        kernel's own list says what is watched (``Watcher.verify``)."""
+        self._paths[self._inotify.add_watch(top, _MASK)] = top
+        self._watch_below(top)
+
+    def _watch_below(self, top: str) -> None:
+        try:
+            with os.scandir(top) as entries:
+                dirs = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+        for path in dirs:
+            try:
+                self._paths[self._inotify.add_watch(path, _MASK)] = path
+            except OSError:
+                continue
+            self._watch_below(path)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        os.write(self._stop_w, b"x")
+        self._thread.join(timeout=max(0.0, timeout))
+        if not self._thread.is_alive():
+            for fd in (self._stop_r, self._stop_w):
+                os.close(fd)
+            self._inotify.close()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self._inotify.fileno(), select.POLLIN)
+        poller.register(self._stop_r, select.POLLIN)
+        while True:
+            ready = {fd for fd, _ev in poller.poll()}
+            if self._stop_r in ready:
+                return
+            try:
+                events = self._inotify.read(timeout=0)
+            except OSError as exc:
+                log.warning("watch_failed", error=exc.strerror or str(exc), fallback=_FALLBACK)
+                return
+            if events:
+                self._handle(events)
+                self._wake()
+            time.sleep(_BATCH_S)
+
+    def _handle(self, events: Iterable[tuple[int, int, int, str]]) -> None:
+        now = time.monotonic()
+        hint = self._hint
+        structural = partitions = False
+        locks: set[str] = set()
+        reclaim: list[tuple[str, str, str]] = []
+        for wd, mask, cookie, name in events:
+            if mask & _OVERFLOW:
+                self._overflowed()
+                continue
+            parent = self._paths.get(wd)
+            if mask & _IGNORED:
+                self._paths.pop(wd, None)
+                continue
+            if parent is None:
+                continue
+            if mask & _SELF:
+                structural = partitions = True
+                continue
+            if name == lockfile.LOCK_FILE:
+                locks.add(parent)
+                continue
+            if mask == _MODIFY:
+                continue  # an append: a size, which usage shows
+            structural = True
+            is_dir = bool(mask & _ISDIR)
+            if is_dir or parent not in hint.log_dirs:
+                partitions = True  # a log dir's own file (a checkpoint) is not a partition's
+            path = f"{parent}/{name}"
+            if mask & _MOVED_FROM:
+                if len(self._moved_from) >= _PAIRS_MAX:
+                    self._moved_from.clear()
+                self._moved_from[cookie] = path
+            elif mask & _MOVED_TO:
+                src = self._moved_from.pop(cookie, None)
+                if src is not None:
+                    reclaim.append(("moved", src, path))
+                if is_dir:
+                    self._renamed_dir(src, path)
+            elif mask & _DELETE:
+                reclaim.append(("deleted", path, ""))
+            elif mask & _CREATE and is_dir:
+                self._new_dir(path)
+        if structural or locks:
+            with hint.mutex:
+                hint.structural = hint.structural or structural
+                hint.partitions = hint.partitions or partitions
+                hint.locks.update(locks)
+        for kind, src, dest in reclaim:
+            self._on_reclaim(kind, src, dest, now)
+
+    def _new_dir(self, path: str) -> None:
+        """A dir made under a watched one (a new partition): watched too, with what is in it
+        already (its files made before the watch came send no event; the scan sees them)."""
+        try:
+            self._paths[self._inotify.add_watch(path, _MASK)] = path
+        except OSError:
+            return  # past the watch limit, or gone: ``verify`` says so
+        self._watch_below(path)
+
+    def _renamed_dir(self, src: str | None, dest: str) -> None:
+        """A watched dir keeps its watch when renamed (same inode): its events now come under
+        ``dest``; one moved in from elsewhere is watched anew."""
+        if src is not None:
+            prefix = src + "/"
+            for wd, path in list(self._paths.items()):
+                if path == src:
+                    self._paths[wd] = dest
+                elif path.startswith(prefix):
+                    self._paths[wd] = dest + path[len(src) :]
+        else:
+            self._new_dir(dest)
+
+    def _overflowed(self) -> None:
+        """The kernel dropped events: everything may have changed, and a dir made meanwhile
+        may not be watched yet (adding a watch twice is harmless)."""
+        self._hint.everything()
+        for top in sorted(self._hint.log_dirs):
+            self._watch_below(top)
 
 
 #: What guards a log dir (or part of one) that inotify does not watch.
@@ -139,7 +279,7 @@ def _unwatched(exc: OSError) -> None:
 def _dirs_of(log_dir: Path) -> list[tuple[str, int]]:
     """The log dir and the dirs directly in it (partitions...), as (path, inode): what a
     recursive watch must cover for a roll or a deletion anywhere to wake the loop. One
-    listing, no stat (``d_ino``); symlinks are not followed, as watchdog does not."""
+    listing, no stat (``d_ino``); symlinks are not followed."""
     out = [(str(log_dir), os.stat(log_dir).st_ino)]
     with os.scandir(log_dir) as entries:
         for entry in entries:
@@ -154,7 +294,7 @@ class Watcher:
 
     def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake
-        self._observer: Any = None
+        self._reader: _Reader | None = None
         self._hint: _Hint | None = None
         #: Every dir of every log dir has its watch: hints can be trusted to say "nothing
         #: changed", so the stuck back-off may lengthen the rescan period.
@@ -171,47 +311,35 @@ class Watcher:
         self._verified.clear()
         self._said.clear()
         try:
-            observer = Observer()  # watchdog opens its inotify instance here
+            inotify = INotify()
         except OSError as exc:
             _unwatched(exc)
             return
         log_dirs = list(log_dirs)
-        handler = _Hint(self._wake, [str(d) for d in log_dirs])
-        reclaim_events = _ReclaimEvents(on_reclaim)
+        hint = _Hint(str(d) for d in log_dirs)
+        reader = _Reader(inotify, hint, self._wake, on_reclaim)
         for log_dir in log_dirs:
             try:
-                try:
-                    watch = observer.schedule(
-                        handler, str(log_dir), recursive=True, event_filter=_EVENT_FILTER
-                    )
-                except TypeError:  # a watchdog without event_filter: _Hint drops reads itself
-                    watch = observer.schedule(handler, str(log_dir), recursive=True)
-                # Same watch (renames and unlinks pass its filter): our segments' reclaim times.
-                observer.add_handler_for_watch(reclaim_events, watch)
+                reader.watch_tree(os.path.normpath(str(log_dir)))
             except OSError as exc:
                 log.warning(
                     "watch_failed", log_dir=str(log_dir), error=str(exc), fallback=_FALLBACK
                 )
                 self._said.add(str(log_dir))
-        observer.daemon = True
-        try:
-            observer.start()
-        except OSError as exc:
-            _unwatched(exc)
-            return
-        self._observer = observer
-        self._hint = handler
+        reader.start()
+        self._reader = reader
+        self._hint = hint
         self.verify(log_dirs)
 
     def verify(self, log_dirs: Iterable[Path]) -> None:
         """Ask the kernel which dirs are really watched; say once per log dir when some are
         not (``watch_failed``), and set ``complete``.
 
-        watchdog drops the ENOSPC of each subdirectory past the watch limit, at start and for
-        every partition dir created later, so this runs at start and with each snapshot's
-        full rescan (re-reading the watch list only when a log dir's dir count changed).
+        A dir past the watch limit cannot be watched (``ENOSPC``), at start or when made
+        later, so this runs at start and with each snapshot's full rescan (re-reading the
+        watch list only when a log dir's dir count changed).
         """
-        if self._observer is None:
+        if self._reader is None:
             return  # no inotify at all: said at start, ``complete`` stays False
         complete = True
         watched: set[int] | None = None
@@ -252,10 +380,9 @@ class Watcher:
         self.complete = complete
 
     def stop(self, timeout: float = 2.0) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=max(0.0, timeout))
-            self._observer = None
+        if self._reader is not None:
+            self._reader.stop(timeout)
+            self._reader = None
             self._hint = None
 
     def take(self) -> HintSummary:

@@ -1,11 +1,10 @@
 """Which inodes this process's inotify instances watch, as the kernel says (edge).
 
-watchdog adds one watch per directory of a recursive watch and drops the ENOSPC of every one
-past the first ("inotify watch limit reached" for a subdirectory is not raised), so a daemon
-over ``fs.inotify.max_user_watches`` would watch some partition dirs and silently not the
-rest. The kernel lists every watch of an instance in ``/proc/self/fdinfo/<fd>`` (one
-``inotify wd:N ino:HEX sdev:HEX ...`` line each): asking it needs no access to watchdog's
-internals and cannot disagree with what is really watched.
+A recursive watch is one watch per directory, and past ``fs.inotify.max_user_watches``
+adding one fails; the daemon's reader (``daemon/watch.py``) then goes on without that dir,
+so a daemon over the limit would watch some partition dirs and not the rest. The kernel
+lists every watch of an instance in ``/proc/self/fdinfo/<fd>`` (one ``inotify wd:N ino:HEX
+sdev:HEX ...`` line each): asking it cannot disagree with what is really watched.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
 from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.scan import ScanResult, scan, still_listed
 from diskguard.kafkalog.topicpolicy import ProtectionRule
+from diskguard.kafkalog.warming import date_ahead
 from diskguard.retention.audit import AuditLog
 from diskguard.retention.limits import Limits
 from diskguard.retention.offline.fileexecutor import FileExecutor
@@ -91,7 +92,8 @@ def test_the_daemons_plan_is_a_fresh_scans_plan_after_any_change(
     """Per cycle the daemon lists partition dirs in its sweep (``targets``) and hands the
     listings on to the scan, reuses unchanged dirs' listings and ``Partition``s, and reads
     ages through its age cache; a scan with no cache and a reader with none decides the
-    same deletions, in the same order, with the same why and the same warnings."""
+    same deletions, in the same order, with the same why and the same warnings, also after
+    the segments an acting cycle's next crossing will reach were dated ahead."""
     root = Path(tempfile.mkdtemp(prefix="dg-handoff-"))
     try:
         log_dir = root / "logs"
@@ -108,6 +110,14 @@ def test_the_daemons_plan_is_a_fresh_scans_plan_after_any_change(
             reader = SegmentFileReader(ages)
             daemon_plan = _plan(daemon, reader)
             ages.prune(still_listed(daemon))
+            # As an acting cycle does once it deleted the plan's first half: the segments
+            # after those are dated ahead, for the next plan.
+            taken: dict[tuple[str, str, int], int] = {}
+            for d in daemon_plan[0][: len(daemon_plan[0]) // 2]:
+                key = (d.log_dir, d.topic, d.partition)
+                taken[key] = taken.get(key, 0) + 1
+            parts = [p for f in daemon.filesystems for d in f.log_dirs for p in d.partitions]
+            date_ahead(parts, taken, SegmentFileReader(ages), 60.0)
             fresh = scan([str(log_dir)], RULE, use_log_start=False)
             # The same usage for both (other processes write to this filesystem meanwhile).
             fresh = replace(

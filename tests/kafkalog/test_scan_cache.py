@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diskguard.config import load_config
-from diskguard.kafkalog.dating import AgeCache, SegmentFileReader, warm_heads
+from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
 from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.scan import scan, scan_log_dir, still_listed
 from diskguard.kafkalog.topicpolicy import ProtectionRule
+from diskguard.kafkalog.warming import date_ahead, warm_heads
 from diskguard.retention.cycle import RetentionCycle
 from support import configs
 from support.kafkagen import SegmentSpec, write_log_dir
@@ -199,6 +200,48 @@ def test_warming_heads_stops_when_its_budget_is_spent(tmp_path: Path) -> None:
     assert warm_heads(parts, SegmentFileReader(ages), 0.0) == 0
     assert warm_heads(parts, SegmentFileReader(None), 60) == 0  # no cache, nothing to warm
     assert warm_heads(parts, SegmentFileReader(ages), 60) == 3
+
+
+def test_after_an_acting_cycle_the_segments_next_in_line_are_dated_ahead(tmp_path: Path) -> None:
+    """``date_ahead``: a cycle deleted n segments of a partition's head; the n after them
+    are dated (the first after each partition before the second after any), none twice,
+    never the active segment, never a protected partition's, within the budget."""
+    log_dir = tmp_path / "logs"
+    write_log_dir(
+        log_dir,
+        {
+            ("orders", 0): [SegmentSpec(records=5)] * 6,
+            ("orders", 1): [SegmentSpec(records=5)] * 3,
+            ("__consumer_offsets", 0): [SegmentSpec(records=5)] * 4,
+        },
+    )
+    result = scan([str(log_dir)], ProtectionRule(assume_delete_policy=("orders",)))
+    parts = {
+        p.topic + str(p.partition): p
+        for fs in result.filesystems
+        for d in fs.log_dirs
+        for p in d.partitions
+    }
+    o0, o1, internal = parts["orders0"], parts["orders1"], parts["__consumer_offsets0"]
+    assert internal.protected and not o0.protected
+    taken = {(p.log_dir, p.topic, p.partition): 2 for p in (o0, o1, internal)}
+    ages = AgeCache()
+    # orders-0: candidates 2 and 3 (of 0..4); orders-1 has only 0 and 1 (2 is active).
+    assert date_ahead(parts.values(), taken, SegmentFileReader(ages), 60) == 2
+    assert ages.has_segment(o0.path, o0.base_offsets[2]) and ages.has_segment(
+        o0.path, o0.base_offsets[3]
+    )
+    assert not ages.has_segment(o0.path, o0.base_offsets[4])
+    assert not any(ages.has_segment(o1.path, b) for b in o1.base_offsets)
+    assert not any(ages.has_segment(internal.path, b) for b in internal.base_offsets)
+    assert date_ahead(parts.values(), taken, SegmentFileReader(ages), 60) == 0  # dated once
+    ticks = iter(range(100))
+    fresh = AgeCache()
+    # Each clock reading a second later: the first read spends the budget.
+    assert (
+        date_ahead(parts.values(), taken, SegmentFileReader(fresh), 0.5, lambda: next(ticks)) == 1
+    )
+    assert date_ahead(parts.values(), taken, SegmentFileReader(None), 60) == 0  # no cache
 
 
 def _reference_prune(ages: AgeCache, live: Callable[[str, int], bool] | None) -> None:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import bisect
 import os
 import stat
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from diskguard.host import freespace, safeopen
 from diskguard.kafkalog import offsetindex, recordbatch, timeindex
@@ -82,37 +81,6 @@ class AgeCache:
             self._entries = {k: v for k, v in self._entries.items() if k in keep}
             self._segments = {s: k for s, k in kept.items() if k in self._entries}
         self._used = set()
-
-
-def warm_heads(
-    partitions: Iterable[Partition],
-    reader: SegmentFileReader,
-    budget_s: float,
-    clock: Callable[[], float] = time.monotonic,
-) -> int:
-    """Date each partition's oldest candidate not dated yet, until ``budget_s`` is spent.
-
-    Why: a plan over the limit needs the age of *every* partition's head to find the
-    globally oldest, and dating a thousand cold heads took a second, all of it in the first
-    cycle over the limit. The daemon warms them in its quiet cycles instead, a bounded slice
-    per cycle; a head changes only when its segment goes. Returns the heads dated.
-    """
-    ages = reader.ages
-    if ages is None or budget_s <= 0:
-        return 0
-    deadline = clock() + budget_s
-    dated = 0
-    for part in partitions:
-        if part.protected:
-            continue  # never planned, never dated
-        head = part.candidate(0)
-        if head is None or ages.has_segment(part.path, head[0]):
-            continue
-        reader(part, head[0])
-        dated += 1
-        if clock() >= deadline:
-            break
-    return dated
 
 
 #: st_dev -> can files on that filesystem share extents (``freespace.can_share_extents``)?

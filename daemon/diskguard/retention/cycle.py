@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from diskguard.config import Config
 from diskguard.kafkalog import lockfile
-from diskguard.kafkalog.dating import Dated, SegmentFileReader, warm_heads
+from diskguard.kafkalog.dating import Dated, SegmentFileReader
 from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.kafkalog.scan import ScanResult, still_listed
 from diskguard.kafkalog.serverprops import local_broker_id
+from diskguard.kafkalog.warming import date_ahead, warm_heads
 from diskguard.logs import get_logger
 from diskguard.retention.audit import AuditLog
 from diskguard.retention.ceilings import Ceilings, has_byte_budget
@@ -265,6 +266,8 @@ class RetentionCycle:
                 measured, chosen = self.unfreed.settle(chosen, results, before, self.forecaster)
                 if self.stuck is not None:
                     self._quiet |= self.stuck.observe_halted(mode, chosen, time.monotonic())
+            if self.warm_heads_s > 0:
+                warnings = [*warnings, *self._date_ahead(result, results)]
         self.ladder.settle(result, mode.mode)
         measured = measured or measure_after(result)  # else: after the wait (offline)
         outcome = self._outcome(mode, result, chosen, warnings, results, measured, started, rungs)
@@ -367,6 +370,24 @@ class RetentionCycle:
             self.warm_heads_s,
         )
         return warmer.warnings
+
+    def _date_ahead(self, result: ScanResult, results: tuple[Any, ...]) -> list[str]:
+        """Once an acting cycle's space is back, date the segments the next crossing will
+        reach (``date_ahead``), so that its plan does not; returns the reads' warnings."""
+        taken: dict[tuple[str, str, int], int] = {}
+        for res in results:
+            if res.ok:
+                d = res.deletion
+                key = (d.log_dir, d.topic, d.partition)
+                taken[key] = taken.get(key, 0) + 1
+        reader = SegmentFileReader(self.inputs.ages)
+        date_ahead(
+            (p for fs in result.filesystems for d in fs.log_dirs for p in d.partitions),
+            taken,
+            reader,
+            self.warm_heads_s,
+        )
+        return reader.warnings
 
     def _outcome(
         self,

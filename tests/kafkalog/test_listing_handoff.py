@@ -191,3 +191,45 @@ def test_a_plan_made_stale_behind_the_caches_back_is_refused_at_deletion(
     assert len(results) == 1 and not results[0].ok and results[0].refused
     assert "next offset" in (results[0].error or "")
     assert all(f.exists() for f in segments[bases[0]])  # nothing deleted
+
+
+@settings(max_examples=25, deadline=None)
+@given(_TREE, _CHANGES)
+def test_a_full_scan_reusing_closed_segments_stats_is_a_fresh_full_scan(
+    tree: list[list[int]], changes: list[tuple[str, int]]
+) -> None:
+    """A dir that changed moments ago is listed again in full (snapshots, ``max_bytes``),
+    reusing the stats of its closed segments' files that kept their name and inode: the
+    bytes, files and partitions are those of a full scan with no cache, whatever changed,
+    including a roll that closes the segment that was active (its indexes trimmed)."""
+    root = Path(tempfile.mkdtemp(prefix="dg-fullreuse-"))
+    try:
+        log_dir = root / "logs"
+        for p, times in enumerate(tree):
+            write_partition(log_dir, "orders", p, [_spec(t) for t in times])
+        cache = ListingCache()
+        for kind, which in [("none", 0), *changes, ("trim_active", 0), ("roll", 0)]:
+            if kind == "trim_active":
+                for part in sorted(p for p in log_dir.iterdir() if p.is_dir()):
+                    segments = _segment_files(part)
+                    if segments:  # the active segment's indexes grow, as a broker's do
+                        for f in segments[max(segments)]:
+                            with open(f, "ab") as fh:
+                                fh.write(b"\0" * 8192)
+            else:
+                _change(log_dir, kind, which)
+            daemon = scan([str(log_dir)], RULE, full=True, use_log_start=False, cache=cache)
+            fresh = scan([str(log_dir)], RULE, full=True, use_log_start=False)
+            fresh = replace(
+                fresh,
+                filesystems=tuple(
+                    replace(f, usage=d.usage)
+                    for f, d in zip(fresh.filesystems, daemon.filesystems, strict=True)
+                ),
+            )
+            assert daemon.filesystems == fresh.filesystems
+            assert daemon.topics_by_mount == fresh.topics_by_mount
+        live = [p for p in log_dir.iterdir() if p.is_dir() and not p.name.endswith("-delete")]
+        assert cache._closed or not live  # changed dirs were listed reusing what they kept
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

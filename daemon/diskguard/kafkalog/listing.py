@@ -158,7 +158,7 @@ class PartitionListing:
 
 def list_partition(path: str, full: bool) -> PartitionListing:
     if full:
-        return _list_full(path)
+        return _list_full(path)[0]
     # Names only, filtered in C: one comprehension keeps the regular files (``d_type`` from
     # ``getdents``, as ``ls`` sees them: a symlink, dir or FIFO named like a segment is never
     # ours), one regex over them finds the segments. A Python loop over every entry was the
@@ -212,13 +212,28 @@ def list_partition(path: str, full: bool) -> PartitionListing:
     )
 
 
-def _list_full(path: str) -> PartitionListing:
-    """A listing with every regular file stat'ed (snapshots, ``max_bytes``)."""
+#: Per-file stats a full listing may reuse: name -> (inode, stat) of the dir's closed
+#: segment files (``_list_full``).
+ClosedStats = dict[str, tuple[int, os.stat_result]]
+
+
+def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionListing, ClosedStats]:
+    """A listing with every regular file stat'ed (snapshots, ``max_bytes``), and the stats of
+    its closed segments' files, for the next full listing of the same dir (``prior``).
+
+    ``prior``: a closed segment's file that still has the same name and inode (``d_ino``, no
+    ``stat``) is not stat'ed again. Kafka writes a segment's files only while it is active
+    (the roll trims its indexes, which is why only files below the then active segment are
+    kept); what replaces one (the cleaner's swap) is a new inode. A writer's partition dir
+    changes several times a second, so no listing of it is ever kept whole, and every
+    snapshot's scan stat'ed its thousands of files again: the crossing that came meanwhile
+    waited for it."""
     bases: set[int] = set()
     deleted = 0
     deleted_files = 0
     linked: list[LinkedFile] = []
     stats: dict[str, os.stat_result] = {}
+    inodes: dict[str, int] = {}
     remote = False
     txn_indexes = False
     with os.scandir(path) as entries:
@@ -242,7 +257,13 @@ def _list_full(path: str) -> PartitionListing:
                     if base is not None and entry.is_file(follow_symlinks=False):
                         bases.add(base)
                 if entry.is_file(follow_symlinks=False):
-                    stats[name] = entry.stat(follow_symlinks=False)
+                    known = prior.get(name) if prior else None
+                    ino = entry.inode()
+                    if known is not None and known[0] == ino:
+                        stats[name] = known[1]
+                    else:
+                        stats[name] = entry.stat(follow_symlinks=False)
+                    inodes[name] = ino
                     txn_indexes = txn_indexes or name.endswith(_TXN_INDEX)
             except FileNotFoundError:
                 continue
@@ -256,15 +277,18 @@ def _list_full(path: str) -> PartitionListing:
         if active is not None
         else ()
     )
+    closed: ClosedStats = {}
     settled = 0
     for name, st in stats.items():
         if name in active_files:
             continue
+        if active is not None and (seg := parse_segment_file(name)) is not None and seg[0] < active:
+            closed[name] = (inodes[name], st)
         if st.st_nlink > 1:
             linked.append(LinkedFile.of(name, st))
         else:
             settled += allocated_bytes(st)
-    return PartitionListing(
+    listing = PartitionListing(
         tuple(sorted(bases)),
         deleted,
         settled,
@@ -276,6 +300,7 @@ def _list_full(path: str) -> PartitionListing:
         txn_indexes,
         PARTITION_METADATA in stats,
     )
+    return listing, closed
 
 
 class ListingCache:
@@ -313,6 +338,9 @@ class ListingCache:
         self._log_dirs: dict[str, tuple[tuple[int, int], list[os.DirEntry[str]]]] = {}
         #: path -> (the listing a scan made the Partition of, that Partition)
         self._partitions: dict[str, tuple[PartitionListing, Partition]] = {}
+        #: Dirs whose full listing could not be kept (changed within ``settle_s``): their
+        #: closed segments' file stats, for the next full listing (``_list_full``).
+        self._closed: dict[str, ClosedStats] = {}
         self._touched: set[str] = set()
         self.hits = 0
         self.misses = 0
@@ -397,8 +425,15 @@ class ListingCache:
             return fresh[2]
         self.misses += 1
         now = time.monotonic()
-        listing = list_partition(path, full)
+        if full:
+            listing, closed = _list_full(path, self._closed.get(path))
+        else:
+            listing = list_partition(path, full)
         self._keep(self._entries, path, key, listing)
+        if full and path not in self._entries:
+            self._closed[path] = closed
+        elif full:
+            self._closed.pop(path, None)  # kept whole: unchanged, it is not listed again
         if hand_on and path not in self._entries and not listing.deleted_files:
             self._fresh[path] = (key, now, listing)
         return listing
@@ -468,6 +503,8 @@ class ListingCache:
             del self._entries[path]
         for path in [p for p in self._partitions if p not in self._touched]:
             del self._partitions[path]
+        for path in [p for p in self._closed if p not in self._touched]:
+            del self._closed[path]
         self._touched.clear()
         self._prefetched.clear()
         self._fresh.clear()

@@ -16,10 +16,10 @@ from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage
 from diskguard.kafkalog.scan import scan_log_dir
 from diskguard.kafkalog.topicpolicy import ProtectionRule
-from diskguard.retention import parallelheads
-from diskguard.retention.limits import Limits
+from diskguard.retention import parallelheads, planner
+from diskguard.retention.limits import Limits, Standing, stand
 from diskguard.retention.parallelheads import parallel_heads
-from diskguard.retention.planner import Deletion, plan_filesystem
+from diskguard.retention.planner import Deletion, WalkTrace, plan_filesystem, with_facts
 from support.configs import write_config
 from support.kafkagen import SegmentSpec, write_partition
 from support.workerplan import counting_plan, forced_worker
@@ -239,3 +239,44 @@ def test_the_plan_command_forks_for_a_large_log_dir_and_says_the_same(tmp_path: 
     assert got == want
     assert two.stderr == one.stderr.replace("requests=0", "requests=2")
     assert "t0-0/00000000000000000000.timeindex" in one.stderr
+
+
+@pytest.mark.parametrize("led", ["all", "some"])
+def test_a_traced_walk_on_two_cores_gives_the_facts_as_a_second_walk_on_one(
+    tmp_path: Path, led: str
+) -> None:
+    """Broker mode's one-shot plan gives the first walk the broker's facts without walking
+    again (``with_facts``) where its ties allow it: the child says which of its heads had a
+    rival as old. Twelve partitions whose heads tie in threes, read by a group to the end:
+    with every partition led here no fact touches a tie, and the plan is the second walk's;
+    with some led elsewhere the ties are theirs, and it declines (the caller walks again)."""
+    root = tmp_path / "logs"
+    for p in range(12):
+        specs = [
+            SegmentSpec(records=4, first_timestamp_ms=T0 + (s * 3 + p % 3) * MINUTE)
+            for s in range(5)
+        ]
+        write_partition(root, "orders" if p < 8 else "clicks", p % 8, specs)
+    fs = _filesystem(root)
+    names = [("orders", p) for p in range(8)] + [("clicks", p) for p in range(4)]
+    # Read to the end (no head unconsumed): the facts that could reorder a tie are the leaders.
+    committed = {("orders", p): {"billing": 20} for p in range(8)}
+    led_here = set(names) if led == "all" else set(names[::2])
+    limits = Limits(40.0, 40.0)
+
+    def standing_of(fs: Filesystem) -> Standing:
+        return stand(fs.usage, limits, fs.pending_reclaim_bytes)
+
+    second = planner.plan([fs], standing_of, SegmentFileReader(), committed, led_here)
+    trace = WalkTrace()
+    with forced_worker() as worker:
+        heads = parallel_heads(SegmentFileReader(None, {}), worker, 0)
+        first = planner.plan(
+            [fs], standing_of, SegmentFileReader(None, {}), heads=heads, trace=trace
+        )
+    same = with_facts(first, trace, standing_of, committed, led_here)
+    assert len(second.deletions) > 12
+    if led == "all":
+        assert same == second
+    else:
+        assert same is None

@@ -322,10 +322,12 @@ class _Eager:
 
     def __init__(self, parts: Sequence[Partition], read: SegmentReader) -> None:
         self._local = LocalHeads(parts, read, {})
+        self.tied = True
 
     def pop(self) -> Head | None:
         head = self._local.pop()
         if head is not None:
+            self.tied = self._local.tied
             self._local.advance(head)
         return head
 

@@ -13,12 +13,14 @@ from pathlib import Path
 
 from diskguard.host.forked import Worker
 
-#: argv[1] "one" puts the thresholds of both kinds of work out of reach; argv[2] the config.
+#: argv[1] "one" puts the thresholds of both kinds of work out of reach; argv[2] the config;
+#: argv[3] "walk-twice": broker mode always walks again knowing the broker's facts (never
+#: ``with_facts``), as before it existed.
 _COUNTING_PLAN = """
 import sys
 from diskguard.host import forked
 from diskguard.kafkalog import parallellisting
-from diskguard.retention import parallelheads
+from diskguard.retention import cycle, parallelheads
 made = []
 real = forked.Worker.stream
 def counting(self, *a, **kw):
@@ -27,6 +29,8 @@ def counting(self, *a, **kw):
 forked.Worker.stream = counting
 if sys.argv[1] == "one":
     parallellisting.MIN_DIRS = parallelheads.MIN_PARTITIONS = 10**9
+if sys.argv[3] == "walk-twice":
+    cycle.with_facts = lambda *a, **kw: None
 from diskguard.cli import cli
 try:
     cli(["plan", "-c", sys.argv[2], "--json"], prog_name="diskguard")
@@ -48,13 +52,19 @@ def forced_worker() -> Iterator[Worker]:
 
 
 def counting_plan(
-    config: Path, *prefix: str, thresholds: bool = True, timeout: float = 300
+    config: Path,
+    *prefix: str,
+    thresholds: bool = True,
+    walk_twice: bool = False,
+    timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
     """``plan --json`` with ``config`` under ``prefix`` (``taskset -c 0``, say); its stderr
-    ends ``worker requests=N``. ``thresholds=False``: no work is worth the worker."""
+    ends ``worker requests=N``. ``thresholds=False``: no work is worth the worker.
+    ``walk_twice``: a broker-mode plan walks again knowing the broker's facts, always."""
     how = "two" if thresholds else "one"
+    walks = "walk-twice" if walk_twice else "as-it-will"
     return subprocess.run(
-        [*prefix, sys.executable, "-c", _COUNTING_PLAN, how, str(config)],
+        [*prefix, sys.executable, "-c", _COUNTING_PLAN, how, str(config), walks],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -50,7 +50,15 @@ from diskguard.retention.modechoice import ModeChooser
 from diskguard.retention.offline.sweeptargets import preview_sweep
 from diskguard.retention.outcome import CycleOutcome, log_cycle, measure_after
 from diskguard.retention.parallelheads import parallel_heads
-from diskguard.retention.planner import CommittedOffsets, LocalHeads, Plan, placed, plan
+from diskguard.retention.planner import (
+    CommittedOffsets,
+    LocalHeads,
+    Plan,
+    WalkTrace,
+    placed,
+    plan,
+    with_facts,
+)
 from diskguard.retention.policystore import CACHE_FILE, PolicyStore
 from diskguard.retention.requested import RequestedLogStart
 from diskguard.retention.rungaudit import RungResult, asked_by_mount
@@ -113,6 +121,9 @@ class RetentionCycle:
         self.worker = worker
         #: A one-shot broker-mode plan's reads, for its second walk (``_plan``).
         self._dated: Dated = {}
+        #: A one-shot broker-mode plan's last walk knowing no broker facts, and its warnings:
+        #: what ``with_facts`` needs to spare it the second walk.
+        self._traced: tuple[WalkTrace, list[str]] | None = None
         # Before the Kafka client: its module's import and the broker's answers overlap it.
         cache = listings
         if cache is None:
@@ -458,9 +469,20 @@ class RetentionCycle:
         heads = parallel_heads(reader, self.worker) if self.read_only else LocalHeads
         standing_of = self.ceilings.standing_of(mode)
         covered = self._covered  # what the ladder's lossless rungs free first
+        # Traced where a second walk would read nothing new (``dated``): a one-shot plan.
+        trace = WalkTrace() if self.read_only and mode == BROKER and not committed else None
         chosen = plan(
-            result.filesystems, standing_of, reader, committed or {}, led_here, heads, covered
+            result.filesystems,
+            standing_of,
+            reader,
+            committed or {},
+            led_here,
+            heads,
+            covered,
+            trace,
         )
+        if trace is not None:
+            self._traced = (trace, reader.warnings)
         if not self.read_only:  # a one-shot dry run (plan) has no next plan to keep ages for
             self.inputs.ages.prune(still_listed(result) if self.warm_heads_s > 0 else None)
         return chosen, reader.warnings
@@ -476,6 +498,9 @@ class RetentionCycle:
         topic, and only a plan says which topics matter. Asking for every topic on the disks
         would cost an OffsetFetch and a Metadata request sized by all of them on every cycle,
         most of which delete nothing. The mode and the scan stay as they are.
+
+        A one-shot plan walks once only where the facts cannot reorder its walk
+        (``with_facts``: no head they mark was as old as another): the same plan.
         """
         assert self.broker is not None
         topics = sorted({d.topic for d in chosen.deletions})
@@ -484,8 +509,17 @@ class RetentionCycle:
             committed = self.broker.committed_offsets(topics)
         placement = self.broker.placement(topics)
         led_here = self._led_here(placement)
+        traced, self._traced = self._traced, None
         if committed or led_here is not None:
-            chosen, warnings = self._plan(result, BROKER, committed, led_here)
+            standing_of = self.ceilings.standing_of(BROKER)
+            same = None
+            if traced is not None:
+                trace, traced_warnings = traced
+                same = with_facts(chosen, trace, standing_of, committed, led_here, self._covered)
+            if same is not None:
+                chosen, warnings = same, list(traced_warnings)
+            else:
+                chosen, warnings = self._plan(result, BROKER, committed, led_here)
         return self._placed(chosen, placement), warnings
 
     def _placed(self, chosen: Plan, placement: Placement) -> Plan:

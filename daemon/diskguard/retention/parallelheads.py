@@ -170,6 +170,7 @@ def _walk_half(
     capture.taken = successors
     position = {part.path: i for i, part in enumerate(parts)}
     while (head := queue.pop()) is not None:
+        tied = queue.tied  # before its successor joins: what was queued with it
         queue.advance(head)
         (ts, unconsumed, led_elsewhere, _t, _p, base, _d), index, part, info, nxt, _g = head
         # Flat, and without what the parent has already (topic, log dir): marshal's cost.
@@ -186,6 +187,7 @@ def _walk_half(
             info.files,
             info.shared_files,
             tuple(successors.pop(part.path, ())),
+            tied,
         )
 
 
@@ -207,12 +209,15 @@ class _Streamed:
         self._committed = committed
         self._reader = reader
         self._pending: dict[str, tuple[str, ...]] = {}
+        #: As the child's queue said when it popped the head (before its look-ahead).
+        self.tied = True
 
     def pop(self) -> Head | None:
         item = next(self._items, None)
         if item is None:
             return None
-        i, index, ts, unconsumed, led, base, nxt, size, source, files, shared, warned = item
+        i, index, ts, unconsumed, led, base, nxt, size, source, files, shared, warned, tied = item
+        self.tied = tied
         part = self._parts[i]
         # Always replaced: what an earlier head of this partition brought is not this one's.
         self._pending[part.path] = warned

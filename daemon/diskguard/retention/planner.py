@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from diskguard.kafkalog.model import (
@@ -258,7 +258,13 @@ Head = tuple[HeadKey, int, Partition, SegmentInfo, int, Mapping[str, int] | None
 
 
 class HeadQueue(Protocol):
-    """Partition heads, oldest key first: what the plan walks (``plan_filesystem``)."""
+    """Partition heads, oldest key first: what the plan walks (``plan_filesystem``).
+
+    ``tied``: whether the head ``pop`` returned last had a rival as old (the same largest
+    timestamp) among the heads queued with it; True where not known. Only ties can let the
+    broker's facts (consumed, led here) reorder a walk (``with_facts``)."""
+
+    tied: bool
 
     def pop(self) -> Head | None:
         """The head with the smallest key, or None when no candidate is left."""
@@ -287,9 +293,16 @@ class LocalHeads:
         heap = [h for part in parts if (h := _head(part, 0, read, committed, led_here))]
         heapq.heapify(heap)
         self._heap = heap
+        self.tied = True
 
     def pop(self) -> Head | None:
-        return heapq.heappop(self._heap) if self._heap else None
+        heap = self._heap
+        if not heap:
+            return None
+        head = heapq.heappop(heap)
+        # The next smallest key holds the smallest timestamp left: as old, or older?
+        self.tied = bool(heap) and heap[0][0][0] == head[0][0]
+        return head
 
     def advance(self, head: Head) -> None:
         nxt = _head(head[2], head[1] + 1, self._read, self._committed, self._led_here)
@@ -309,22 +322,30 @@ class MergedHeads:
     def __init__(self, queues: Sequence[HeadQueue]) -> None:
         self._queues = queues
         self._fronts: list[tuple[HeadKey, int, Head]] = []
+        #: Per queue: whether its front was tied within it when taken.
+        self._front_tied = [True] * len(queues)
         for i in range(len(queues)):
             self._take(i)
         self._last: int | None = None
+        self.tied = True
 
     def _take(self, i: int) -> None:
-        head = self._queues[i].pop()
+        queue = self._queues[i]
+        head = queue.pop()
         if head is not None:
+            self._front_tied[i] = queue.tied
             heapq.heappush(self._fronts, (head[0], i, head))
 
     def pop(self) -> Head | None:
         if self._last is not None:
             self._take(self._last)
             self._last = None
-        if not self._fronts:
+        fronts = self._fronts
+        if not fronts:
             return None
-        _key, self._last, head = heapq.heappop(self._fronts)
+        _key, self._last, head = heapq.heappop(fronts)
+        # Tied within its own queue, or with another queue's front (the oldest of that one).
+        self.tied = self._front_tied[self._last] or (bool(fronts) and fronts[0][0][0] == head[0][0])
         return head
 
     def advance(self, head: Head) -> None:
@@ -366,6 +387,7 @@ def _plan_filesystem(
     led_here: Collection[tuple[str, int]] | None,
     heads: HeadsFactory,
     covered: int = 0,
+    trace: WalkTrace | None = None,
 ) -> tuple[FilesystemPlan, list[Deletion]]:
     """Plan one filesystem: the global-oldest prefix set covering its excess, less the
     ``covered`` bytes the lossless rungs free first (``ladder``)."""
@@ -376,13 +398,15 @@ def _plan_filesystem(
     log_dir_excess = dict(initial_dir_excess)
     committed = _consumers_offsets(fs, committed)
     chosen: list[Deletion] = []
+    context = _Context(standing, initial_dir_excess)
+    fs_trace = None
+    if trace is not None:
+        fs_trace = trace.filesystems[fs.usage.mount] = _FsTrace(fs, standing, covered, context)
     if excess + sum(log_dir_excess.values()) > 0 and not standing.halted:
         parts = [part for log_dir in fs.log_dirs for part in log_dir.partitions]
         queue = heads(parts, read, committed, led_here)
         try:
-            excess = _walk(
-                queue, excess, log_dir_excess, _Context(standing, initial_dir_excess), chosen
-            )
+            excess = _walk(queue, excess, log_dir_excess, context, chosen, fs_trace)
         finally:
             queue.close()
 
@@ -474,15 +498,19 @@ def _walk(
     log_dir_excess: dict[str, int],
     context: _Context,
     chosen: list[Deletion],
+    trace: _FsTrace | None = None,
 ) -> int:
     """Pop heads oldest first into ``chosen`` until the filesystem's excess and every log
     dir's are covered; returns the filesystem's excess left (``log_dir_excess`` is updated).
 
     A chosen head becomes its ``Deletion`` once the next head is popped (the one after the
-    last is popped too, without reading anything): its ``Why`` says what placed it first."""
+    last is popped too, without reading anything): its ``Why`` says what placed it first.
+    ``trace``: filled with each deletion's head and the one after it, and every head popped
+    while an equally old one was queued (``with_facts``)."""
     mount = context.mount
     rank = 0
     held: tuple[Head, str, int] | None = None  # chosen, waiting for the next key
+    ties = trace.tied if trace is not None else None
     # Partitions dropped (their log dir needs nothing): a queue that dates ahead may still
     # offer their next heads, which one heap never would.
     dropped: set[str] = set()
@@ -490,11 +518,15 @@ def _walk(
         popped = queue.pop()
         if popped is None:
             break
+        if ties is not None and queue.tied:
+            ties.append(popped)
         if popped[2].path in dropped:
             continue
         rank += 1
         if held is not None:
             chosen.append(_deletion(held, popped[0], mount, context))
+            if trace is not None:
+                trace.pairs.append((held[0], popped))
             held = None
         key, _index, _part, info, _next_offset, _groups = popped
         log_dir_path = key[6]
@@ -511,9 +543,15 @@ def _walk(
         queue.advance(popped)
     if held is not None:
         following = queue.pop()
-        while following is not None and following[2].path in dropped:
+        while following is not None:
+            if ties is not None and queue.tied:
+                ties.append(following)
+            if following[2].path not in dropped:
+                break
             following = queue.pop()
         chosen.append(_deletion(held, following[0] if following else None, mount, context))
+        if trace is not None:
+            trace.pairs.append((held[0], following))
     return excess
 
 
@@ -633,13 +671,14 @@ def plan(
     led_here: Collection[tuple[str, int]] | None = None,
     heads: HeadsFactory = LocalHeads,
     covered: Mapping[str, int] | None = None,
+    trace: WalkTrace | None = None,
 ) -> Plan:
     """Plan every filesystem; deletions are in deletion order (per filesystem, oldest first).
     ``standing_of``: each filesystem against its limits (``limits.stand``: over? by how much,
     net of what pending?), as the edge that knows the config and the pending bytes says.
     ``heads``: how each filesystem's partition heads are queued (and where they are dated).
     ``covered``: mount -> bytes of the excess the lossless rungs free first (``ladder``):
-    deletion is for what is left."""
+    deletion is for what is left. ``trace``: filled with what ``with_facts`` needs."""
     fs_plans: list[FilesystemPlan] = []
     deletions: list[Deletion] = []
     for fs in filesystems:
@@ -651,11 +690,120 @@ def plan(
             led_here,
             heads,
             (covered or {}).get(fs.usage.mount, 0),
+            trace,
         )
         fs_plans.append(fs_plan)
         deletions.extend(chosen)
     not_live = tuple(d for fs in filesystems for log_dir in fs.log_dirs for d in log_dir.not_live)
     return Plan(tuple(fs_plans), tuple(deletions), protected_topics(filesystems), not_live)
+
+
+class _FsTrace:
+    """One filesystem's walk, as ``with_facts`` needs it (``WalkTrace``)."""
+
+    __slots__ = ("context", "covered", "fs", "pairs", "standing", "tied")
+
+    def __init__(self, fs: Filesystem, standing: Standing, covered: int, context: _Context) -> None:
+        self.fs = fs
+        self.standing = standing
+        self.covered = covered
+        self.context = context
+        #: Per deletion, in order: its head and the head popped after it (None: none left).
+        self.pairs: list[tuple[Head, Head | None]] = []
+        #: Every head popped while another as old was queued.
+        self.tied: list[Head] = []
+
+
+class WalkTrace:
+    """What a plan's walk saw besides what it chose (``plan(..., trace=)``): per filesystem,
+    its standing, each deletion's head and the head after it, and the heads that had a rival
+    as old when popped. Enough for ``with_facts`` to give the plan the broker's facts
+    without walking again."""
+
+    def __init__(self) -> None:
+        self.filesystems: dict[str, _FsTrace] = {}
+
+
+def with_facts(
+    chosen: Plan,
+    trace: WalkTrace,
+    standing_of: Callable[[Filesystem], Standing],
+    committed: CommittedOffsets | None,
+    led_here: Collection[tuple[str, int]] | None,
+    covered: Mapping[str, int] | None = None,
+) -> Plan | None:
+    """``chosen`` (planned knowing no consumer offsets and no leaders, with ``trace``) as the
+    plan of the same filesystems knowing them would be; None where that plan could differ.
+
+    Why it is the same plan: the facts change only the key's ``unconsumed`` and
+    ``led_elsewhere`` (both False in the walk traced), and both come after the largest
+    timestamp. So a head popped with no rival as old is popped first knowing the facts too;
+    one that had a rival is still first if its own facts are both False (its rival can only
+    tie with it or come after by name, as before). Then every pop is the same, so every
+    deletion, rank and following head; what changes is each deletion's unconsumed records and
+    its ``Why`` (the keys it names differ). None (walk again) when a tied head has a fact set,
+    or a filesystem's standing or lossless cover changed since the traced walk."""
+    out: list[Deletion] = []
+    for fs_trace in trace.filesystems.values():
+        fs = fs_trace.fs
+        if (
+            standing_of(fs) != fs_trace.standing
+            or (covered or {}).get(fs.usage.mount, 0) != fs_trace.covered
+        ):
+            return None
+        groups_of = _consumers_offsets(fs, committed)
+        for head in fs_trace.tied:
+            facts = _key_knowing(head, groups_of, led_here)
+            if facts[1] or facts[2]:
+                return None
+        context = fs_trace.context
+        for (head, following), was in zip(
+            fs_trace.pairs, chosen.deletions[len(out) : len(out) + len(fs_trace.pairs)], strict=True
+        ):
+            key = _key_knowing(head, groups_of, led_here)
+            after = None if following is None else _key_knowing(following, groups_of, led_here)
+            groups = groups_of.get((key[3], key[4])) if groups_of else None
+            unconsumed = (
+                unconsumed_records(groups, was.base_offset, was.next_offset) if groups else {}
+            )
+            without = groups_without_offset(groups) if groups else ()
+            if not (key[1] or key[2] or unconsumed or without) and (
+                after is None or not (after[1] or after[2])
+            ):
+                out.append(was)  # keys as walked, nothing unconsumed: the same deletion
+                continue
+            assert was.why is not None  # a walk's deletion says why
+            made: Deletion = _new_instance(Deletion)
+            made.__dict__.update(
+                was.__dict__,
+                unconsumed_records=unconsumed,
+                groups_without_offset=without,
+                why=context.why(was.reason, was.why.rank, key, after),
+            )
+            out.append(made)
+    if len(out) != len(chosen.deletions):
+        return None
+    return replace(chosen, deletions=tuple(out))
+
+
+def _key_knowing(
+    head: Head,
+    groups_of: CommittedOffsets,
+    led_here: Collection[tuple[str, int]] | None,
+) -> HeadKey:
+    """``head``'s key had it been made knowing ``groups_of`` (``_consumers_offsets``) and
+    ``led_here``, as ``_head`` makes it."""
+    key, _index, _part, _info, nxt, _groups = head
+    groups = groups_of.get((key[3], key[4])) if groups_of else None
+    return new_named(
+        HeadKey,
+        (
+            key[0],
+            any(offset < nxt for offset in groups.values()) if groups else False,
+            led_here is not None and (key[3], key[4]) not in led_here,
+            *key[3:],
+        ),
+    )
 
 
 def protected_topics(filesystems: Sequence[Filesystem]) -> tuple[ProtectedTopic, ...]:

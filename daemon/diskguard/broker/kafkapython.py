@@ -103,6 +103,15 @@ class KafkaPythonAdmin:
         self._admin: Any = None
         self._lock = threading.Lock()
 
+    @property
+    def bootstrap(self) -> str | None:
+        return self._bootstrap
+
+    @property
+    def client(self) -> dict[str, str | int | float | bool]:
+        """The ``[broker.client]`` settings it was given (before translation)."""
+        return dict(self._client)
+
     def admin(self) -> Any:
         """The connected ``KafkaAdminClient``; raises ``KafkaPythonUnavailable`` (no bootstrap,
         or a refusal that may be a left-out security key), else what the client raised."""

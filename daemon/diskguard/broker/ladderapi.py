@@ -25,12 +25,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from diskguard.broker.errors import describe_error
 from diskguard.broker.kafkapython import KafkaPythonAdmin
 
-__all__ = ["STORAGE_ERROR", "LadderApi", "LadderCallFailed", "LogDirInfo", "ReplicaInfo"]
+__all__ = [
+    "STORAGE_ERROR",
+    "EarlyAnswer",
+    "LadderApi",
+    "LadderCallFailed",
+    "LogDirInfo",
+    "ReplicaInfo",
+]
 
 #: Kafka's KAFKA_STORAGE_ERROR: DescribeLogDirs says so for a log dir the broker took offline.
 STORAGE_ERROR = 56
@@ -81,6 +88,46 @@ def _error_name(code: int) -> str:
     return {"KafkaStorageError": "KAFKA_STORAGE_ERROR"}.get(name, name)
 
 
+class _AskedOnThread:
+    """DescribeLogDirs asked on a thread of this process (``LadderApi.log_dirs_soon``)."""
+
+    def __init__(self, ask: Any) -> None:
+        self._box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                self._box["answer"] = ask()
+            except LadderCallFailed as exc:
+                self._box["failed"] = exc
+
+        self._thread = threading.Thread(target=run, name="diskguard-log-dirs", daemon=True)
+        self._thread.start()
+
+    def answer(self) -> list[LogDirInfo] | None:
+        """The broker's log dirs; raises its ``LadderCallFailed``; None: no answer came."""
+        self._thread.join()
+        if "failed" in self._box:
+            raise self._box["failed"]
+        answer: list[LogDirInfo] | None = self._box.get("answer")
+        return answer
+
+    @property
+    def waiting(self) -> bool:
+        return self._thread.is_alive()
+
+
+class EarlyAnswer(Protocol):
+    """A DescribeLogDirs asked before it is needed (``LadderApi.log_dirs_soon``)."""
+
+    def answer(self) -> list[LogDirInfo] | None:
+        """The broker's log dirs (waiting for them); raises the call's ``LadderCallFailed``;
+        None: no answer came (ask again)."""
+
+    @property
+    def waiting(self) -> bool:
+        """Still waiting for the broker, in this process (a thread)."""
+
+
 class LadderApi:
     """The ladder's calls over one broker: ``admin`` is confluent-kafka's AdminClient (the
     ``BrokerClient``'s), ``kafka`` the lazily connected kafka-python client."""
@@ -89,15 +136,15 @@ class LadderApi:
         self._admin = admin
         self._kafka = kafka
         self.timeout = timeout
-        #: ``log_dirs_soon``'s call: the broker asked, its thread, what it got.
-        self._early: tuple[int, threading.Thread, dict[str, Any]] | None = None
+        #: ``log_dirs_soon``'s call: the broker asked, and where its answer comes.
+        self._early: tuple[int, EarlyAnswer] | None = None
         #: One kafka-python call at a time: its client is not thread-safe, and
         #: ``log_dirs_soon``'s thread may still be asking when another call comes.
         self._kafka_lock = threading.Lock()
 
     def close(self) -> None:
         early, self._early = self._early, None
-        if early is not None and early[1].is_alive():
+        if early is not None and early[1].waiting:
             return  # never asked for, still connecting: not waited for (a broker down)
         self._kafka.reset()
 
@@ -177,26 +224,24 @@ class LadderApi:
             raise LadderCallFailed(f"{what}: {describe_error(exc)}") from exc
 
     # -- log dirs -----------------------------------------------------------------------
-    def log_dirs_soon(self, broker_id: int) -> None:
-        """Ask DescribeLogDirs on a thread now (the dirs' state, no replica); the next
+    def log_dirs_soon(self, broker_id: int, asked: EarlyAnswer | None = None) -> None:
+        """Ask DescribeLogDirs now (the dirs' state, no replica); the next
         ``log_dirs(broker_id)`` that wants no replica takes its answer (or raises its
         failure) instead of asking again.
 
         A one-shot ``plan`` asks after its scan and the policies' round trips, and the call
         then paid kafka-python's import (~0.14 s), its connection and the round trip on the
         command's critical path. The answer is as fresh as the daemon's (cached for a check
-        interval). Only where no fork follows: the thread would make one unsafe."""
-        box: dict[str, Any] = {}
+        interval). ``asked``: the call made elsewhere already (a forked child); else it is
+        asked on a thread (only where no fork follows: the thread would make one unsafe)."""
+        if asked is None:
+            asked = _AskedOnThread(lambda: self._log_dirs(broker_id, {}))
+        self._early = (broker_id, asked)
 
-        def ask() -> None:
-            try:
-                box["answer"] = self._log_dirs(broker_id, {})
-            except LadderCallFailed as exc:
-                box["failed"] = exc
-
-        thread = threading.Thread(target=ask, name="diskguard-log-dirs", daemon=True)
-        thread.start()
-        self._early = (broker_id, thread, box)
+    @property
+    def kafka(self) -> KafkaPythonAdmin:
+        """The kafka-python client (its settings, for a child that asks the same)."""
+        return self._kafka
 
     def log_dirs(
         self, broker_id: int, replicas: Mapping[str, Sequence[int]] | None = None
@@ -211,12 +256,9 @@ class LadderApi:
         wanted = {topic: sorted(set(parts)) for topic, parts in (replicas or {}).items()}
         early, self._early = self._early, None
         if early is not None and early[0] == broker_id and not wanted:
-            _id, thread, box = early
-            thread.join()
-            if "failed" in box:
-                raise box["failed"]
-            if "answer" in box:
-                return list(box["answer"])
+            answer = early[1].answer()
+            if answer is not None:
+                return list(answer)
         return self._log_dirs(broker_id, wanted)
 
     def _log_dirs(self, broker_id: int, wanted: Mapping[str, list[int]]) -> list[LogDirInfo]:

@@ -370,8 +370,10 @@ def plan_command(config_path: Path, as_json: bool) -> None:
 
 def _plan(config: Config) -> CycleOutcome:
     # Forked first, while this process has no other thread (the Kafka client's would make a
-    # fork unsafe); it starts listing before this process loads the cycle's modules.
+    # fork unsafe); it starts listing before this process loads the cycle's modules. With a
+    # broker, a second child asks it what needs kafka-python (``earlylogdirs``).
     worker = Worker.start()
+    asker = Worker.start() if worker is not None and config.broker.bootstrap_servers else None
     listings = ListingCache.started(config.broker.log_dirs, has_byte_budget(config), worker)
     from diskguard.retention.cycle import RetentionCycle
     from diskguard.retention.daemonstate import daemon_memory
@@ -389,9 +391,11 @@ def _plan(config: Config) -> CycleOutcome:
                 on_partition=advance,
                 worker=worker,
                 listings=listings,
+                asker=asker,
             ) as retention,
         ):
             return retention.plan()
     finally:
-        if worker is not None:
-            worker.close()
+        for child in (worker, asker):
+            if child is not None:
+                child.close()

@@ -92,6 +92,7 @@ class RetentionCycle:
         broker: BrokerClient | None = None,
         reachability: Callable[[], bool | None] | None = None,
         listings: ListingCache | None = None,
+        asker: Worker | None = None,
     ) -> None:
         """``read_only``: a dry run's cycle (``plan``), which writes nothing to the state dir.
         ``stuck``: the daemon's tracker; its cycle events are then logged when a filesystem
@@ -107,7 +108,9 @@ class RetentionCycle:
         ``reachability``: whether the broker answers, when known without asking it (the
         daemon's background probe while it probes).
         ``listings``: a listing cache whose worker has started listing already (a one-shot
-        ``plan`` starts it before loading this module)."""
+        ``plan`` starts it before loading this module).
+        ``asker``: a second child forked before any thread, for a one-shot plan's broker
+        calls that need kafka-python (the broker's log dirs)."""
         self.config = config
         self.read_only = read_only
         self.warm_heads_s = warm_heads_s
@@ -151,7 +154,7 @@ class RetentionCycle:
         self.local_broker_id = local_broker_id(config.broker.log_dirs)
         #: The lossless rungs climbed before deletion (broker mode): evict, cordon, move.
         self.ladder = Ladder.for_broker(
-            config, broker, self.audit, self.requested, read_only, self.local_broker_id
+            config, broker, self.audit, self.requested, read_only, self.local_broker_id, asker
         )
         #: Over, by how much, what is pending: the limits of each filesystem in each mode.
         self.ceilings = Ceilings(config, self.forecaster.forecast, self.ladder.moving_bytes)

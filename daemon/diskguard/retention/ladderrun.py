@@ -50,6 +50,7 @@ from diskguard.retention.uploads import Lag, UploadWatch, lags
 
 if TYPE_CHECKING:
     from diskguard.broker.client import BrokerClient
+    from diskguard.host.forked import Worker
     from diskguard.retention.forecaster import Forecaster
     from diskguard.retention.inputs import PlanInputs
 
@@ -118,7 +119,10 @@ class Ladder:
         requested: RequestedLogStart,
         read_only: bool,
         broker_id: int | None,
+        asker: Worker | None = None,
     ) -> Ladder:
+        """``asker``: a child forked before any client, where a one-shot plan has one: it
+        asks the broker's log dirs (``earlylogdirs``)."""
         api = None
         if broker is not None and config.broker.bootstrap_servers:
             kafka = KafkaPythonAdmin(
@@ -127,7 +131,12 @@ class Ladder:
             api = LadderApi(broker.admin, kafka, broker.timeout)
             if read_only and broker_id is not None:
                 # A one-shot plan observes the broker's log dirs after its scan: asked now.
-                api.log_dirs_soon(broker_id)
+                asked = None
+                if asker is not None:
+                    from diskguard.retention.earlylogdirs import ask_in_child
+
+                    asked = ask_in_child(api, broker_id, asker)
+                api.log_dirs_soon(broker_id, asked)
         return cls(config, api, audit, requested, read_only=read_only, broker_id=broker_id)
 
     def bind(self, ceilings: Ceilings, forecaster: Forecaster, inputs: PlanInputs) -> None:

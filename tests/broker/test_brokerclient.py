@@ -85,6 +85,10 @@ class FakeAdmin:
         self.nodes: tuple[int, ...] = (1,)
         self.leaders: dict[tuple[str, int], int] = {}
         self.describe_topics_calls: list[list[str]] = []
+        #: Log start offset per partition (ListOffsets EARLIEST); absent: that one fails.
+        self.log_starts: dict[tuple[str, int], int] = {}
+        self.list_offsets_calls: list[list[tuple[str, int]]] = []
+        self.list_offsets_raise: BaseException | None = None
 
     def list_topics(self, *args: Any, **kwargs: Any) -> Any:
         if self.topics_raise is not None:
@@ -103,6 +107,23 @@ class FakeAdmin:
         if self.topics_raise is not None:
             raise self.topics_raise
         return described_topics(topics, self.leaders)
+
+    def list_offsets(
+        self, request: Mapping[TopicPartition, Any], **kwargs: Any
+    ) -> Mapping[TopicPartition, concurrent.futures.Future[Any]]:
+        self.list_offsets_calls.append([(tp.topic, tp.partition) for tp in request])
+        if self.list_offsets_raise is not None:
+            raise self.list_offsets_raise
+        out: dict[TopicPartition, concurrent.futures.Future[Any]] = {}
+        for tp in request:
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            start = self.log_starts.get((tp.topic, tp.partition))
+            if start is None:
+                future.set_exception(kafka_error(KafkaError.NOT_LEADER_FOR_PARTITION))
+            else:
+                future.set_result(TopicPartition(tp.topic, tp.partition, start))
+            out[tp] = future
+        return out
 
     def delete_records(
         self, topic_partition_offsets: list[TopicPartition], **kwargs: Any
@@ -458,3 +479,26 @@ def test_within_a_cycle_a_hung_broker_is_waited_out_once() -> None:
     with client.one_timeout():
         client.delete_records([deletion("t", 0, 10, 20)])  # a new cycle asks again
     assert len(admin.delete_calls) == 2
+
+
+def test_log_start_offsets_asked_early_answer_as_asked_now() -> None:
+    """A one-shot plan sends ListOffsets before its walk (``log_start_offsets_soon``, for
+    every partition on its disks) and takes the answer for the filesystems it trims: the
+    same offsets a request for those alone gives; one it did not send is asked then."""
+    admin = FakeAdmin()
+    admin.log_starts = {("t", 0): 10, ("t", 1): 0, ("u", 0): 7}
+    client = BrokerClient("127.0.0.1:1", {}, timeout=1.0, admin=admin)  # type: ignore[arg-type]
+    now = client.log_start_offsets([("t", 0), ("t", 2)])
+    asked = client.log_start_offsets_soon([("t", 0), ("t", 1), ("t", 2), ("u", 0)])
+    assert client.log_start_offsets([("t", 0), ("t", 2)], asked) == now == {("t", 0): 10}
+    assert client.log_start_offsets([("u", 0), ("v", 0)], asked) == {("u", 0): 7}
+    assert admin.list_offsets_calls[1:] == [[("t", 0), ("t", 1), ("t", 2), ("u", 0)], [("v", 0)]]
+
+
+def test_log_start_offsets_asked_early_fail_when_taken_without_raising() -> None:
+    admin = FakeAdmin()
+    admin.list_offsets_raise = kafka_error(KafkaError._TRANSPORT, "broker down")
+    client = BrokerClient("127.0.0.1:1", {}, timeout=1.0, admin=admin)  # type: ignore[arg-type]
+    asked = client.log_start_offsets_soon([("t", 0)])
+    assert client.log_start_offsets([("t", 0)], asked) == {}
+    assert len(admin.list_offsets_calls) == 1  # not asked again

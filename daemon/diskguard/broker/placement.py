@@ -11,10 +11,11 @@ start offset (ListOffsets EARLIEST) at once, while a follower's own
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
-__all__ = ["Placement", "log_start_offsets"]
+__all__ = ["Placement", "ask_log_start_offsets", "log_start_offsets", "log_start_offsets_of"]
 
 #: (topic, partition) -> (leader broker id or -1, replica broker ids).
 Placement = dict[tuple[str, int], tuple[int, tuple[int, ...]]]
@@ -26,6 +27,13 @@ def log_start_offsets(
     """Each partition's log start offset as its leader reports it (ListOffsets EARLIEST,
     routed to the leaders by the client). A partition that fails is left out: nothing is
     then known beyond the local checkpoint. Raises only if the request cannot be sent."""
+    return log_start_offsets_of(ask_log_start_offsets(admin, partitions, timeout), timeout)
+
+
+def ask_log_start_offsets(
+    admin: Any, partitions: Iterable[tuple[str, int]], timeout: float
+) -> dict[tuple[str, int], Future[Any]]:
+    """``log_start_offsets``' request, sent: each partition's answer to come."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-exported
 
@@ -34,12 +42,19 @@ def log_start_offsets(
     if not request:
         return {}
     futures = admin.list_offsets(request, request_timeout=timeout)
+    return {(tp.topic, tp.partition): future for tp, future in futures.items()}
+
+
+def log_start_offsets_of(
+    futures: Mapping[tuple[str, int], Future[Any]], timeout: float
+) -> dict[tuple[str, int], int]:
+    """``log_start_offsets``' answer: each partition's offset, as it comes."""
     out: dict[tuple[str, int], int] = {}
-    for tp, future in futures.items():
+    for key, future in futures.items():
         try:
             offset = future.result(timeout=timeout + 2).offset
         except Exception:  # one partition's failure (a leader moving) hides nothing else
             continue
         if isinstance(offset, int) and offset >= 0:
-            out[(tp.topic, tp.partition)] = offset
+            out[key] = offset
     return out

@@ -66,7 +66,7 @@ from diskguard.retention.stuck import DELETE_FAILED, StuckTracker
 from diskguard.retention.unfreed import UnfreedSpace
 
 if TYPE_CHECKING:
-    from diskguard.broker.client import BrokerClient
+    from diskguard.broker.client import AskedLogStart, BrokerClient
     from diskguard.broker.placement import Placement
     from diskguard.host.forked import Worker
     from diskguard.retention.executor import Executor
@@ -313,9 +313,19 @@ class RetentionCycle:
         (``_with_cluster_log_start``: then the scan returned is the new one), then with the
         broker's facts (``_plan_with_broker_facts``)."""
         self._covered = ladder.covered
+        asked = None
+        if mode.mode == BROKER and self.read_only and self.broker is not None:
+            # A one-shot plan asks where its partitions start before it walks, so that the
+            # answer has come when ``_with_cluster_log_start`` needs it.
+            asked = self.broker.log_start_offsets_soon(
+                (p.topic, p.partition)
+                for fs in result.filesystems
+                for d in fs.log_dirs
+                for p in d.partitions
+            )
         chosen, warnings = self._plan(_uncovered(result, ladder), mode.mode)
         if chosen.deletions and mode.mode == BROKER:
-            rescanned = self._with_cluster_log_start(result, chosen, full)
+            rescanned = self._with_cluster_log_start(result, chosen, full, asked)
             if rescanned is not None:
                 result = rescanned
                 chosen, more = self._plan(_uncovered(result, ladder), BROKER)
@@ -327,7 +337,7 @@ class RetentionCycle:
         return result, chosen, warnings
 
     def _with_cluster_log_start(
-        self, result: ScanResult, chosen: Plan, full: bool
+        self, result: ScanResult, chosen: Plan, full: bool, asked: AskedLogStart | None = None
     ) -> ScanResult | None:
         """Before trimming, ask the leaders where the partitions of the filesystems about to
         be trimmed start now. Another broker's guard may have trimmed them (DeleteRecords is
@@ -343,7 +353,7 @@ class RetentionCycle:
             for d in fs.log_dirs
             for p in d.partitions
         ]
-        reported = self.broker.log_start_offsets((p.topic, p.partition) for p in parts)
+        reported = self.broker.log_start_offsets(((p.topic, p.partition) for p in parts), asked)
         moved = {
             (p.topic, p.partition): reported[(p.topic, p.partition)]
             for p in parts

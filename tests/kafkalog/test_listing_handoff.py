@@ -31,7 +31,9 @@ _TIMES = st.sampled_from([0, 0, 1, 2, 3]).map(lambda k: DEFAULT_FIRST_TIMESTAMP_
 _TREE = st.lists(st.lists(_TIMES, min_size=1, max_size=4), min_size=1, max_size=4)
 _CHANGES = st.lists(
     st.tuples(
-        st.sampled_from(["roll", "drop_oldest", "remove", "to_delete", "leftover", "none"]),
+        st.sampled_from(
+            ["roll", "drop_oldest", "remove", "to_delete", "leftover", "truncate", "none"]
+        ),
         st.integers(0, 3),
     ),
     max_size=6,
@@ -73,6 +75,26 @@ def _change(log_dir: Path, kind: str, which: int) -> None:
         part.rename(log_dir / f"{part.name}.0123456789abcdef-delete")
     elif kind == "leftover" and segments:
         (part / f"{min(segments):020d}.snapshot.deleted").write_bytes(b"x" * 100)
+    elif kind == "truncate" and len(segments) > 1:
+        _truncate(part, segments)
+
+
+def _truncate(part: Path, segments: dict[int, list[Path]]) -> None:
+    """A follower truncating to an offset in its last closed segment (or a recovery finding
+    a bad tail there), then rolling again: Kafka renames every segment above it for
+    deletion, truncates it in place and it is the active one, written to, until the next
+    roll closes it again: other bytes, the same inode."""
+    bases = sorted(segments)
+    keep = bases[-2]
+    for f in segments[bases[-1]]:
+        f.rename(f.with_name(f.name + ".deleted"))
+    log = part / f"{keep:020d}.log"
+    os.truncate(log, log.stat().st_size // 3)
+    with open(log, "ab") as fh:  # the leader's records from there on (filler here)
+        fh.write(b"\0" * 9000)
+    nxt = bases[-1] + 2
+    for suffix in (".log", ".index", ".timeindex"):
+        (part / f"{nxt:020d}{suffix}").write_bytes(b"")
 
 
 def _plan(result: ScanResult, read: SegmentFileReader) -> tuple[list[Deletion], list[str]]:
@@ -233,3 +255,29 @@ def test_a_full_scan_reusing_closed_segments_stats_is_a_fresh_full_scan(
         assert cache._closed or not live  # changed dirs were listed reusing what they kept
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_closed_segment_truncated_and_closed_again_is_stat_ed_afresh(tmp_path: Path) -> None:
+    """Stats of closed segments' files are reused while the segment then active is the same
+    file; after a truncation below it (that segment renamed for deletion, a closed one
+    written again in place and closed by the next roll: the same name and inode) every
+    file is stat'ed again, and the log dir's bytes are a fresh full scan's."""
+    log_dir = tmp_path / "logs"
+    write_partition(log_dir, "orders", 0, [_spec(DEFAULT_FIRST_TIMESTAMP_MS)] * 3)
+    part = log_dir / "orders-0"
+    path = str(part)
+    cache = ListingCache()
+
+    def kafka_bytes(with_cache: ListingCache | None) -> int | None:
+        found = scan([str(log_dir)], RULE, full=True, use_log_start=False, cache=with_cache)
+        return found.filesystems[0].log_dirs[0].kafka_bytes
+
+    kafka_bytes(cache)
+    oldest = f"{min(_segment_files(part)):020d}.log"
+    kept = cache._closed[path].files[oldest][1]
+    _change(log_dir, "roll", 0)
+    assert kafka_bytes(cache) == kafka_bytes(None)
+    assert cache._closed[path].files[oldest][1] is kept  # reused, not stat'ed again
+    _change(log_dir, "truncate", 0)
+    assert kafka_bytes(cache) == kafka_bytes(None)
+    assert cache._closed[path].files[oldest][1] is not kept

@@ -212,9 +212,26 @@ def list_partition(path: str, full: bool) -> PartitionListing:
     )
 
 
-#: Per-file stats a full listing may reuse: name -> (inode, stat) of the dir's closed
-#: segment files (``_list_full``).
-ClosedStats = dict[str, tuple[int, os.stat_result]]
+@dataclass(frozen=True)
+class ClosedStats:
+    """What a full listing keeps for the next full listing of the same dir (``_list_full``)."""
+
+    #: name -> (inode, stat) of the dir's closed segment files.
+    files: dict[str, tuple[int, os.stat_result]]
+    #: The then active segment's ``.log`` as (name, st_dev, st_ino), if it had one.
+    active_log: tuple[str, int, int] | None
+
+
+def _same_file(path: str, identity: tuple[str, int, int] | None) -> bool:
+    """Is ``identity``'s file (name, st_dev, st_ino) still in the dir ``path``?"""
+    if identity is None:
+        return False
+    name, dev, ino = identity
+    try:
+        st = os.lstat(os.path.join(path, name))
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
 
 
 def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionListing, ClosedStats]:
@@ -227,7 +244,15 @@ def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionLi
     kept); what replaces one (the cleaner's swap) is a new inode. A writer's partition dir
     changes several times a second, so no listing of it is ever kept whole, and every
     snapshot's scan stat'ed its thousands of files again: the crossing that came meanwhile
-    waited for it."""
+    waited for it.
+    A closed segment is written again only after a truncation made it the active one (a
+    follower's divergence, a recovery finding a bad tail): in place, the same inode, and it
+    can be closed again by the next listing. A truncation removes every segment above it,
+    the then active one first, so the reused stats stand only if that one's ``.log`` is
+    still the same file (``st_dev``, ``st_ino``) after this listing: else they are stat'ed
+    again (a dir made anew or a log dir moved to another disk fails it too)."""
+    files = prior.files if prior is not None else None
+    reused: list[str] = []
     bases: set[int] = set()
     deleted = 0
     deleted_files = 0
@@ -257,16 +282,24 @@ def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionLi
                     if base is not None and entry.is_file(follow_symlinks=False):
                         bases.add(base)
                 if entry.is_file(follow_symlinks=False):
-                    known = prior.get(name) if prior else None
+                    known = files.get(name) if files else None
                     ino = entry.inode()
                     if known is not None and known[0] == ino:
                         stats[name] = known[1]
+                        reused.append(name)
                     else:
                         stats[name] = entry.stat(follow_symlinks=False)
                     inodes[name] = ino
                     txn_indexes = txn_indexes or name.endswith(_TXN_INDEX)
             except FileNotFoundError:
                 continue
+    if reused and not _same_file(path, prior.active_log if prior is not None else None):
+        for name in reused:
+            try:
+                stats[name] = st = os.lstat(os.path.join(path, name))
+                inodes[name] = st.st_ino
+            except FileNotFoundError:
+                del stats[name]  # gone meanwhile, as a file vanishing mid-listing is
     active = max(bases) if bases else None
     active_files = (
         tuple(
@@ -277,7 +310,7 @@ def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionLi
         if active is not None
         else ()
     )
-    closed: ClosedStats = {}
+    closed: dict[str, tuple[int, os.stat_result]] = {}
     settled = 0
     for name, st in stats.items():
         if name in active_files:
@@ -300,7 +333,12 @@ def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionLi
         txn_indexes,
         PARTITION_METADATA in stats,
     )
-    return listing, closed
+    active_log = None
+    if active is not None:
+        log_name = segment_file_name(active, ".log")
+        if (log_st := stats.get(log_name)) is not None:
+            active_log = (log_name, log_st.st_dev, log_st.st_ino)
+    return listing, ClosedStats(closed, active_log)
 
 
 class ListingCache:

@@ -58,6 +58,7 @@ from diskguard.fleet.transforms import (
 REPORT_DISKS = 12
 POINTS_PER_DISK = 120
 REPORT_EPISODES = 2000
+_DRIVER_BATCH_ROWS = 1000
 
 # disks.parquet: the columns, their order and types are a contract (docs/aggregate.md)
 DISKS_SCHEMA = StructType(
@@ -176,6 +177,27 @@ def _output_location(output: str | Path) -> str:
     return str(local.resolve())
 
 
+def _driver_frame(
+    spark: SparkSession, found: list[dict[str, Any]], schema: StructType
+) -> DataFrame:
+    """Rows computed on the driver as a DataFrame, handed to the JVM as Arrow batches.
+
+    From a list of dicts Spark would pickle the rows and have Python workers re-serialise
+    them each time the frame is computed (the topics' join, the hosts, the write): worker
+    start-ups that cost seconds apiece on a busy machine. Arrow data is decoded in the JVM.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = to_arrow_schema(schema)
+    # one partition per batch: batches small enough that no task carries a megabyte
+    batches = [
+        pa.RecordBatch.from_pylist(found[i : i + _DRIVER_BATCH_ROWS], schema=arrow)
+        for i in range(0, len(found), _DRIVER_BATCH_ROWS)
+    ]
+    return spark.createDataFrame(pa.Table.from_batches(batches, arrow), schema)
+
+
 def _disk_rows(disk_days: DataFrame) -> list[dict[str, Any]]:
     found = [exactfit.disk_row(r) for r in rows(disk_windows(disk_days))]
     return sorted(found, key=lambda d: (d["host"], d["mount"]))
@@ -208,7 +230,7 @@ def _report(
         "report": f"{out}/report.html",
     }
     disk_rows = _disk_rows(disk_days)
-    disks = spark.createDataFrame(disk_rows, DISKS_SCHEMA)
+    disks = _driver_frame(spark, disk_rows, DISKS_SCHEMA)
     if topic_days is None:
         topic_days = spark.createDataFrame([], daily.TOPIC_DAY_SCHEMA)
     topics = _in_order(
@@ -218,7 +240,12 @@ def _report(
     try:
         topic_rows = rows(topics)
         host_rows = rows(hosts)
-        for name, df in (("disks", disks.coalesce(1)), ("topics", topics), ("hosts", hosts)):
+        # sorted in one partition: coalesce(1) would ship every batch of the frame to one task
+        for name, df in (
+            ("disks", _in_order(disks, "host", "mount")),
+            ("topics", topics),
+            ("hosts", hosts),
+        ):
             df.write.mode("overwrite").parquet(paths[name])
     finally:
         topics.unpersist()
@@ -230,6 +257,7 @@ def _report(
     episodes = overfull_episodes(disk_days, REPORT_EPISODES)
     episode_total = sum(int(d["overfull_episodes"]) for d in disk_rows)
     generated_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    order = fill_order(disk_rows)
     summary: dict[str, Any] = {
         "generated_at": generated_at,
         "source": spec.source,
@@ -240,7 +268,7 @@ def _report(
         "disks": disk_rows,
         "topics": topic_rows,
         "hosts": host_rows,
-        "fill_order": fill_order(disk_rows).as_dict(),
+        "fill_order": order.as_dict(),
     }
     source = spec.source
     if fold is not None:
@@ -269,6 +297,7 @@ def _report(
             episodes=episodes,
             episode_total=episode_total,
             report_disks=[(d["host"], d["mount"]) for d in chosen],
+            fill_order=order,
         )
     )
     storage.write_text(paths["report"], html)

@@ -33,7 +33,7 @@ from diskguard.fleet.chart import (
     topics_chart,
     usage_chart,
 )
-from diskguard.fleet.fillorder import FILLED, fill_order
+from diskguard.fleet.fillorder import FILLED, FillOrder, fill_order
 from diskguard.fleet.formatting import (
     escape,
     forecast_status_of,
@@ -83,6 +83,8 @@ class ReportData:
     episodes: Sequence[Mapping[str, Any]]
     episode_total: int
     report_disks: Sequence[tuple[str, str]] = field(default_factory=tuple)
+    # the ranking summary.json already holds: ranked once per run, not again for the page
+    fill_order: FillOrder | None = None
 
 
 def forecast_basis(disk: Mapping[str, Any], compact: bool = False) -> str:
@@ -249,10 +251,12 @@ def hosts_table(hosts: Sequence[Mapping[str, Any]]) -> str:
     return f"<table>{head}{''.join(body)}</table>"
 
 
-def fill_order_html(disks: Sequence[Mapping[str, Any]]) -> str:
+def fill_order_html(disks: Sequence[Mapping[str, Any]], order: FillOrder | None = None) -> str:
     """Which disk filled first (its guard said overfull first), or will (the soonest trusted
-    forecast), then the rest in order; the disks nothing ranks are named with why."""
-    order = fill_order(disks)
+    forecast), then the rest in order; the disks nothing ranks are named with why.
+    ``order``: ``fill_order(disks)`` when the caller has it already."""
+    if order is None:
+        order = fill_order(disks)
     first = order.first
     if first is None:
         head = "No disk went overfull in this window, and none has a forecast worth the name."
@@ -356,7 +360,7 @@ def render_report(data: ReportData) -> str:
             '<p class="meta">A disk filled when its guard said overfull (the limit where'
             " flow control holds producers back, well before df's 100%); the others by when"
             " their forecast (ok or weak fit, by the rule below) says they fill.</p>",
-            fill_order_html(data.disks),
+            fill_order_html(data.disks, data.fill_order),
             "<h2>Disks closest to full</h2>",
             f'<p class="meta">Growth is the least-squares slope over the whole window, split'
             " into Kafka (the log dirs' bytes, <code>kafka_bytes</code>) and not Kafka"

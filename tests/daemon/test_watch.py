@@ -5,10 +5,12 @@ renamed or removed, and a partition dir made or removed, are."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
 
+import pytest
 from inotify_simple import flags
 
 from diskguard.daemon.watch import HintSummary, Watcher
@@ -110,5 +112,54 @@ def test_a_lost_event_queue_says_everything_may_have_changed(tmp_path: Path) -> 
         assert hint.structural and hint.partitions, hint
         assert hint.lock_dirs == {str(log_dir)}
         assert watcher.take() == HintSummary()
+    finally:
+        watcher.stop()
+
+
+@pytest.mark.parametrize("how", ["removed", "moved away"])
+def test_a_log_dir_whose_watch_went_is_no_longer_complete(tmp_path: Path, how: str) -> None:
+    """A log dir removed or moved away takes its watch with it (``IN_DELETE_SELF``,
+    ``IN_MOVE_SELF``, ``IN_IGNORED``) and nothing watches what comes at its path: "no hint"
+    no longer means "nothing changed", so the stuck back-off and the quiet skip end."""
+    log_dir = tmp_path / "kafka"
+    (log_dir / "orders-0").mkdir(parents=True)
+    woken = threading.Event()
+    watcher = Watcher(woken.set)
+    watcher.start([log_dir], lambda *_a: None)
+    try:
+        assert watcher.complete
+        if how == "removed":
+            shutil.rmtree(log_dir)
+        else:
+            os.replace(log_dir, tmp_path / "elsewhere")
+        assert _hints(watcher, woken).partitions
+        assert not watcher.complete
+        log_dir.mkdir()  # a new dir at the old path: not watched
+        watcher.verify([log_dir])
+        assert not watcher.complete
+    finally:
+        watcher.stop()
+
+
+def test_a_reader_that_stopped_reading_is_not_complete(tmp_path: Path) -> None:
+    """The reader thread ending on an error (here the reclaim timer raising) leaves no
+    watches read: the watcher no longer claims every change would be hinted."""
+    log_dir = tmp_path / "kafka"
+    log_dir.mkdir()
+
+    def broken(*_a: object) -> None:
+        raise RuntimeError("a bug in a reclaim listener")
+
+    watcher = Watcher(lambda: None)
+    watcher.start([log_dir], broken)
+    try:
+        assert watcher.complete
+        reader = watcher._reader
+        assert reader is not None
+        (log_dir / "x").write_bytes(b"")
+        os.unlink(log_dir / "x")
+        reader._thread.join(30)
+        assert not reader._thread.is_alive()
+        assert not watcher.complete
     finally:
         watcher.stop()

@@ -47,6 +47,7 @@ _CLOSE_WRITE = int(_flags.CLOSE_WRITE)
 _SELF = int(_flags.DELETE_SELF) | int(_flags.MOVE_SELF)
 _ISDIR = int(_flags.ISDIR)
 _IGNORED = int(_flags.IGNORED)
+_UNMOUNT = int(_flags.UNMOUNT)
 _OVERFLOW = int(_flags.Q_OVERFLOW)
 #: Only changes: opens, reads and closes without a write are left out. Our own reads of
 #: checkpoints and ``.lock`` produced those, and each woke the loop for another cycle that
@@ -136,6 +137,10 @@ class _Reader:
         self._moved_from: dict[int, str] = {}
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         self._thread = threading.Thread(target=self._run, name="diskguard-inotify", daemon=True)
+        #: A log dir's own watch went (the dir removed, moved away, its filesystem
+        #: unmounted), or this thread stopped reading: no hint no longer means no change
+        #: (``Watcher.complete``). Nothing watches a log dir anew until a reload.
+        self.lost = False
 
     def watch_tree(self, top: str) -> None:
         """Watch ``top`` and every dir below it (symlinks not followed). ``top`` failing
@@ -169,6 +174,14 @@ class _Reader:
             self._inotify.close()
 
     def _run(self) -> None:
+        try:
+            self._read_until_stopped()
+        except Exception as exc:  # a bug here must not silence the hints unsaid
+            log.warning("watch_failed", error=repr(exc), fallback=_FALLBACK)
+        finally:
+            self.lost = True
+
+    def _read_until_stopped(self) -> None:
         poller = select.poll()
         poller.register(self._inotify.fileno(), select.POLLIN)
         poller.register(self._stop_r, select.POLLIN)
@@ -197,6 +210,9 @@ class _Reader:
                 self._overflowed()
                 continue
             parent = self._paths.get(wd)
+            if mask & _UNMOUNT or (mask & (_IGNORED | _SELF) and parent in hint.log_dirs):
+                structural = partitions = True
+                self._lose(parent)
             if mask & _IGNORED:
                 self._paths.pop(wd, None)
                 continue
@@ -259,12 +275,27 @@ class _Reader:
         else:
             self._new_dir(dest)
 
+    def _lose(self, path: str | None) -> None:
+        """A log dir's watch went, or the filesystem of ``path`` was unmounted: said once."""
+        if not self.lost:
+            log.warning(
+                "watch_failed",
+                log_dir=path,
+                error="a log dir was removed, moved away or unmounted: no longer watched",
+                fallback=_FALLBACK,
+            )
+        self.lost = True
+
     def _overflowed(self) -> None:
         """The kernel dropped events: everything may have changed, and a dir made meanwhile
-        may not be watched yet (adding a watch twice is harmless)."""
+        may not be watched yet (adding a watch twice is harmless). A log dir's own watch may
+        have gone with the lost events: added again, and if that fails, it is lost."""
         self._hint.everything()
         for top in sorted(self._hint.log_dirs):
-            self._watch_below(top)
+            try:
+                self.watch_tree(top)
+            except OSError:
+                self._lose(top)
 
 
 #: What guards a log dir (or part of one) that inotify does not watch.
@@ -296,18 +327,25 @@ class Watcher:
         self._wake = wake
         self._reader: _Reader | None = None
         self._hint: _Hint | None = None
-        #: Every dir of every log dir has its watch: hints can be trusted to say "nothing
-        #: changed", so the stuck back-off may lengthen the rescan period.
-        self.complete = False
+        #: Every dir of every log dir had its watch when last verified (``complete``).
+        self._complete = False
         #: log dir -> how many dirs it had when last verified complete (skip the re-check
         #: while that count stays the same); log dirs already reported unwatched.
         self._verified: dict[str, int] = {}
         self._said: set[str] = set()
 
+    @property
+    def complete(self) -> bool:
+        """Every dir of every log dir has its watch and the reader reads them: hints can be
+        trusted to say "nothing changed", so the stuck back-off may lengthen the rescan
+        period."""
+        reader = self._reader
+        return self._complete and reader is not None and not reader.lost
+
     def start(self, log_dirs: Iterable[Path], on_reclaim: ReclaimEvent) -> None:
         """inotify hints; without them (watch limit, a vanished dir) the poll still guards.
         ``on_reclaim`` hears the renames and unlinks of segment files."""
-        self.complete = False
+        self._complete = False
         self._verified.clear()
         self._said.clear()
         try:
@@ -377,7 +415,7 @@ class Watcher:
                 unwatched_dirs=len(missing),
                 first_unwatched=missing[0],
             )
-        self.complete = complete
+        self._complete = complete
 
     def stop(self, timeout: float = 2.0) -> None:
         if self._reader is not None:

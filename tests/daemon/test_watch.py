@@ -4,6 +4,7 @@ renamed or removed, and a partition dir made or removed, are."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -163,3 +164,79 @@ def test_a_reader_that_stopped_reading_is_not_complete(tmp_path: Path) -> None:
         assert not watcher.complete
     finally:
         watcher.stop()
+
+
+def test_a_dir_past_the_watch_limit_is_seen_though_no_dir_count_changed(tmp_path: Path) -> None:
+    """A partition dir removed and another made that cannot be watched (``ENOSPC``: the
+    watch limit) leaves the log dir's dir count as it was, which ``verify`` used to take as
+    "nothing to re-check": the failed add itself now says the watches are incomplete."""
+    log_dir = tmp_path / "kafka"
+    (log_dir / "orders-0").mkdir(parents=True)
+    woken = threading.Event()
+    watcher = Watcher(woken.set)
+    watcher.start([log_dir], lambda *_a: None)
+    try:
+        watcher.verify([log_dir])
+        assert watcher.complete
+        reader = watcher._reader
+        assert reader is not None
+
+        def limit(_path: object, _mask: int) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        reader._inotify.add_watch = limit  # type: ignore[method-assign]
+        (log_dir / "orders-0").rmdir()
+        (log_dir / "orders-1").mkdir()
+        assert _hints(watcher, woken).partitions
+        assert not watcher.complete
+        watcher.verify([log_dir])  # the kernel's list: orders-1 is not watched
+        assert not watcher.complete
+    finally:
+        watcher.stop()
+
+
+def test_no_descriptor_left_for_the_reader_leaves_nothing_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process out of descriptors after inotify's own (``EMFILE`` for the stop pipe):
+    no watching, said, nothing raised into the loop, the inotify descriptor closed."""
+    log_dir = tmp_path / "kafka"
+    log_dir.mkdir()
+    before = len(os.listdir("/proc/self/fd"))
+
+    def exhausted(_flags: int) -> tuple[int, int]:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "pipe2", exhausted)
+    watcher = Watcher(lambda: None)
+    watcher.start([log_dir], lambda *_a: None)
+    assert not watcher.complete
+    watcher.stop()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_reader_still_busy_at_stop_closes_its_descriptors_when_it_ends(
+    tmp_path: Path,
+) -> None:
+    """``stop`` waits a bounded time; a reader still in a long step then (a re-walk after an
+    overflow at a million segments) closes its inotify and pipe itself when it ends."""
+    log_dir = tmp_path / "kafka"
+    log_dir.mkdir()
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(*_a: object) -> None:
+        inside.set()
+        release.wait(30)
+
+    watcher = Watcher(lambda: None)
+    watcher.start([log_dir], slow)
+    reader = watcher._reader
+    assert reader is not None
+    (log_dir / "x").write_bytes(b"")
+    os.unlink(log_dir / "x")
+    assert inside.wait(30)
+    watcher.stop(timeout=0.1)
+    assert reader._thread.is_alive() and not reader._inotify.closed
+    release.set()
+    reader._thread.join(30)
+    assert reader._inotify.closed

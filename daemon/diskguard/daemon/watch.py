@@ -1,5 +1,9 @@
 """inotify hints for the daemon loop: what changed under the log dirs, roughly.
 
+Size: over 400 lines: the reader (its thread, its watches, what each event means) and the
+watcher (whether those watches still cover every dir: ``complete``) fail together, and each
+way the reader can lose a dir is what the watcher must answer for.
+
 Events are *hints*: the loop's usage poll and periodic rescan stay the truth; a hint only
 wakes the loop early and says whether a plan's inputs may have changed (``HintSummary``). The
 same watches time the broker's reclaim of the segments diskguard asked it to delete
@@ -141,6 +145,14 @@ class _Reader:
         #: unmounted), or this thread stopped reading: no hint no longer means no change
         #: (``Watcher.complete``). Nothing watches a log dir anew until a reload.
         self.lost = False
+        #: Dirs that could not be watched when met (the watch limit...), so far: ``verify``
+        #: asks the kernel again whenever this grew, even if no dir count changed.
+        self.failed_adds = 0
+        #: ``_done``: the thread has ended; ``_abandoned``: ``stop`` gave up waiting for it,
+        #: so it closes the descriptors on its way out (under ``_closing``: exactly once).
+        self._closing = threading.Lock()
+        self._done = False
+        self._abandoned = False
 
     def watch_tree(self, top: str) -> None:
         """Watch ``top`` and every dir below it (symlinks not followed). ``top`` failing
@@ -149,6 +161,18 @@ class _Reader:
         self._paths[self._inotify.add_watch(top, _MASK)] = top
         self._watch_below(top)
 
+    def _add(self, path: str) -> bool:
+        """Watch one dir below a log dir; False if it is gone meanwhile or cannot be watched
+        (counted in ``failed_adds``)."""
+        try:
+            self._paths[self._inotify.add_watch(path, _MASK)] = path
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError:
+            self.failed_adds += 1
+            return False
+        return True
+
     def _watch_below(self, top: str) -> None:
         try:
             with os.scandir(top) as entries:
@@ -156,11 +180,8 @@ class _Reader:
         except OSError:
             return
         for path in dirs:
-            try:
-                self._paths[self._inotify.add_watch(path, _MASK)] = path
-            except OSError:
-                continue
-            self._watch_below(path)
+            if self._add(path):
+                self._watch_below(path)
 
     def start(self) -> None:
         self._thread.start()
@@ -168,10 +189,16 @@ class _Reader:
     def stop(self, timeout: float) -> None:
         os.write(self._stop_w, b"x")
         self._thread.join(timeout=max(0.0, timeout))
-        if not self._thread.is_alive():
-            for fd in (self._stop_r, self._stop_w):
-                os.close(fd)
-            self._inotify.close()
+        with self._closing:
+            if not self._done:
+                self._abandoned = True  # still busy (a long walk): it closes when it ends
+                return
+        self.close()
+
+    def close(self) -> None:
+        for fd in (self._stop_r, self._stop_w):
+            os.close(fd)
+        self._inotify.close()
 
     def _run(self) -> None:
         try:
@@ -180,6 +207,11 @@ class _Reader:
             log.warning("watch_failed", error=repr(exc), fallback=_FALLBACK)
         finally:
             self.lost = True
+            with self._closing:
+                self._done = True
+                abandoned = self._abandoned
+            if abandoned:
+                self.close()
 
     def _read_until_stopped(self) -> None:
         poller = select.poll()
@@ -256,11 +288,8 @@ class _Reader:
     def _new_dir(self, path: str) -> None:
         """A dir made under a watched one (a new partition): watched too, with what is in it
         already (its files made before the watch came send no event; the scan sees them)."""
-        try:
-            self._paths[self._inotify.add_watch(path, _MASK)] = path
-        except OSError:
-            return  # past the watch limit, or gone: ``verify`` says so
-        self._watch_below(path)
+        if self._add(path):  # else past the watch limit (``verify`` says so), or gone
+            self._watch_below(path)
 
     def _renamed_dir(self, src: str | None, dest: str) -> None:
         """A watched dir keeps its watch when renamed (same inode): its events now come under
@@ -333,6 +362,8 @@ class Watcher:
         #: while that count stays the same); log dirs already reported unwatched.
         self._verified: dict[str, int] = {}
         self._said: set[str] = set()
+        #: The reader's ``failed_adds`` when ``verify`` last asked the kernel.
+        self._failed_seen = 0
 
     @property
     def complete(self) -> bool:
@@ -340,7 +371,12 @@ class Watcher:
         trusted to say "nothing changed", so the stuck back-off may lengthen the rescan
         period."""
         reader = self._reader
-        return self._complete and reader is not None and not reader.lost
+        return (
+            self._complete
+            and reader is not None
+            and not reader.lost
+            and reader.failed_adds == self._failed_seen
+        )
 
     def start(self, log_dirs: Iterable[Path], on_reclaim: ReclaimEvent) -> None:
         """inotify hints; without them (watch limit, a vanished dir) the poll still guards.
@@ -348,6 +384,7 @@ class Watcher:
         self._complete = False
         self._verified.clear()
         self._said.clear()
+        self._failed_seen = 0
         try:
             inotify = INotify()
         except OSError as exc:
@@ -355,7 +392,12 @@ class Watcher:
             return
         log_dirs = list(log_dirs)
         hint = _Hint(str(d) for d in log_dirs)
-        reader = _Reader(inotify, hint, self._wake, on_reclaim)
+        try:
+            reader = _Reader(inotify, hint, self._wake, on_reclaim)
+        except OSError as exc:  # no descriptor left for its stop pipe
+            inotify.close()
+            _unwatched(exc)
+            return
         for log_dir in log_dirs:
             try:
                 reader.watch_tree(os.path.normpath(str(log_dir)))
@@ -364,7 +406,12 @@ class Watcher:
                     "watch_failed", log_dir=str(log_dir), error=str(exc), fallback=_FALLBACK
                 )
                 self._said.add(str(log_dir))
-        reader.start()
+        try:
+            reader.start()
+        except RuntimeError as exc:  # no thread could be started
+            reader.close()
+            log.warning("watch_failed", error=str(exc), fallback=_FALLBACK)
+            return
         self._reader = reader
         self._hint = hint
         self.verify(log_dirs)
@@ -379,6 +426,10 @@ class Watcher:
         """
         if self._reader is None:
             return  # no inotify at all: said at start, ``complete`` stays False
+        failed = self._reader.failed_adds
+        if failed != self._failed_seen:
+            self._verified.clear()  # a dir met since could not be watched: ask again
+            self._failed_seen = failed
         complete = True
         watched: set[int] | None = None
         for log_dir in log_dirs:

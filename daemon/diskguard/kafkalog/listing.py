@@ -218,20 +218,20 @@ class ClosedStats:
 
     #: name -> (inode, stat) of the dir's closed segment files.
     files: dict[str, tuple[int, os.stat_result]]
-    #: The then active segment's ``.log`` as (name, st_dev, st_ino), if it had one.
-    active_log: tuple[str, int, int] | None
+    #: The newest closed segment's ``.log`` as (name, st_dev, st_ino, st_ctime_ns).
+    anchor: tuple[str, int, int, int] | None
 
 
-def _same_file(path: str, identity: tuple[str, int, int] | None) -> bool:
-    """Is ``identity``'s file (name, st_dev, st_ino) still in the dir ``path``?"""
-    if identity is None:
+def _unchanged(path: str, anchor: tuple[str, int, int, int] | None) -> bool:
+    """Is ``anchor``'s file (name, st_dev, st_ino, st_ctime_ns) in the dir ``path`` as it was?"""
+    if anchor is None:
         return False
-    name, dev, ino = identity
+    name, dev, ino, ctime_ns = anchor
     try:
         st = os.lstat(os.path.join(path, name))
     except OSError:
         return False
-    return (st.st_dev, st.st_ino) == (dev, ino)
+    return (st.st_dev, st.st_ino, st.st_ctime_ns) == (dev, ino, ctime_ns)
 
 
 def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionListing, ClosedStats]:
@@ -245,12 +245,14 @@ def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionLi
     changes several times a second, so no listing of it is ever kept whole, and every
     snapshot's scan stat'ed its thousands of files again: the crossing that came meanwhile
     waited for it.
-    A closed segment is written again only after a truncation made it the active one (a
-    follower's divergence, a recovery finding a bad tail): in place, the same inode, and it
-    can be closed again by the next listing. A truncation removes every segment above it,
-    the then active one first, so the reused stats stand only if that one's ``.log`` is
-    still the same file (``st_dev``, ``st_ino``) after this listing: else they are stat'ed
-    again (a dir made anew or a log dir moved to another disk fails it too)."""
+    A name and an inode are not a file's identity: a closed segment is written again after
+    a truncation made it the active one (a follower's divergence, a recovery finding a bad
+    tail: in place, the same inode, closed again by the next roll), and a partition dir
+    removed and made again reuses the freed inode numbers (ext4 gave every file its old
+    one). Either changes or removes the newest closed segment's ``.log``, and any change
+    sets its ``st_ctime_ns``, which a file made later cannot share; so the reused stats
+    stand only if that ``.log`` is the same file with the same ctime after this listing
+    (a log dir moved to another disk fails it too); else they are stat'ed again."""
     files = prior.files if prior is not None else None
     reused: list[str] = []
     bases: set[int] = set()
@@ -293,7 +295,7 @@ def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionLi
                     txn_indexes = txn_indexes or name.endswith(_TXN_INDEX)
             except FileNotFoundError:
                 continue
-    if reused and not _same_file(path, prior.active_log if prior is not None else None):
+    if reused and not _unchanged(path, prior.anchor if prior is not None else None):
         for name in reused:
             try:
                 stats[name] = st = os.lstat(os.path.join(path, name))
@@ -333,12 +335,12 @@ def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionLi
         txn_indexes,
         PARTITION_METADATA in stats,
     )
-    active_log = None
-    if active is not None:
-        log_name = segment_file_name(active, ".log")
+    anchor = None
+    if len(listing.bases) > 1:
+        log_name = segment_file_name(listing.bases[-2], ".log")
         if (log_st := stats.get(log_name)) is not None:
-            active_log = (log_name, log_st.st_dev, log_st.st_ino)
-    return listing, ClosedStats(closed, active_log)
+            anchor = (log_name, log_st.st_dev, log_st.st_ino, log_st.st_ctime_ns)
+    return listing, ClosedStats(closed, anchor)
 
 
 class ListingCache:

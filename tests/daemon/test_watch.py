@@ -240,3 +240,21 @@ def test_a_reader_still_busy_at_stop_closes_its_descriptors_when_it_ends(
     release.set()
     reader._thread.join(30)
     assert reader._inotify.closed
+
+
+def test_a_log_dir_named_through_a_symlink_is_watched(tmp_path: Path) -> None:
+    """``log.dirs`` often names a symlink to a data disk: the scan follows it (as Kafka
+    does), and so does the watch of the log dir itself, never of a dir below it."""
+    real = tmp_path / "disk1" / "kafka"
+    (real / "orders-0").mkdir(parents=True)
+    log_dir = tmp_path / "kafka"
+    log_dir.symlink_to(real)
+    woken = threading.Event()
+    watcher = Watcher(woken.set)
+    watcher.start([log_dir], lambda *_a: None)
+    try:
+        assert watcher.complete
+        (log_dir / "orders-0" / f"{0:020d}.log").write_bytes(b"x")
+        assert _hints(watcher, woken).partitions
+    finally:
+        watcher.stop()

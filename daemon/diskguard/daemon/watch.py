@@ -53,6 +53,7 @@ _ISDIR = int(_flags.ISDIR)
 _IGNORED = int(_flags.IGNORED)
 _UNMOUNT = int(_flags.UNMOUNT)
 _OVERFLOW = int(_flags.Q_OVERFLOW)
+_DONT_FOLLOW = int(_flags.DONT_FOLLOW)
 #: Only changes: opens, reads and closes without a write are left out. Our own reads of
 #: checkpoints and ``.lock`` produced those, and each woke the loop for another cycle that
 #: read them again: a busy loop while stuck over a limit.
@@ -64,7 +65,7 @@ _MASK = (
     | _MODIFY
     | _CLOSE_WRITE
     | _SELF
-    | int(_flags.DONT_FOLLOW)
+    | _DONT_FOLLOW
     | int(_flags.ONLYDIR)
 )
 #: After a read, the thread waits this long before the next (seconds): a stream of appends
@@ -158,7 +159,9 @@ class _Reader:
         """Watch ``top`` and every dir below it (symlinks not followed). ``top`` failing
         raises; a dir below failing (the watch limit, gone meanwhile) is skipped: the
         kernel's own list says what is watched (``Watcher.verify``)."""
-        self._paths[self._inotify.add_watch(top, _MASK)] = top
+        # The log dir as the scan takes it, through a symlink if it is one (a log dir under
+        # /var/lib/kafka linked to a data disk); nothing below it is followed.
+        self._paths[self._inotify.add_watch(top, _MASK & ~_DONT_FOLLOW)] = top
         self._watch_below(top)
 
     def _add(self, path: str) -> bool:

@@ -7,13 +7,17 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from diskguard.broker.kafkapython import KafkaPythonAdmin
-from diskguard.broker.ladderapi import LadderApi, LadderCallFailed
+from diskguard.broker.ladderapi import EarlyAnswer, LadderApi, LadderCallFailed
+from diskguard.config import Config, load_config
+from diskguard.host.forked import Worker
 from diskguard.retention.earlylogdirs import ask_in_child
+from support.configs import write_config
 from support.workerplan import forced_worker
 
 _ANSWER = [
@@ -64,15 +68,31 @@ def _api() -> LadderApi:
     return LadderApi(None, KafkaPythonAdmin("127.0.0.1:9092", {}), timeout=1.0)
 
 
-def test_the_child_asks_and_the_ladder_gets_what_a_thread_gets(admin: _Admin) -> None:
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    """A broker at 127.0.0.1:9092 whose log dir says it is node 1 (``meta.properties``)."""
+    log_dir = tmp_path / "kafka-logs"
+    log_dir.mkdir()
+    (log_dir / "meta.properties").write_text("version=1\nnode.id=1\ncluster.id=c\n")
+    path = write_config(tmp_path, log_dir, broker={"bootstrap_servers": "127.0.0.1:9092"})
+    return load_config(path, writes=False)
+
+
+def _asked(config: Config, worker: Worker) -> EarlyAnswer:
+    early = ask_in_child(config, worker)
+    assert early is not None and early[0] == 1
+    return early[1]
+
+
+def test_the_child_asks_and_the_ladder_gets_what_a_thread_gets(
+    admin: _Admin, config: Config
+) -> None:
     here = _api()
     here.log_dirs_soon(1)
     want = here.log_dirs(1)
     api = _api()
     with forced_worker() as worker:
-        asked = ask_in_child(api, 1, worker)
-        assert asked is not None
-        api.log_dirs_soon(1, asked)
+        api.log_dirs_soon(1, _asked(config, worker))
         got = api.log_dirs(1)
     assert got == want
     assert [d.online for d in got] == [True, False] and got[1].error == "KAFKA_STORAGE_ERROR"
@@ -81,28 +101,29 @@ def test_the_child_asks_and_the_ladder_gets_what_a_thread_gets(admin: _Admin) ->
 
 
 @pytest.mark.parametrize("admin", [True], indirect=True)
-def test_the_childs_failure_is_the_ladders_failure(admin: _Admin) -> None:
+def test_the_childs_failure_is_the_ladders_failure(admin: _Admin, config: Config) -> None:
     api = _api()
     with forced_worker() as worker:
-        asked = ask_in_child(api, 1, worker)
-        assert asked is not None
-        api.log_dirs_soon(1, asked)
+        api.log_dirs_soon(1, _asked(config, worker))
         with pytest.raises(LadderCallFailed, match=r"^DescribeLogDirs: ConnectionError: refused$"):
             api.log_dirs(1)
 
 
-def test_a_child_gone_before_asking_leaves_the_call_to_this_process(admin: _Admin) -> None:
+def test_a_child_gone_before_asking_leaves_the_call_to_this_process(
+    admin: _Admin, config: Config
+) -> None:
     api = _api()
     with forced_worker() as worker:
         worker.close()
-        assert ask_in_child(api, 1, worker) is None
+        assert ask_in_child(config, worker) is None
+    assert ask_in_child(config, None) is None
     api.log_dirs_soon(1, None)
     assert api.log_dirs(1)[0].path == "/data/a"
     assert admin.askers == [os.getpid()]
 
 
 def test_a_child_killed_while_asking_fails_the_call_in_one_line(
-    admin: _Admin, monkeypatch: pytest.MonkeyPatch
+    admin: _Admin, config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     parent = os.getpid()
 
@@ -114,8 +135,8 @@ def test_a_child_killed_while_asking_fails_the_call_in_one_line(
     monkeypatch.setattr(admin, "describe_log_dirs", hung)
     api = _api()
     with forced_worker() as worker:
-        asked = ask_in_child(api, 1, worker)
-        assert asked is not None and worker.pid is not None
+        asked = _asked(config, worker)
+        assert worker.pid is not None
         os.kill(worker.pid, signal.SIGKILL)
         api.log_dirs_soon(1, asked)
         with pytest.raises(LadderCallFailed) as failed:

@@ -375,6 +375,11 @@ def _plan(config: Config) -> CycleOutcome:
     worker = Worker.start()
     asker = Worker.start() if worker is not None and config.broker.bootstrap_servers else None
     listings = ListingCache.started(config.broker.log_dirs, has_byte_budget(config), worker)
+    log_dirs = None
+    if asker is not None:
+        from diskguard.retention.earlylogdirs import ask_in_child
+
+        log_dirs = ask_in_child(config, asker)
     from diskguard.retention.cycle import RetentionCycle
     from diskguard.retention.daemonstate import daemon_memory
 
@@ -391,7 +396,7 @@ def _plan(config: Config) -> CycleOutcome:
                 on_partition=advance,
                 worker=worker,
                 listings=listings,
-                asker=asker,
+                log_dirs=log_dirs,
             ) as retention,
         ):
             return retention.plan()

@@ -41,6 +41,7 @@ from diskguard.logs import get_logger
 from diskguard.retention.audit import AuditLog
 from diskguard.retention.ceilings import Ceilings, has_byte_budget
 from diskguard.retention.daemonstate import TakenOver
+from diskguard.retention.earlylogdirs import CLIENT_TIMEOUT_S
 from diskguard.retention.forecaster import Forecaster
 from diskguard.retention.inputs import PlanInputs
 from diskguard.retention.ladder import LadderPlan, without_evicted
@@ -67,6 +68,7 @@ from diskguard.retention.unfreed import UnfreedSpace
 
 if TYPE_CHECKING:
     from diskguard.broker.client import AskedLogStart, BrokerClient
+    from diskguard.broker.ladderapi import EarlyAnswer
     from diskguard.broker.placement import Placement
     from diskguard.host.forked import Worker
     from diskguard.retention.executor import Executor
@@ -92,7 +94,7 @@ class RetentionCycle:
         broker: BrokerClient | None = None,
         reachability: Callable[[], bool | None] | None = None,
         listings: ListingCache | None = None,
-        asker: Worker | None = None,
+        log_dirs: tuple[int, EarlyAnswer] | None = None,
     ) -> None:
         """``read_only``: a dry run's cycle (``plan``), which writes nothing to the state dir.
         ``stuck``: the daemon's tracker; its cycle events are then logged when a filesystem
@@ -109,8 +111,8 @@ class RetentionCycle:
         daemon's background probe while it probes).
         ``listings``: a listing cache whose worker has started listing already (a one-shot
         ``plan`` starts it before loading this module).
-        ``asker``: a second child forked before any thread, for a one-shot plan's broker
-        calls that need kafka-python (the broker's log dirs)."""
+        ``log_dirs``: the broker's log dirs asked already, for that broker id (a one-shot
+        plan's second child, ``earlylogdirs``)."""
         self.config = config
         self.read_only = read_only
         self.warm_heads_s = warm_heads_s
@@ -135,7 +137,9 @@ class RetentionCycle:
             from diskguard.broker.client import BrokerClient  # only where a broker is set
 
             broker = BrokerClient(
-                config.broker.bootstrap_servers, dict(config.broker.client), timeout=5.0
+                config.broker.bootstrap_servers,
+                dict(config.broker.client),
+                timeout=CLIENT_TIMEOUT_S,
             )
         self.broker = broker
         self.inputs = PlanInputs(
@@ -154,7 +158,7 @@ class RetentionCycle:
         self.local_broker_id = local_broker_id(config.broker.log_dirs)
         #: The lossless rungs climbed before deletion (broker mode): evict, cordon, move.
         self.ladder = Ladder.for_broker(
-            config, broker, self.audit, self.requested, read_only, self.local_broker_id, asker
+            config, broker, self.audit, self.requested, read_only, self.local_broker_id, log_dirs
         )
         #: Over, by how much, what is pending: the limits of each filesystem in each mode.
         self.ceilings = Ceilings(config, self.forecaster.forecast, self.ladder.moving_bytes)

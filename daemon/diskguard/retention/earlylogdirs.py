@@ -3,8 +3,9 @@
 Why: broker-mode ``plan`` needs the broker's log dirs (which are offline) after its scan, and
 kafka-python's import (~0.14 s of CPU), its connection and the round trip cost that much of
 the command. On a thread they overlap the scan but share the interpreter lock with it; in a
-child (``host.forked.Worker``, forked while the command has no other thread) they run on the
-other core, and the command reads a few bytes of plain data when the ladder asks. The answer
+child (``host.forked.Worker``, forked while the command has no other thread, and asked at once)
+they run on the other core from the command's start, and the command reads a few bytes of
+plain data when the ladder asks. The answer
 and every failure are the ones the call gives in the command's own process
 (``LadderApi.log_dirs``).
 """
@@ -15,22 +16,42 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from diskguard.broker.kafkapython import KafkaPythonAdmin
-from diskguard.broker.ladderapi import LadderApi, LadderCallFailed, LogDirInfo, ReplicaInfo
+from diskguard.broker.ladderapi import (
+    EarlyAnswer,
+    LadderApi,
+    LadderCallFailed,
+    LogDirInfo,
+    ReplicaInfo,
+)
+from diskguard.config import Config
 from diskguard.host.forked import ChildFailed, Worker, WorkStream
+from diskguard.kafkalog.serverprops import local_broker_id
+
+#: The broker client's timeout of a one-shot command's cycle (``RetentionCycle``).
+CLIENT_TIMEOUT_S = 5.0
 
 __all__ = ["ask_in_child", "log_dirs_in_child"]
 
 
-def ask_in_child(api: LadderApi, broker_id: int, asker: Worker) -> _AskedInChild | None:
-    """DescribeLogDirs for ``broker_id`` sent to ``asker`` now (None: the child is gone)."""
-    kafka = api.kafka
+def ask_in_child(config: Config, asker: Worker | None) -> tuple[int, EarlyAnswer] | None:
+    """DescribeLogDirs of this host's broker (``meta.properties``) sent to ``asker`` now,
+    at the command's start: ``(broker id, its answer to come)``; None where there is no
+    child, no broker, no known id, or the child is gone (then the ladder asks itself)."""
+    broker = config.broker
+    broker_id = local_broker_id(broker.log_dirs)
+    if asker is None or not broker.bootstrap_servers or broker_id is None:
+        return None
     try:
         stream = asker.stream(
-            log_dirs_in_child, kafka.bootstrap, kafka.client, api.timeout, broker_id
+            log_dirs_in_child,
+            broker.bootstrap_servers,
+            dict(broker.client),
+            CLIENT_TIMEOUT_S,
+            broker_id,
         )
     except ChildFailed:
         return None
-    return _AskedInChild(stream)
+    return broker_id, _AskedInChild(stream)
 
 
 class _AskedInChild:

@@ -50,7 +50,7 @@ from diskguard.retention.uploads import Lag, UploadWatch, lags
 
 if TYPE_CHECKING:
     from diskguard.broker.client import BrokerClient
-    from diskguard.host.forked import Worker
+    from diskguard.broker.ladderapi import EarlyAnswer
     from diskguard.retention.forecaster import Forecaster
     from diskguard.retention.inputs import PlanInputs
 
@@ -119,10 +119,10 @@ class Ladder:
         requested: RequestedLogStart,
         read_only: bool,
         broker_id: int | None,
-        asker: Worker | None = None,
+        log_dirs: tuple[int, EarlyAnswer] | None = None,
     ) -> Ladder:
-        """``asker``: a child forked before any client, where a one-shot plan has one: it
-        asks the broker's log dirs (``earlylogdirs``)."""
+        """``log_dirs``: the broker's log dirs asked already (a one-shot plan's child,
+        ``earlylogdirs``), for that broker id."""
         api = None
         if broker is not None and config.broker.bootstrap_servers:
             kafka = KafkaPythonAdmin(
@@ -131,11 +131,7 @@ class Ladder:
             api = LadderApi(broker.admin, kafka, broker.timeout)
             if read_only and broker_id is not None:
                 # A one-shot plan observes the broker's log dirs after its scan: asked now.
-                asked = None
-                if asker is not None:
-                    from diskguard.retention.earlylogdirs import ask_in_child
-
-                    asked = ask_in_child(api, broker_id, asker)
+                asked = log_dirs[1] if log_dirs is not None and log_dirs[0] == broker_id else None
                 api.log_dirs_soon(broker_id, asked)
         return cls(config, api, audit, requested, read_only=read_only, broker_id=broker_id)
 

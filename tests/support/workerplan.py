@@ -14,8 +14,9 @@ from pathlib import Path
 from diskguard.host.forked import Worker
 
 #: argv[1] "one" puts the thresholds of both kinds of work out of reach; argv[2] the config;
-#: argv[3] "walk-twice": broker mode always walks again knowing the broker's facts (never
-#: ``with_facts``), as before it existed.
+#: argv[3], comma-separated: "walk-twice": broker mode always walks again knowing the
+#: broker's facts (never ``with_facts``); "policies-after": the topics' policies are asked
+#: after the scan, never before it (``_policies_soon``), as before either existed.
 _COUNTING_PLAN = """
 import sys
 from diskguard.host import forked
@@ -29,8 +30,10 @@ def counting(self, *a, **kw):
 forked.Worker.stream = counting
 if sys.argv[1] == "one":
     parallellisting.MIN_DIRS = parallelheads.MIN_PARTITIONS = 10**9
-if sys.argv[3] == "walk-twice":
+if "walk-twice" in sys.argv[3].split(","):
     cycle.with_facts = lambda *a, **kw: None
+if "policies-after" in sys.argv[3].split(","):
+    cycle.RetentionCycle._policies_soon = lambda self: None
 from diskguard.cli import cli
 try:
     cli(["plan", "-c", sys.argv[2], "--json"], prog_name="diskguard")
@@ -56,13 +59,19 @@ def counting_plan(
     *prefix: str,
     thresholds: bool = True,
     walk_twice: bool = False,
+    policies_after: bool = False,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
     """``plan --json`` with ``config`` under ``prefix`` (``taskset -c 0``, say); its stderr
     ends ``worker requests=N``. ``thresholds=False``: no work is worth the worker.
-    ``walk_twice``: a broker-mode plan walks again knowing the broker's facts, always."""
+    ``walk_twice``: a broker-mode plan walks again knowing the broker's facts, always.
+    ``policies_after``: it asks the topics' policies after its scan (and scans again)."""
     how = "two" if thresholds else "one"
-    walks = "walk-twice" if walk_twice else "as-it-will"
+    walks = ",".join(
+        ["as-it-will"]
+        + (["walk-twice"] if walk_twice else [])
+        + (["policies-after"] if policies_after else [])
+    )
     return subprocess.run(
         [*prefix, sys.executable, "-c", _COUNTING_PLAN, how, str(config), walks],
         capture_output=True,

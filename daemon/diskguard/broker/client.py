@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -427,9 +427,16 @@ class BrokerClient:
         """``topic -> {key: value}`` (only ``keys`` the broker returned) for every topic the
         broker answered for. A topic it could not answer for is left out, so its policy stays
         unknown (and protected); one warning names them. Never raises."""
+        return self.describe_topic_configs_soon(topics, keys)()
+
+    def describe_topic_configs_soon(
+        self, topics: Sequence[str], keys: Sequence[str] = TOPIC_POLICY_KEYS
+    ) -> Callable[[], dict[str, dict[str, str | None]]]:
+        """``describe_topic_configs``' request sent now; the function returned waits for
+        its answer (a one-shot plan overlaps the round trip with the broker's settings)."""
         out: dict[str, dict[str, str | None]] = {}
         if not topics:
-            return out
+            return lambda: out
         from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
             ConfigResource,
             ResourceType,
@@ -444,6 +451,17 @@ class BrokerClient:
             futures = self._admin.describe_configs(resources, request_timeout=self.timeout)
         except Exception as exc:
             failed = {r.name: describe_error(exc) for r in resources}
+        return lambda: self._topic_configs(resources, futures, failed, started, keys)
+
+    def _topic_configs(
+        self,
+        resources: Sequence[Any],
+        futures: Mapping[Any, concurrent.futures.Future[Any]],
+        failed: dict[str, str],
+        started: float,
+        keys: Sequence[str],
+    ) -> dict[str, dict[str, str | None]]:
+        out: dict[str, dict[str, str | None]] = {}
         deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
         for resource, future in futures.items():
             name = str(getattr(resource, "name", resource))

@@ -22,7 +22,7 @@ from a running daemon (its write rates and the partitions it set aside).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -300,7 +300,10 @@ class RetentionCycle:
         timing and the scan (with the broker's topic policies)."""
         self.forecaster.reclaim.check(time.monotonic())
         if mode.mode == BROKER:
+            policies = self._policies_soon() if self.read_only else None
             self.refresh_reclaim_settings()
+            if policies is not None:
+                policies()
         result = self._scan_with_policies(full, mode)
         if not self.read_only:
             self.requested.prune(result)
@@ -552,6 +555,23 @@ class RetentionCycle:
             with_placement.append(placed(d, leader if leader >= 0 else None, replicas, also))
         return replace(chosen, deletions=tuple(with_placement))
 
+    def _policies_soon(self) -> Callable[[], bool] | None:
+        """A one-shot plan asks the topics' policies before it scans (DescribeConfigs, sent
+        now, beside the broker's settings), for the topics of the live partition dirs the scan
+        will list; calling the function returned takes the answer into the store. The scan
+        then knows them and runs once (learnt after it, they cost a rescan); a topic only
+        the scan finds is asked after it as before. None: nothing to ask."""
+        store, broker = self.inputs.policies, self.broker
+        if broker is None or store is None:
+            return None
+        topics = self.inputs.topics_on_disk()
+        asked = store.due(topics)[0]
+        if not asked or not self.modes.broker_reachable():
+            return None
+        answer = broker.describe_topic_configs_soon(asked)
+        default, _node = self.inputs.broker_facts()
+        return lambda: store.refresh(_Answered(broker, asked, answer), topics, default)
+
     def _scan_with_policies(self, full: bool, mode: ModeDecision) -> ScanResult:
         """Scan; in broker mode first let the broker say which topics are compacted or tiered
         (DescribeConfigs, cached in the state dir) and rescan if that changed anything.
@@ -617,6 +637,26 @@ class RetentionCycle:
                     unconsumed_records=dict(d.unconsumed_records),
                 )
         return tuple(executor.execute(list(chosen.deletions), usage_before))
+
+
+class _Answered:
+    """The broker as a policy source whose answer for ``asked`` came already (sent by
+    ``_policies_soon``); any other question is asked of ``broker``."""
+
+    def __init__(
+        self,
+        broker: BrokerClient,
+        asked: list[str],
+        answer: Callable[[], dict[str, dict[str, str | None]]],
+    ) -> None:
+        self._broker = broker
+        self._asked = asked
+        self._answer = answer
+
+    def describe_topic_configs(self, topics: Sequence[str]) -> dict[str, dict[str, str | None]]:
+        if list(topics) == self._asked:
+            return self._answer()
+        return self._broker.describe_topic_configs(topics)
 
 
 def _uncovered(result: ScanResult, ladder: LadderPlan) -> ScanResult:

@@ -6,14 +6,15 @@ The I/O half of planning; ``planner`` itself never sees the config or the disk.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from diskguard.config import Config
 from diskguard.kafkalog.dating import AgeCache
-from diskguard.kafkalog.listing import ListingCache
-from diskguard.kafkalog.model import Filesystem
+from diskguard.kafkalog.listing import ListingCache, live_partition_dirs
+from diskguard.kafkalog.model import Filesystem, parse_partition_dir
 from diskguard.kafkalog.scan import ScanResult, scan
 from diskguard.kafkalog.serverprops import local_broker_id
 from diskguard.kafkalog.topicpolicy import ProtectionRule
@@ -66,6 +67,21 @@ class PlanInputs:
             node_id = local_broker_id(broker.log_dirs)
             self._broker_facts = (default, node_id, problems)
         return self._broker_facts[0], self._broker_facts[1]
+
+    def topics_on_disk(self) -> set[str]:
+        """The topics of the live partition dirs a scan lists now (``live_partition_dirs``),
+        from the log dirs' entries alone: what to ask the broker about before scanning."""
+        topics: set[str] = set()
+        for log_dir in self.config.broker.log_dirs:
+            try:
+                entries = self.cache.log_dir_entries(str(log_dir))
+            except OSError:
+                continue  # the scan says why
+            for path in live_partition_dirs(entries):
+                name = parse_partition_dir(os.path.basename(path))
+                if name is not None:
+                    topics.add(name.topic)
+        return topics
 
     def rule(self, offline: bool, kraft: bool | None = None) -> tuple[ProtectionRule, list[str]]:
         """The protection rule for a scan now, and warnings not reported yet.

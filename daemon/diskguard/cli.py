@@ -186,4 +186,8 @@ def main() -> None:
     """Console-script entry point (and ``python -m diskguard``)."""
     global _COMMAND_PROCESS
     _COMMAND_PROCESS = True
+    # Before any command module makes its dataclasses: their methods compile at first call.
+    from diskguard.lazydataclasses import install
+
+    install()
     cli(prog_name="diskguard")

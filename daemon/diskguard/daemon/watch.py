@@ -71,7 +71,7 @@ _MASK = (
 #: After a read, the thread waits this long before the next (seconds): a stream of appends
 #: (one ``IN_MODIFY`` each) costs at most 1 / _BATCH_S reads a second, and an event is
 #: still seen well within the loop's own pace (``schedule.HINT_PACE_S``).
-_BATCH_S = 0.01
+_BATCH_S = 0.005
 #: ``IN_MOVED_FROM`` halves waiting for their ``IN_MOVED_TO`` (same cookie), at most this
 #: many: a rename out of the watched tree never gets one.
 _PAIRS_MAX = 4096
@@ -156,13 +156,18 @@ class _Reader:
         self._abandoned = False
 
     def watch_tree(self, top: str) -> None:
-        """Watch ``top`` and every dir below it (symlinks not followed). ``top`` failing
-        raises; a dir below failing (the watch limit, gone meanwhile) is skipped: the
-        kernel's own list says what is watched (``Watcher.verify``)."""
+        """Watch the log dir ``top`` and every dir in it (partitions, ``-delete`` dirs; no
+        symlink followed): a roll, a deletion, a partition made or removed is an event of
+        one of them. ``top`` failing raises; a dir in it failing (the watch limit, gone
+        meanwhile) is skipped: the kernel's own list says what is watched
+        (``Watcher.verify``). Dirs deeper down (a tiered partition's
+        ``remote_log_snapshot``) hold nothing a plan reads, and finding them listed every
+        file of every partition dir (3M names at a million segments), at start and again
+        after a queue overflow, on the reader's thread."""
         # The log dir as the scan takes it, through a symlink if it is one (a log dir under
         # /var/lib/kafka linked to a data disk); nothing below it is followed.
         self._paths[self._inotify.add_watch(top, _MASK & ~_DONT_FOLLOW)] = top
-        self._watch_below(top)
+        self._watch_in(top)
 
     def _add(self, path: str) -> bool:
         """Watch one dir below a log dir; False if it is gone meanwhile or cannot be watched
@@ -176,15 +181,14 @@ class _Reader:
             return False
         return True
 
-    def _watch_below(self, top: str) -> None:
+    def _watch_in(self, top: str) -> None:
         try:
             with os.scandir(top) as entries:
                 dirs = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
         except OSError:
             return
         for path in dirs:
-            if self._add(path):
-                self._watch_below(path)
+            self._add(path)
 
     def start(self) -> None:
         self._thread.start()
@@ -275,11 +279,11 @@ class _Reader:
                 if src is not None:
                     reclaim.append(("moved", src, path))
                 if is_dir:
-                    self._renamed_dir(src, path)
+                    self._renamed_dir(src, parent, path)
             elif mask & _DELETE:
                 reclaim.append(("deleted", path, ""))
             elif mask & _CREATE and is_dir:
-                self._new_dir(path)
+                self._new_dir(parent, path)
         if structural or locks:
             with hint.mutex:
                 hint.structural = hint.structural or structural
@@ -288,13 +292,14 @@ class _Reader:
         for kind, src, dest in reclaim:
             self._on_reclaim(kind, src, dest, now)
 
-    def _new_dir(self, path: str) -> None:
-        """A dir made under a watched one (a new partition): watched too, with what is in it
-        already (its files made before the watch came send no event; the scan sees them)."""
-        if self._add(path):  # else past the watch limit (``verify`` says so), or gone
-            self._watch_below(path)
+    def _new_dir(self, parent: str, path: str) -> None:
+        """A dir made in a log dir (a new partition): watched too (its files made before the
+        watch came send no event; the scan sees them). Past the watch limit ``verify`` says
+        so."""
+        if parent in self._hint.log_dirs:
+            self._add(path)
 
-    def _renamed_dir(self, src: str | None, dest: str) -> None:
+    def _renamed_dir(self, src: str | None, parent: str, dest: str) -> None:
         """A watched dir keeps its watch when renamed (same inode): its events now come under
         ``dest``; one moved in from elsewhere is watched anew."""
         if src is not None:
@@ -305,7 +310,7 @@ class _Reader:
                 elif path.startswith(prefix):
                     self._paths[wd] = dest + path[len(src) :]
         else:
-            self._new_dir(dest)
+            self._new_dir(parent, dest)
 
     def _lose(self, path: str | None) -> None:
         """A log dir's watch went, or the filesystem of ``path`` was unmounted: said once."""
@@ -341,7 +346,7 @@ def _unwatched(exc: OSError) -> None:
 
 def _dirs_of(log_dir: Path) -> list[tuple[str, int]]:
     """The log dir and the dirs directly in it (partitions...), as (path, inode): what a
-    recursive watch must cover for a roll or a deletion anywhere to wake the loop. One
+    watch must cover for a roll or a deletion anywhere to wake the loop. One
     listing, no stat (``d_ino``); symlinks are not followed."""
     out = [(str(log_dir), os.stat(log_dir).st_ino)]
     with os.scandir(log_dir) as entries:

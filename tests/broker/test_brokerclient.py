@@ -502,3 +502,29 @@ def test_log_start_offsets_asked_early_fail_when_taken_without_raising() -> None
     asked = client.log_start_offsets_soon([("t", 0)])
     assert client.log_start_offsets([("t", 0)], asked) == {}
     assert len(admin.list_offsets_calls) == 1  # not asked again
+
+
+def test_placement_sent_early_is_the_placement_asked_later() -> None:
+    """A one-shot plan sends DescribeTopics before asking the groups' offsets
+    (``placement_soon``): the answer is ``placement``'s."""
+    admin = FakeAdmin()
+    admin.leaders = {("t", 0): 1, ("t", 1): 2, ("u", 0): 1}
+    client = BrokerClient("127.0.0.1:1", {}, timeout=1.0, admin=admin)  # type: ignore[arg-type]
+    early = client.placement_soon(["u", "t", "t"])
+    assert early() == client.placement(["t", "u"]) != {}
+    assert admin.describe_topics_calls == [["t", "u"], ["t", "u"]]
+
+
+def test_placement_sent_before_a_request_that_hung_is_given_up_as_placement_would_be() -> None:
+    """Within a cycle, a request that waits out the timeout after the leaders were asked
+    leaves them unknown at once, as ``placement`` asked then would (not another wait)."""
+    admin = FakeAdmin()
+    admin.leaders = {("t", 0): 1}
+    admin.delete_answers = {("t", 0): NEVER}
+    client = BrokerClient("127.0.0.1:1", {}, timeout=0.3, admin=admin)  # type: ignore[arg-type]
+    with client.one_timeout():
+        early = client.placement_soon(["t"])
+        client.delete_records([deletion("t", 0, 0, 10)])  # waits the whole timeout out
+        started = time.monotonic()
+        assert early() == {} == client.placement(["t"])
+        assert time.monotonic() - started < 0.2

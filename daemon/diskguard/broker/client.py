@@ -293,10 +293,17 @@ class BrokerClient:
         ``topics`` only (DescribeTopics): its answer grows with the topics a plan chose, not
         with every partition of the cluster. A topic the broker does not answer for is left
         out (no preference there); {} with a warning when nothing could be asked."""
+        return self.placement_soon(topics)()
+
+    def placement_soon(self, topics: Iterable[str]) -> Callable[[], Placement]:
+        """``placement``'s request sent now; the function returned waits for its answer.
+        A one-shot plan sends it before asking the consumer groups' offsets, so that both
+        round trips overlap. If a request of this cycle waited out the timeout meanwhile,
+        the answer is given up as ``placement`` would not have asked (``OneTimeout``)."""
         wanted = sorted(set(topics))
         out: Placement = {}
         if not wanted:
-            return out
+            return lambda: out
         from confluent_kafka import TopicCollection
 
         started = time.monotonic()
@@ -309,9 +316,22 @@ class BrokerClient:
         except Exception as exc:
             error = describe_error(exc)
             self._patience.waited_out(started, error)
-            log.warning("metadata_unavailable", error=error)
-            self._serve_logs()
-            return out
+            return lambda: self._no_placement(error)
+        return lambda: self._placement(futures, started)
+
+    def _no_placement(self, error: str) -> Placement:
+        log.warning("metadata_unavailable", error=error)
+        self._serve_logs()
+        return {}
+
+    def _placement(
+        self, futures: Mapping[str, concurrent.futures.Future[Any]], started: float
+    ) -> Placement:
+        try:
+            self._patience.check()
+        except Exception as exc:
+            return self._no_placement(describe_error(exc))
+        out: Placement = {}
         deadline = time.monotonic() + self.timeout + min(2.0, self.timeout)
         for name, future in futures.items():
             try:

@@ -524,10 +524,12 @@ class RetentionCycle:
         """
         assert self.broker is not None
         topics = sorted({d.topic for d in chosen.deletions})
+        # A one-shot plan sends the leaders' request first: both round trips overlap.
+        placement_of = self.broker.placement_soon(topics) if self.read_only else None
         committed: CommittedOffsets = {}
         if self.config.retention.consumer_aware:
             committed = self.broker.committed_offsets(topics)
-        placement = self.broker.placement(topics)
+        placement = placement_of() if placement_of else self.broker.placement(topics)
         led_here = self._led_here(placement)
         traced, self._traced = self._traced, None
         if committed or led_here is not None:

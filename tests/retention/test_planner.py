@@ -12,7 +12,6 @@ from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partit
 from diskguard.retention.limits import Limits, stand
 from diskguard.retention.planner import (
     CommittedOffsets,
-    Head,
     HeadQueue,
     LocalHeads,
     MergedHeads,
@@ -20,7 +19,7 @@ from diskguard.retention.planner import (
     plan_filesystem,
     unconsumed_records,
 )
-from support.planning import FakeReader, GiB, MiB, make_fs, part
+from support.planning import AheadHeads, FakeReader, GiB, MiB, make_fs, part
 
 
 def test_picks_globally_oldest_across_topics_and_stops_when_covered() -> None:
@@ -311,28 +310,7 @@ def test_merged_queues_skip_a_log_dir_that_needs_nothing_like_one_heap() -> None
         committed: CommittedOffsets,
         led_here: Collection[tuple[str, int]] | None,
     ) -> HeadQueue:
-        return MergedHeads([_Eager(ps[0::2], read), LocalHeads(ps[1::2], read, committed)])
+        return MergedHeads([AheadHeads(ps[0::2], read), LocalHeads(ps[1::2], read, committed)])
 
     _plan, got = plan_filesystem(fs, limits, FakeReader(segs), heads=eager)
     assert got == expected
-
-
-class _Eager:
-    """A queue that advances every head it pops, as a child dating ahead does."""
-
-    def __init__(self, parts: Sequence[Partition], read: SegmentReader) -> None:
-        self._local = LocalHeads(parts, read, {})
-        self.tied = True
-
-    def pop(self) -> Head | None:
-        head = self._local.pop()
-        if head is not None:
-            self.tied = self._local.tied
-            self._local.advance(head)
-        return head
-
-    def advance(self, head: Head) -> None:
-        return None
-
-    def close(self) -> None:
-        self._local.close()

@@ -15,7 +15,6 @@ from diskguard.kafkalog.model import Filesystem, Partition
 from diskguard.retention.limits import Limits, Standing, stand
 from diskguard.retention.planner import (
     CommittedOffsets,
-    Head,
     HeadQueue,
     HeadsFactory,
     LocalHeads,
@@ -26,37 +25,9 @@ from diskguard.retention.planner import (
     plan,
     with_facts,
 )
-from support.planning import FakeReader, MiB, make_fs, part
+from support.planning import AheadHeads, FakeReader, MiB, make_fs, part
 
 Segments = dict[tuple[str, int, int], tuple[int, int]]
-
-
-class _AheadHeads:
-    """A queue that dates every head's successor as soon as it pops it, as the forked worker
-    does (``parallelheads``): its ``tied`` is the child's, said before the successor joins."""
-
-    def __init__(
-        self,
-        parts: Sequence[Partition],
-        read: SegmentReader,
-        committed: CommittedOffsets,
-        led_here: Collection[tuple[str, int]] | None,
-    ) -> None:
-        self._local = LocalHeads(parts, read, committed, led_here)
-        self.tied = True
-
-    def pop(self) -> Head | None:
-        head = self._local.pop()
-        if head is not None:
-            self.tied = self._local.tied
-            self._local.advance(head)
-        return head
-
-    def advance(self, head: Head) -> None:
-        return None
-
-    def close(self) -> None:
-        self._local.close()
 
 
 def _queues(kind: str) -> HeadsFactory:
@@ -71,7 +42,7 @@ def _queues(kind: str) -> HeadsFactory:
         mine = LocalHeads(ps[0::3], read, committed, led_here)
         theirs = [p for i, p in enumerate(ps) if i % 3]
         if kind == "ahead":
-            return MergedHeads([mine, _AheadHeads(theirs, read, committed, led_here)])
+            return MergedHeads([mine, AheadHeads(theirs, read, committed, led_here)])
         return MergedHeads([mine, LocalHeads(theirs, read, committed, led_here)])
 
     return split

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage, LogDir, Partition, SegmentInfo
+from diskguard.retention.planner import CommittedOffsets, Head, LocalHeads, SegmentReader
 
 GiB = 1024**3
 MiB = 1024**2
@@ -35,3 +37,31 @@ def make_fs(
 
 def part(topic: str, p: int, bases: list[int], **kw: object) -> Partition:
     return Partition("/data/kafka", topic, p, f"/data/kafka/{topic}-{p}", tuple(bases), **kw)  # type: ignore[arg-type]
+
+
+class AheadHeads:
+    """A queue that dates each head's successor as soon as it pops it, as the forked worker
+    does (``parallelheads``): its ``tied`` is said before the successor joins."""
+
+    def __init__(
+        self,
+        parts: Sequence[Partition],
+        read: SegmentReader,
+        committed: CommittedOffsets | None = None,
+        led_here: Collection[tuple[str, int]] | None = None,
+    ) -> None:
+        self._local = LocalHeads(parts, read, committed or {}, led_here)
+        self.tied = True
+
+    def pop(self) -> Head | None:
+        head = self._local.pop()
+        if head is not None:
+            self.tied = self._local.tied
+            self._local.advance(head)
+        return head
+
+    def advance(self, head: Head) -> None:
+        return None
+
+    def close(self) -> None:
+        self._local.close()

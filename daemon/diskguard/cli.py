@@ -186,8 +186,10 @@ def main() -> None:
     """Console-script entry point (and ``python -m diskguard``)."""
     global _COMMAND_PROCESS
     _COMMAND_PROCESS = True
-    # Before any command module makes its dataclasses: their methods compile at first call.
-    from diskguard.lazydataclasses import install
+    # Before any command module makes its dataclasses: their methods compile at first call
+    # (not for the Spark job, see the module).
+    if "aggregate" not in sys.argv[1:]:
+        from diskguard.lazydataclasses import install
 
-    install()
+        install()
     cli(prog_name="diskguard")

@@ -12,7 +12,9 @@ locals, puts it on the class in its place and calls it. The method is then the o
 
 Only on the Python whose ``_create_fn`` it knows (3.11's signature; later releases build
 methods differently): elsewhere :func:`install` does nothing. Only in a command's own
-process (``cli.main``), never under a test runner or a library caller.
+process (``cli.main``), never under a test runner or a library caller, and not for
+``aggregate``: a Spark job of seconds, whose driver runs in the command's process (start-up
+is not its cost, and its serialization of classes to Python workers was not run with it).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ def install() -> bool:
             return compiled(*a, **kw)
 
         method.__name__ = name
+        method.__module__ = (globals or {}).get("__name__", method.__module__)
         return method
 
     create_fn._diskguard_lazy = True  # type: ignore[attr-defined]

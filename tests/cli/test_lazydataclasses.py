@@ -68,6 +68,7 @@ except TypeError as exc:
 else:
     raise AssertionError("a missing argument was taken")
 assert Frozen.__init__.__qualname__ == "Frozen.__init__"
+assert Frozen.__repr__.__module__ == Frozen.__module__
 assert sorted([Ordered(3, "c"), Ordered(1, "a")]) == [Ordered(1, "z"), Ordered(3, "q")]
 assert Ordered(1) < Ordered(2) and not Ordered(2) <= Ordered(1)
 p = Post(4)

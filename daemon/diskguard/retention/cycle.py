@@ -489,8 +489,10 @@ class RetentionCycle:
         heads = parallel_heads(reader, self.worker) if self.read_only else LocalHeads
         standing_of = self.ceilings.standing_of(mode)
         covered = self._covered  # what the ladder's lossless rungs free first
-        # Traced where a second walk would read nothing new (``dated``): a one-shot plan.
-        trace = WalkTrace() if self.read_only and mode == BROKER and not committed else None
+        # Traced where a second walk would read nothing new (``dated``): a one-shot plan's
+        # walk knowing no broker facts yet.
+        first = committed is None and led_here is None
+        trace = WalkTrace() if self.read_only and mode == BROKER and first else None
         chosen = plan(
             result.filesystems,
             standing_of,

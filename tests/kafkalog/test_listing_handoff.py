@@ -128,6 +128,18 @@ def _plan(result: ScanResult, read: SegmentFileReader) -> tuple[list[Deletion], 
     return chosen, read.warnings
 
 
+def _with_usage_of(daemon: ScanResult, fresh: ScanResult) -> ScanResult:
+    """``fresh`` with ``daemon``'s usage per filesystem: both scans then compare on what
+    they listed (other processes write to this filesystem meanwhile)."""
+    return replace(
+        fresh,
+        filesystems=tuple(
+            replace(f, usage=d.usage)
+            for f, d in zip(fresh.filesystems, daemon.filesystems, strict=True)
+        ),
+    )
+
+
 @settings(max_examples=25, deadline=None)
 @given(_TREE, _CHANGES)
 def test_the_daemons_plan_is_a_fresh_scans_plan_after_any_change(
@@ -162,15 +174,7 @@ def test_the_daemons_plan_is_a_fresh_scans_plan_after_any_change(
                 taken[key] = taken.get(key, 0) + 1
             parts = [p for f in daemon.filesystems for d in f.log_dirs for p in d.partitions]
             date_ahead(parts, taken, SegmentFileReader(ages), 60.0)
-            fresh = scan([str(log_dir)], RULE, use_log_start=False)
-            # The same usage for both (other processes write to this filesystem meanwhile).
-            fresh = replace(
-                fresh,
-                filesystems=tuple(
-                    replace(f, usage=d.usage)
-                    for f, d in zip(fresh.filesystems, daemon.filesystems, strict=True)
-                ),
-            )
+            fresh = _with_usage_of(daemon, scan([str(log_dir)], RULE, use_log_start=False))
             assert daemon.filesystems == fresh.filesystems
             assert daemon.warnings == fresh.warnings
             assert daemon_plan == _plan(fresh, SegmentFileReader(None))
@@ -269,13 +273,7 @@ def test_a_full_scan_reusing_closed_segments_stats_is_a_fresh_full_scan(
                 _change(log_dir, kind, which)
             daemon = scan([str(log_dir)], RULE, full=True, use_log_start=False, cache=cache)
             fresh = scan([str(log_dir)], RULE, full=True, use_log_start=False)
-            fresh = replace(
-                fresh,
-                filesystems=tuple(
-                    replace(f, usage=d.usage)
-                    for f, d in zip(fresh.filesystems, daemon.filesystems, strict=True)
-                ),
-            )
+            fresh = _with_usage_of(daemon, fresh)
             assert daemon.filesystems == fresh.filesystems
             assert daemon.topics_by_mount == fresh.topics_by_mount
         live = [p for p in log_dir.iterdir() if p.is_dir() and not p.name.endswith("-delete")]

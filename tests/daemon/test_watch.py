@@ -7,14 +7,18 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from inotify_simple import flags
 
 from diskguard.daemon.watch import HintSummary, Watcher
+from diskguard.host import inotifywatches
 
 
 def _hints(watcher: Watcher, woken: threading.Event) -> HintSummary:
@@ -258,3 +262,65 @@ def test_a_log_dir_named_through_a_symlink_is_watched(tmp_path: Path) -> None:
         assert _hints(watcher, woken).partitions
     finally:
         watcher.stop()
+
+
+_DIR_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["make", "make_nested", "remove", "to_delete", "move_out", "move_in"]),
+        st.integers(0, 3),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=10, deadline=None)
+@given(_DIR_OPS)
+# Made and renamed before the reader heard of it; made with a dir inside, renamed again and
+# again (each one rarely drawn, always tried).
+@example([("make", 0), ("to_delete", 1)])
+@example([("make_nested", 1), *[("to_delete", 1)] * 6])
+def test_complete_means_every_dir_is_watched_whatever_happened(ops: list[tuple[str, int]]) -> None:
+    """Whatever dirs were made, removed, renamed for deletion, moved out of the log dir or in
+    from elsewhere, once the reader has heard it: if the watcher says ``complete`` (the
+    back-off trusts "no hint" then), the kernel watches every dir of the log dir, before a
+    snapshot's ``verify`` and after it."""
+    root = Path(tempfile.mkdtemp(prefix="dg-watchprop-"))
+    try:
+        log_dir, outside = root / "kafka", root / "outside"
+        (log_dir / "orders-0").mkdir(parents=True)
+        outside.mkdir()
+        woken = threading.Event()
+        watcher = Watcher(woken.set)
+        watcher.start([log_dir], lambda *_a: None)
+        try:
+            for n, (op, which) in enumerate(ops):
+                parts = sorted(p for p in log_dir.iterdir() if p.is_dir())
+                part = parts[which % len(parts)] if parts else None
+                if op == "make":
+                    (log_dir / f"t{n}-{which}").mkdir()
+                elif op == "make_nested":
+                    (log_dir / f"t{n}-{which}" / "remote_log_snapshot").mkdir(parents=True)
+                elif op == "remove" and part is not None:
+                    shutil.rmtree(part)
+                elif op == "to_delete" and part is not None:
+                    part.rename(log_dir / f"{part.name}.{n:032x}-delete")
+                elif op == "move_out" and part is not None:
+                    part.rename(outside / f"{part.name}-{n}")
+                elif op == "move_in":
+                    moved = outside / f"in{n}-{which}"
+                    (moved / "sub").mkdir(parents=True)
+                    moved.rename(log_dir / moved.name)
+            time.sleep(0.3)  # the reader hears it all (it reads every 10 ms)
+            for verified in (False, True):
+                if verified:
+                    watcher.verify([log_dir])
+                dirs = [log_dir, *(p for p in log_dir.rglob("*") if p.is_dir())]
+                watched = inotifywatches.watched_inodes()
+                unwatched = [d for d in dirs if d.stat().st_ino not in watched]
+                assert not (watcher.complete and unwatched), (verified, unwatched)
+            assert watcher.complete  # nothing here is past the watch limit
+        finally:
+            watcher.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -301,14 +301,22 @@ class _Reader:
 
     def _renamed_dir(self, src: str | None, parent: str, dest: str) -> None:
         """A watched dir keeps its watch when renamed (same inode): its events now come under
-        ``dest``; one moved in from elsewhere is watched anew."""
+        ``dest``; one moved in from elsewhere is watched anew, and so is one renamed before
+        its watch came (made and renamed at once: the watch of its first name found none).
+        Either way what is below it is walked again: a dir renamed between its watch and
+        the listing of its first name had its subdirs missed (a rare rename: Kafka's of a
+        deleted partition)."""
+        watched = False
         if src is not None:
             prefix = src + "/"
             for wd, path in list(self._paths.items()):
                 if path == src:
                     self._paths[wd] = dest
+                    watched = True
                 elif path.startswith(prefix):
                     self._paths[wd] = dest + path[len(src) :]
+        if watched:
+            self._watch_below(dest)
         else:
             self._new_dir(parent, dest)
 

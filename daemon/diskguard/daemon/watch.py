@@ -303,21 +303,14 @@ class _Reader:
         """A watched dir keeps its watch when renamed (same inode): its events now come under
         ``dest``; one moved in from elsewhere is watched anew, and so is one renamed before
         its watch came (made and renamed at once: the watch of its first name found none).
-        Either way what is below it is walked again: a dir renamed between its watch and
-        the listing of its first name had its subdirs missed (a rare rename: Kafka's of a
-        deleted partition)."""
+        Only a log dir's own dirs are watched (``watch_tree``): nothing below them to walk."""
         watched = False
         if src is not None:
-            prefix = src + "/"
             for wd, path in list(self._paths.items()):
                 if path == src:
                     self._paths[wd] = dest
                     watched = True
-                elif path.startswith(prefix):
-                    self._paths[wd] = dest + path[len(src) :]
-        if watched:
-            self._watch_below(dest)
-        else:
+        if not watched:
             self._new_dir(parent, dest)
 
     def _lose(self, path: str | None) -> None:

@@ -10,6 +10,8 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,18 @@ def _hints(watcher: Watcher, woken: threading.Event) -> HintSummary:
     time.sleep(0.3)
     woken.clear()
     return watcher.take()
+
+
+@contextmanager
+def _watching(log_dir: Path) -> Iterator[tuple[Watcher, threading.Event]]:
+    """A watcher over ``log_dir`` and the event its hints set; stopped at the end."""
+    woken = threading.Event()
+    watcher = Watcher(woken.set)
+    watcher.start([log_dir], lambda *_a: None)
+    try:
+        yield watcher, woken
+    finally:
+        watcher.stop()
 
 
 def test_a_log_dirs_own_checkpoints_are_not_a_partitions_change(tmp_path: Path) -> None:
@@ -128,10 +142,7 @@ def test_a_log_dir_whose_watch_went_is_no_longer_complete(tmp_path: Path, how: s
     no longer means "nothing changed", so the stuck back-off and the quiet skip end."""
     log_dir = tmp_path / "kafka"
     (log_dir / "orders-0").mkdir(parents=True)
-    woken = threading.Event()
-    watcher = Watcher(woken.set)
-    watcher.start([log_dir], lambda *_a: None)
-    try:
+    with _watching(log_dir) as (watcher, woken):
         assert watcher.complete
         if how == "removed":
             shutil.rmtree(log_dir)
@@ -142,8 +153,6 @@ def test_a_log_dir_whose_watch_went_is_no_longer_complete(tmp_path: Path, how: s
         log_dir.mkdir()  # a new dir at the old path: not watched
         watcher.verify([log_dir])
         assert not watcher.complete
-    finally:
-        watcher.stop()
 
 
 def test_a_reader_that_stopped_reading_is_not_complete(tmp_path: Path) -> None:
@@ -176,10 +185,7 @@ def test_a_dir_past_the_watch_limit_is_seen_though_no_dir_count_changed(tmp_path
     "nothing to re-check": the failed add itself now says the watches are incomplete."""
     log_dir = tmp_path / "kafka"
     (log_dir / "orders-0").mkdir(parents=True)
-    woken = threading.Event()
-    watcher = Watcher(woken.set)
-    watcher.start([log_dir], lambda *_a: None)
-    try:
+    with _watching(log_dir) as (watcher, woken):
         watcher.verify([log_dir])
         assert watcher.complete
         reader = watcher._reader
@@ -195,8 +201,6 @@ def test_a_dir_past_the_watch_limit_is_seen_though_no_dir_count_changed(tmp_path
         assert not watcher.complete
         watcher.verify([log_dir])  # the kernel's list: orders-1 is not watched
         assert not watcher.complete
-    finally:
-        watcher.stop()
 
 
 def test_no_descriptor_left_for_the_reader_leaves_nothing_open(
@@ -253,15 +257,10 @@ def test_a_log_dir_named_through_a_symlink_is_watched(tmp_path: Path) -> None:
     (real / "orders-0").mkdir(parents=True)
     log_dir = tmp_path / "kafka"
     log_dir.symlink_to(real)
-    woken = threading.Event()
-    watcher = Watcher(woken.set)
-    watcher.start([log_dir], lambda *_a: None)
-    try:
+    with _watching(log_dir) as (watcher, woken):
         assert watcher.complete
         (log_dir / "orders-0" / f"{0:020d}.log").write_bytes(b"x")
         assert _hints(watcher, woken).partitions
-    finally:
-        watcher.stop()
 
 
 _DIR_OPS = st.lists(
@@ -290,10 +289,7 @@ def test_complete_means_every_dir_is_watched_whatever_happened(ops: list[tuple[s
         log_dir, outside = root / "kafka", root / "outside"
         (log_dir / "orders-0").mkdir(parents=True)
         outside.mkdir()
-        woken = threading.Event()
-        watcher = Watcher(woken.set)
-        watcher.start([log_dir], lambda *_a: None)
-        try:
+        with _watching(log_dir) as (watcher, _woken):
             for n, (op, which) in enumerate(ops):
                 parts = sorted(p for p in log_dir.iterdir() if p.is_dir())
                 part = parts[which % len(parts)] if parts else None
@@ -322,7 +318,5 @@ def test_complete_means_every_dir_is_watched_whatever_happened(ops: list[tuple[s
                 unwatched = [d for d in dirs if d.stat().st_ino not in watched]
                 assert not (watcher.complete and unwatched), (verified, unwatched)
             assert watcher.complete  # nothing here is past the watch limit
-        finally:
-            watcher.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -42,6 +42,7 @@ _CHANGES = st.lists(
                 "leftover",
                 "truncate",
                 "recreate",
+                "link_out",
                 "none",
             ]
         ),
@@ -88,6 +89,15 @@ def _change(log_dir: Path, kind: str, which: int) -> None:
         (part / f"{min(segments):020d}.snapshot.deleted").write_bytes(b"x" * 100)
     elif kind == "truncate" and len(segments) > 1:
         _truncate(part, segments, which)
+    elif kind == "link_out" and len(segments) > 1:
+        # A backup tool's hard link to the oldest segment's .log, from outside the log dir:
+        # the partition dir does not change, the file's link count does.
+        backup = log_dir.parent / "backup"
+        backup.mkdir(exist_ok=True)
+        src = part / f"{min(segments):020d}.log"
+        dest = backup / f"{part.name}-{src.name}"
+        if not dest.exists():
+            os.link(src, dest)
     elif kind == "recreate" and segments:
         # Removed and made again (by hand, or a topic deleted and created again with a short
         # delete delay): the same names, other bytes, and ext4 hands the freed inode numbers

@@ -320,3 +320,20 @@ def test_complete_means_every_dir_is_watched_whatever_happened(ops: list[tuple[s
             assert watcher.complete  # nothing here is past the watch limit
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_log_dirs_filesystem_unmounted_is_said_and_not_complete(tmp_path: Path) -> None:
+    """``IN_UNMOUNT`` (then ``IN_IGNORED``) for every watch on a filesystem unmounted under
+    the daemon (a failed disk lazily unmounted): a hint, and no longer complete; nothing
+    will watch the disk mounted there again until a reload."""
+    log_dir = tmp_path / "kafka"
+    (log_dir / "orders-0").mkdir(parents=True)
+    with _watching(log_dir) as (watcher, _woken):
+        reader = watcher._reader
+        assert reader is not None and watcher.complete
+        # The first of the events the kernel sends for each watch on it.
+        part = str(log_dir / "orders-0")
+        wd = next(wd for wd, path in reader._paths.items() if path == part)
+        reader._handle([(wd, int(flags.UNMOUNT), 0, "")])
+        assert watcher.take().partitions
+        assert not watcher.complete

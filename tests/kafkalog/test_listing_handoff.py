@@ -43,6 +43,7 @@ _CHANGES = st.lists(
                 "truncate",
                 "recreate",
                 "link_out",
+                "compact",
                 "none",
             ]
         ),
@@ -98,6 +99,16 @@ def _change(log_dir: Path, kind: str, which: int) -> None:
         dest = backup / f"{part.name}-{src.name}"
         if not dest.exists():
             os.link(src, dest)
+    elif kind == "compact" and len(segments) > 1:
+        # The cleaner's swap of the oldest segment, in Kafka's order: its files written as
+        # .cleaned, renamed .swap, the old ones renamed .deleted, the .swap ones into place
+        # (other bytes: the records it kept, filler here; new inodes, the same names).
+        for f in segments[min(segments)]:
+            cleaned = f.with_name(f.name + ".cleaned")
+            cleaned.write_bytes(f.read_bytes() + b"\0" * 9000)
+            swap = cleaned.rename(f.with_name(f.name + ".swap"))
+            f.rename(f.with_name(f.name + ".deleted"))
+            swap.rename(f)
     elif kind == "recreate" and segments:
         # Removed and made again (by hand, or a topic deleted and created again with a short
         # delete delay): the same names, other bytes, and ext4 hands the freed inode numbers

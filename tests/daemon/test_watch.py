@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from inotify_simple import flags
+from inotify_simple import INotify, flags
 
+from diskguard.daemon import watch
 from diskguard.daemon.watch import HintSummary, Watcher
 from diskguard.host import inotifywatches
 
@@ -210,17 +211,22 @@ def test_no_descriptor_left_for_the_reader_leaves_nothing_open(
     no watching, said, nothing raised into the loop, the inotify descriptor closed."""
     log_dir = tmp_path / "kafka"
     log_dir.mkdir()
-    before = len(os.listdir("/proc/self/fd"))
+    made: list[INotify] = []
+
+    def inotify() -> INotify:
+        made.append(INotify())
+        return made[-1]
 
     def exhausted(_flags: int) -> tuple[int, int]:
         raise OSError(errno.EMFILE, "Too many open files")
 
+    monkeypatch.setattr(watch, "INotify", inotify)
     monkeypatch.setattr(os, "pipe2", exhausted)
     watcher = Watcher(lambda: None)
     watcher.start([log_dir], lambda *_a: None)
     assert not watcher.complete
     watcher.stop()
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert len(made) == 1 and made[0].closed
 
 
 def test_a_reader_still_busy_at_stop_closes_its_descriptors_when_it_ends(

@@ -7,7 +7,10 @@ these check the choices without starting a JVM.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +80,44 @@ def test_a_new_archive_removes_those_of_other_installs_only(tmp_path: Path) -> N
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [current.name, partial.name, other.name]
     )
+
+
+def test_partial_dumps_of_runs_that_died_go_and_the_others_stay(tmp_path: Path) -> None:
+    """A run killed while its JVM dumped leaves ``<archive>.<pid>.tmp`` (~130 MB) that no
+    dump would ever replace: gone once its process is gone and it is older than a dump may
+    take; a live run's partial, a fresh one and other files stay."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = int(gone.stdout)
+    old = 1_000_000_000.0
+    abandoned = tmp_path / f"spark-classes-aaaa.jsa.{dead}.tmp"
+    live = tmp_path / f"spark-classes-aaaa.jsa.{os.getpid()}.tmp"
+    fresh = tmp_path / f"spark-classes-bbbb.jsa.{dead}.tmp"
+    odd = tmp_path / "spark-classes-cccc.jsa.x.tmp"
+    for path in (abandoned, live, fresh, odd):
+        path.write_bytes(b"partial")
+    for path in (abandoned, live, odd):
+        os.utime(path, (old, old))
+    now = old + classarchive.DUMP_TIMEOUT_S + 1
+    os.utime(fresh, (now - 1, now - 1))
+    assert classarchive.remove_abandoned(tmp_path, now) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, fresh.name, odd.name])
+
+
+@needs_java
+def test_a_run_that_maps_the_archive_removes_abandoned_partials(cache: Path) -> None:
+    path = classarchive.archive_path()
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    abandoned = path.with_name(f"{path.name}.{int(gone.stdout)}.tmp")
+    abandoned.write_bytes(b"partial")
+    os.utime(abandoned, (1_000_000_000.0, 1_000_000_000.0))
+    options, record = classarchive.java_options(path)
+    assert f"-XX:SharedArchiveFile={path}" in options and not record
+    assert not abandoned.exists()
 
 
 def test_a_cache_dir_with_a_space_goes_without_an_archive(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ concurrent run never maps a partial file; later runs start from it. The archive 
 the user's cache directory, named after the Java binary and the PySpark install it was made
 with (another JVM or Spark makes another archive). Without jcmd, or a writable cache
 directory, a run simply goes without; a new archive removes those of other installs (an
-upgraded JVM or PySpark), so one stays. Deleting the directory is always safe. Only local
+upgraded JVM or PySpark), so one stays, and a run that maps it removes the partial dumps of
+runs killed while dumping. Deleting the directory is always safe. Only local
 mode, and only when diskguard launches the JVM itself.
 """
 
@@ -20,6 +21,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pyspark
@@ -57,6 +59,7 @@ def java_options(path: Path | None) -> tuple[list[str], bool]:
         # with a space (or quote) in its path would break the JVM's command line.
         return [], False
     if path.is_file():
+        remove_abandoned(path.parent)
         return [f"-XX:SharedArchiveFile={path}", *_QUIET.split()], False
     if shutil.which("jcmd", path=os.path.dirname(_java() or "")) is None:
         return [], False
@@ -101,3 +104,29 @@ def remove_stale(current: Path) -> int:
                 other.unlink()
                 removed += 1
     return removed
+
+
+def remove_abandoned(directory: Path, now: float | None = None) -> int:
+    """Remove the partial dumps of runs that died mid-dump (killed, out of memory); the
+    number removed. Each is ~130 MB, and nothing else would ever remove it: a partial is
+    named after the process that writes it, and is abandoned once that process is gone and
+    the file is older than a dump may take (a run unlinks its own partial by then)."""
+    removed = 0
+    limit = (time.time() if now is None else now) - DUMP_TIMEOUT_S
+    for partial in directory.glob("spark-classes-*.jsa.*.tmp"):
+        pid = partial.name.removesuffix(".tmp").rsplit(".", 1)[-1]
+        with contextlib.suppress(OSError, ValueError):
+            if partial.stat().st_mtime < limit and not _alive(int(pid)):
+                partial.unlink()
+                removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

@@ -500,13 +500,13 @@ def one_size(args: argparse.Namespace, kafka: Target, partitions: int) -> dict[s
         variants = ["predictive"] + ([f"baseline:{args.baseline}"] if args.baseline else [])
         result["burst"] = []
         result["idle"] = []
-        for variant in variants:
+        for variant in variants if args.only in (None, "burst") else ():
             res = burst(args, broker, mount, topics, variant, work)
             print(json.dumps(summary_of_burst(res)), flush=True)
             result["burst"].append(res)
             # The broker removes what it was asked to at its next retention check.
             time.sleep(8)
-        for variant in variants:
+        for variant in variants if args.only in (None, "idle") else ():
             res = idle(args, broker, mount, variant, work)
             print(json.dumps(res), flush=True)
             result["idle"].append(res)
@@ -559,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--idle-settle", type=float, default=20.0)
     ap.add_argument("--baseline", metavar="REV", help="also run the daemon code of REV")
+    ap.add_argument("--only", choices=("burst", "idle"), help="run one of the two measurements")
     ap.add_argument("--out", default=str(RESULTS / "broker_scale.json"))
     args = ap.parse_args(argv)
     if os.geteuid() != 0:

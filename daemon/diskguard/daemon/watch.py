@@ -122,9 +122,10 @@ class _Hint:
 
 
 class _Reader:
-    """The watches of one inotify instance over whole trees (each dir, and each dir made
-    later), and the thread that reads them: hints into ``hint``, renames and unlinks to
-    ``on_reclaim``, ``wake`` after each batch that had any event."""
+    """The watches of one inotify instance over the log dirs and the dirs directly in them
+    (each made later too; ``watch_tree``), and the thread that reads them: hints into
+    ``hint``, renames and unlinks to ``on_reclaim``, ``wake`` after each batch that had any
+    event."""
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ from diskguard.host import freespace, fsusage
 from diskguard.host.atomicfile import read_json, write_json_atomic
 from diskguard.kafkalog.model import DELETED_SUFFIX, FilesystemUsage
 from diskguard.logs import get_logger
+from diskguard.retention.waittrace import WaitTrace
 
 if TYPE_CHECKING:
     from diskguard.host.openfiles import OpenDeletedFile
@@ -185,47 +186,58 @@ def await_freed(
     Returns the usage at the end (None if it cannot be measured) and, when part of the space
     did not come back and something says why, the ``Unfreed`` record: processes holding the
     files open, or, where the filesystem can share extents or free late, less than half of it
-    back while its usage did not grow during the wait. On ext4 or tmpfs an unlink frees at
-    once: a shortfall nobody holds open is others' growth, never recorded.
+    back beyond what others' writing during the wait can explain. On ext4 or tmpfs an unlink
+    frees at once: a shortfall nobody holds open is others' growth, never recorded.
     """
     t0 = time.monotonic() if started is None else started
     tolerance = max(_MIN_TOLERANCE, expected // 16)
-
-    rate = growth_bytes_per_s
 
     def measure() -> tuple[FilesystemUsage | None, int]:
         try:
             usage = fsusage.usage_of(log_dir, before.mount, before.device)
         except OSError:
             return None, 0
-        grown = int(rate * (time.monotonic() - t0))
+        grown = int(growth_bytes_per_s * (time.monotonic() - t0))
         return usage, before.used_bytes + grown - usage.used_bytes
 
     usage, shown = measure()
     if usage is None or expected <= 0 or shown >= expected - tolerance:
         return usage, None
+    #: What others' writing can explain beyond their rate (one of their steps).
+    slack = 0
     at_once = freespace.frees_at_once(log_dir)
     if not at_once:
         # btrfs, XFS, ZFS...: commit now, then wait (bounded) for the space to show. Never on
         # ext4: its unlinks free at once, and a syncfs there would wait for every writer's
         # dirty data while the disk fills.
+        wait_began = time.monotonic()
+        trace = WaitTrace.starting(usage.used_bytes)
         with contextlib.suppress(OSError):  # then only the wait
             freespace.syncfs(log_dir)
-        first = usage, time.monotonic()
-        deadline = first[1] + FREE_WAIT_S
+        deadline = time.monotonic() + FREE_WAIT_S
+        paced = False  # the first poll spans the syncfs
         while True:
             usage, shown = measure()
             if usage is None or shown >= expected - tolerance:
                 return usage, None
+            trace.add(usage.used_bytes, paced)
+            paced = True
             if time.monotonic() >= deadline:
                 break
             time.sleep(_POLL_S)
-        # Others writing meanwhile (the usage grew during the wait itself) explain a
-        # shortfall as well as a snapshot does: their growth is not evidence of it.
-        waited = time.monotonic() - first[1]
-        rate = max(rate, (usage.used_bytes - first[0].used_bytes) / waited if waited else 0.0)
-        usage, shown = measure()
-        if usage is None or shown >= expected - tolerance:
+        # Others writing meanwhile explain a shortfall as well as a snapshot does: their
+        # growth, told apart from the frees, is not evidence of it.
+        shown = max(
+            shown,
+            trace.shown(
+                before.used_bytes,
+                wait_began - t0,
+                time.monotonic() - wait_began,
+                growth_bytes_per_s,
+            ),
+        )
+        slack = trace.largest_rise
+        if shown + slack >= expected - tolerance:
             return usage, None
     missing = expected - max(0, shown)
     holders = _holders(log_dir, paths)
@@ -234,9 +246,10 @@ def await_freed(
 
         held = sum(bytes_by_device(holders).values())
         cause, missing, held_open = _held_text(holders), min(missing, held), True
-    elif at_once or shown >= expected // 2:
-        # An unlink here frees at once, or most of it came back: the shortfall is others'
-        # growth or the filesystem's own accounting, no reason to stop anything.
+    elif at_once or shown + slack >= expected // 2:
+        # An unlink here frees at once, or most of it came back (within what others' writing
+        # can explain): the shortfall is others' growth or the filesystem's own accounting,
+        # no reason to stop anything.
         return usage, None
     else:
         cause = (

@@ -20,6 +20,7 @@ from diskguard.kafkalog.model import (
     Partition,
     SegmentInfo,
     segment_file_name,
+    segment_info,
 )
 
 _Key = tuple[tuple[str, int, int, int], ...]
@@ -163,6 +164,10 @@ class SegmentFileReader:
             except OSError:
                 pass
         try:
+            if ti is not None and ages is None:
+                info = _cleanly_rolled(partition, base_offset, stem, ti)
+                if info is not None:
+                    return info
             return self._read(partition, base_offset, stem, ti)
         finally:
             if ti is not None:
@@ -358,6 +363,54 @@ class SegmentFileReader:
             return log_ts, "log"
         self.warnings.append(f"{ti_path}: {problem} and no record timestamps; using .log mtime")
         return None, "mtime"
+
+
+def _cleanly_rolled(
+    partition: Partition, base_offset: int, stem: str, ti: tuple[int, os.stat_result]
+) -> SegmentInfo | None:
+    """``_read``'s answer for the segment nearly every head is, in fewer steps; None for
+    anything else (``_read`` then reads it the general way, with the same system calls).
+
+    That segment: its files regular, each with one link, on a filesystem whose files cannot
+    share extents, its ``.timeindex`` (open as ``ti``) trimmed to entries whose last is the
+    segment's last offset (``timeindex.clean_last``). Its ``SegmentInfo`` is then all its
+    files' blocks, dated by that entry: what ``_read`` gives, without its general loop and
+    warning checks (a one-shot plan dates ~11,000 heads; no age cache: ``ages`` None).
+    """
+    fd, ti_st = ti
+    log_path = stem + ".log"
+    index_path = stem + ".index"
+    try:
+        log_st = os.lstat(log_path)
+        index_st = os.lstat(index_path)
+    except FileNotFoundError:
+        return None
+    if not (stat.S_ISREG(log_st.st_mode) and stat.S_ISREG(index_st.st_mode)):
+        return None
+    if log_st.st_nlink > 1 or index_st.st_nlink > 1 or ti_st.st_nlink > 1:
+        return None
+    blocks = log_st.st_blocks + index_st.st_blocks + ti_st.st_blocks
+    files: tuple[str, ...] = (log_path, index_path, stem + _TIMEINDEX)
+    if partition.txn_indexes:
+        txn_path = stem + ".txnindex"
+        try:
+            txn_st = os.lstat(txn_path)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISREG(txn_st.st_mode) or txn_st.st_nlink > 1:
+                return None
+            blocks += txn_st.st_blocks
+            files = (*files, txn_path)
+    if _can_share(partition.path, log_st.st_dev):
+        return None
+    next_offset = _next_base(partition, base_offset)
+    if next_offset is None:
+        return None
+    clean = timeindex.clean_last(fd, ti_st.st_size)
+    if clean is None or base_offset + clean[1] != next_offset - 1:
+        return None
+    return segment_info(blocks * 512, clean[0], "timeindex", files)
 
 
 def _next_base(partition: Partition, base_offset: int) -> int | None:

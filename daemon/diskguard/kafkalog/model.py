@@ -194,6 +194,33 @@ class SegmentInfo:
     shared_extent_files: tuple[str, ...] = ()
 
 
+_new_instance = object.__new__
+
+
+def segment_info(
+    size: int,
+    max_timestamp_ms: int,
+    source: str,
+    files: tuple[str, ...],
+    shared_files: tuple[str, ...] = (),
+    shared_extent_files: tuple[str, ...] = (),
+) -> SegmentInfo:
+    """``SegmentInfo(...)`` for the hot paths (a plan makes one per head it dates or receives,
+    ~17,000): the frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``; this fills the new instance's dict instead, ~3x faster, the same
+    object (``tests/kafkalog/test_dating_fast_path.py`` compares them)."""
+    info: SegmentInfo = _new_instance(SegmentInfo)
+    info.__dict__.update(
+        bytes=size,
+        max_timestamp_ms=max_timestamp_ms,
+        timestamp_source=source,
+        files=files,
+        shared_files=shared_files,
+        shared_extent_files=shared_extent_files,
+    )
+    return info
+
+
 @dataclass(frozen=True)
 class Partition:
     """One live partition directory in one log dir.

@@ -82,6 +82,7 @@ def read_tail(path: str | os.PathLike[str]) -> TimeIndexTail:
 #: An index up to this size is read in one ``pread`` and searched in memory (a closed
 #: segment's is usually a few entries); a larger one is probed slot by slot.
 _READ_WHOLE = 4096
+_ZERO_ENTRY = bytes(ENTRY_SIZE)
 
 
 def tail_of(fd: int, size: int, path: str | os.PathLike[str]) -> TimeIndexTail:
@@ -128,7 +129,11 @@ def clean_last(fd: int, size: int) -> tuple[int, int] | None:
         return None
     data = os.pread(fd, size, 0)
     total = size // ENTRY_SIZE
-    if len(data) != size or used_slots(fd, ENTRY_SIZE, size=size, data=data) != total:
+    if len(data) != size:
+        return None
+    # No 12 zero bytes anywhere: no slot is empty, so every slot is used (what the search
+    # below would say, without its probes).
+    if _ZERO_ENTRY in data and used_slots(fd, ENTRY_SIZE, size=size, data=data) != total:
         return None
     last_ts, last_rel = _ENTRY.unpack_from(data, size - ENTRY_SIZE)
     first_ts, first_rel = _ENTRY.unpack_from(data, 0)

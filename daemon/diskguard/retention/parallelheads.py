@@ -29,7 +29,7 @@ from typing import Any
 
 from diskguard.host.forked import ChildFailed, Worker, WorkStream
 from diskguard.kafkalog.dating import Dated, SegmentFileReader
-from diskguard.kafkalog.model import Partition, SegmentInfo
+from diskguard.kafkalog.model import Partition, SegmentInfo, segment_info
 from diskguard.retention.order import HeadKey, new_named
 from diskguard.retention.planner import (
     CommittedOffsets,
@@ -225,7 +225,7 @@ class _Streamed:
         key: HeadKey = new_named(
             HeadKey, (ts, unconsumed, led, part.topic, part.partition, base, part.log_dir)
         )
-        return key, index, part, SegmentInfo(size, ts, source, files, shared), nxt, groups
+        return key, index, part, segment_info(size, ts, source, files, shared), nxt, groups
 
     def advance(self, head: Head) -> None:
         self._reader.warnings.extend(self._pending.pop(head[2].path, ()))

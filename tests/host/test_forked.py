@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from diskguard.host.forked import ChildFailed, Worker, can_fork
+from diskguard.host.forked import ChildFailed, Claims, Worker, can_fork
 from support.workerplan import forced_worker
 
 # What the worker runs: module-level functions (the child finds them by name).
@@ -156,7 +156,8 @@ def test_a_worker_forked_first_serves_beside_threads_started_after() -> None:
         "worker = Worker.start()\n"
         "stop = threading.Event()\n"
         "threading.Thread(target=stop.wait).start()\n"
-        "print(can_fork(), len(list(worker.stream(listed_plain, ['/', '/gone'], False))))\n"
+        "items = worker.stream(listed_plain, ['/', '/gone'], False, claims=2)\n"
+        "print(can_fork(), len(list(items)))\n"
         "stop.set()\n"
     )
     assert _python(code).stdout == "False 2\n"
@@ -170,7 +171,7 @@ def test_output_buffered_before_the_fork_is_written_once() -> None:
         "from diskguard.host.forked import Worker\n"
         "from diskguard.kafkalog.parallellisting import listed_plain\n"
         "w = Worker.start()\n"
-        "print(len(list(w.stream(listed_plain, ['/'], False))))\n"
+        "print(len(list(w.stream(listed_plain, ['/'], False, claims=1))))\n"
         "w.close()\n"
     )
     assert _python(code).stdout == "before 1\n"
@@ -209,7 +210,7 @@ def test_a_worker_whose_parent_dies_does_not_outlive_it() -> None:
         "from diskguard.host.forked import Worker\n"
         "from diskguard.kafkalog.parallellisting import listed_plain\n"
         "w = Worker.start()\n"
-        "stream = w.stream(listed_plain, ['/'] * 100000, False, chunk=16)\n"
+        "stream = w.stream(listed_plain, ['/'] * 100000, False, chunk=16, claims=100000)\n"
         "next(iter(stream))\n"
         "print(w.pid, flush=True)\n"
         "os.kill(os.getpid(), 9)\n"
@@ -237,3 +238,44 @@ def _python(code: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=check, timeout=60
     )
+
+
+def claimed(count: int, delay_s: float, claims: Claims) -> Iterator[int]:
+    """Items from the front until this process's side is reached (``Claims``)."""
+    for i in range(count):
+        if not claims.front(i):
+            return
+        time.sleep(delay_s)
+        yield i
+
+
+@pytest.mark.parametrize(
+    ("child_s", "own_s"),
+    [(0.0, 0.001), (0.001, 0.0), (0.0005, 0.0005), (0.0, 0.0)],
+    ids=["child-fast", "parent-fast", "even", "no-wait"],
+)
+def test_claims_from_both_ends_leave_no_item_undone(child_s: float, own_s: float) -> None:
+    count = 300
+    with forced_worker() as worker:
+        stream = worker.stream(claimed, count, child_s, chunk=4, claims=count)
+        assert stream.claims is not None
+        mine = []
+        for j in range(count - 1, -1, -1):
+            if not stream.claims.back(j):
+                break
+            time.sleep(own_s)
+            mine.append(j)
+            stream.drain()
+        theirs = list(stream)
+    assert theirs == list(range(len(theirs)))  # a prefix, in order
+    assert mine == list(range(count - 1, count - 1 - len(mine), -1))  # a suffix
+    assert set(theirs) | set(mine) == set(range(count))
+
+
+def test_claims_of_one_request_are_not_the_next_ones() -> None:
+    """A child still working on a stream closed early must not move the next one's ends."""
+    with forced_worker() as worker:
+        first = worker.stream(claimed, 10_000, 0.0001, chunk=1, claims=10_000)
+        next(iter(first))
+        second = worker.stream(claimed, 50, 0.0, claims=50)
+        assert list(second) == list(range(50))

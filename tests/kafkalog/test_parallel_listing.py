@@ -113,3 +113,23 @@ def test_a_dir_made_after_the_early_listing_is_listed_by_the_scan(
     scanned = scan_log_dir(log_dir, "/", [], cache=early)
     assert scanned == scan_log_dir(log_dir, "/", [], cache=ListingCache())
     assert [p.topic for p in scanned.partitions].count("late") == 1
+
+
+def test_the_two_ends_meet_and_each_dir_wanted_is_listed_as_alone(
+    tmp_path: Path, worker: Worker
+) -> None:
+    """The worker from the first dir on, this process from the last back (``Claims``): a
+    subset wanted, a dir the worker was never given, both listed as one by one."""
+    root = tmp_path / "logs"
+    paths = [
+        str(write_partition(root, "t", p, [SegmentSpec(records=2)] * 3).path) for p in range(40)
+    ]
+    extra = str(write_partition(root, "u", 0, [SegmentSpec(records=2)] * 2).path)
+    early = parallellisting.EarlyListing.start(paths, False, worker, force=True)
+    assert early is not None
+    wanted = [*paths[::3], extra]
+    got = early.take(wanted)
+    for path in wanted:
+        st = os.stat(path)
+        assert got[path] == ((st.st_ino, st.st_mtime_ns), list_partition(path, False))
+    assert early.take(wanted) == {}

@@ -20,15 +20,18 @@ import contextlib
 import fcntl
 import importlib
 import marshal
+import mmap
 import os
+import select
 import signal
 import socket
 import struct
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["ChildFailed", "WorkStream", "Worker", "can_fork"]
+__all__ = ["ChildFailed", "Claims", "WorkStream", "Worker", "can_fork"]
 
 _LENGTH = struct.Struct("<I")
 _ITEMS, _ERROR, _END = 0, 1, 2
@@ -62,6 +65,57 @@ def _threads() -> int:
         return len(os.listdir("/proc/self/task"))
     except OSError:
         return threading.active_count()
+
+
+class Claims:
+    """A list of ``count`` items done from both ends at once: the child takes them from the
+    front (``front``), this process from the back (``back``), until they meet. Neither knows
+    beforehand how fast the other goes (the child starts early; this process has imports, or
+    a broker's round trips, before its share), so a fixed split leaves one of them idle.
+
+    Two counters in memory both processes share (``memfd``, sent with the request): the
+    child's next item and this process's lowest. Each side reads the other's counter, then
+    writes its own, and does the item: a value read was written, so whatever each side skips
+    the other has taken (at worst both do the item where they meet). Counters of one
+    request only: a child still running an earlier request has its own.
+    """
+
+    def __init__(self, shared: mmap.mmap) -> None:
+        self._shared = shared
+        self._counters = memoryview(shared).cast("q")
+
+    @classmethod
+    def made(cls, count: int) -> tuple[Claims, int]:
+        """New counters for ``count`` items, and a descriptor of their memory to send."""
+        fd = os.memfd_create("diskguard-claims", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, 16)
+            claims = cls(mmap.mmap(fd, 16))
+        except BaseException:
+            os.close(fd)
+            raise
+        claims._counters[0] = 0
+        claims._counters[1] = count
+        return claims, fd
+
+    @classmethod
+    def mapped(cls, fd: int) -> Claims:
+        """The child's view of the counters the descriptor ``fd`` holds."""
+        return cls(mmap.mmap(fd, 16))
+
+    def front(self, i: int) -> bool:
+        """The child: may it do item ``i`` (the next from the front)? Then it must."""
+        if i >= self._counters[1]:
+            return False
+        self._counters[0] = i + 1
+        return True
+
+    def back(self, j: int) -> bool:
+        """This process: may it do item ``j`` (the next from the back)? Then it must."""
+        if j < self._counters[0]:
+            return False
+        self._counters[1] = j
+        return True
 
 
 class Worker:
@@ -108,33 +162,48 @@ class Worker:
         return cls(ours, pid)
 
     def stream(
-        self, produce: Callable[..., Iterable[Any]], *args: Any, chunk: int = CHUNK
+        self,
+        produce: Callable[..., Iterable[Any]],
+        *args: Any,
+        chunk: int = CHUNK,
+        claims: int | None = None,
     ) -> WorkStream:
         """``produce(*args)`` run in the child, its items streamed back (``WorkStream``).
 
         An ``OSError`` the child raises is raised again while iterating (errno, text and
         file name kept), anything else as ``ChildFailed``, both after the items before it;
-        so is the child's death. Raises ``ChildFailed`` at once when the worker is gone."""
+        so is the child's death. Raises ``ChildFailed`` at once when the worker is gone.
+        ``claims``: a count of items this process and the child share from both ends
+        (``Claims``): the child gets its side as a last argument, ``WorkStream.claims`` is
+        this process's."""
         if self._current is not None:
             self._current.close()
             self._current = None
         if self._sock is None:
             raise ChildFailed("the worker is closed")
+        shared: tuple[Claims, int] | None = None
+        if claims is not None:
+            try:
+                shared = Claims.made(claims)
+            except OSError as exc:
+                raise ChildFailed(f"no memory to share ({exc.strerror or exc})") from exc
         request = marshal.dumps((produce.__module__, produce.__qualname__, args, chunk))
         read_fd, write_fd = os.pipe()
         with contextlib.suppress(OSError, AttributeError):  # a bigger pipe where allowed
             fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        fds = [write_fd] if shared is None else [write_fd, shared[1]]
         try:
             # The pipe's write end travels with the length (SCM_RIGHTS); the body follows.
-            socket.send_fds(self._sock, [_LENGTH.pack(len(request))], [write_fd])
+            socket.send_fds(self._sock, [_LENGTH.pack(len(request))], fds)
             self._sock.sendall(request)
         except OSError as exc:
             os.close(read_fd)
             self.close()
             raise ChildFailed(f"the worker is gone ({exc.strerror or exc})") from exc
         finally:
-            os.close(write_fd)
-        self._current = WorkStream(read_fd)
+            for fd in fds:
+                os.close(fd)
+        self._current = WorkStream(read_fd, None if shared is None else shared[0])
         return self._current
 
     def close(self) -> None:
@@ -158,35 +227,69 @@ class Worker:
 
 class WorkStream:
     """The items of one request to a ``Worker``, in order. ``close`` (or reading to the end)
-    ends it: a child still producing gets a broken pipe and waits for the next request."""
+    ends it: a child still producing gets a broken pipe and waits for the next request.
+    ``drain`` takes what has come so far without waiting, so that a child working ahead is
+    not held up by a full pipe while this process does something else."""
 
-    def __init__(self, read_fd: int) -> None:
-        self._file: Any = os.fdopen(read_fd, "rb")
+    def __init__(self, read_fd: int, claims: Claims | None = None) -> None:
+        self._fd: int | None = read_fd
+        self._buffer = bytearray()
+        self._ready: deque[Any] = deque()
+        #: The child's last word came (after the items in ``_ready``): the end, or ``_failure``.
+        self._over = False
+        self._failure: BaseException | None = None
+        self.claims = claims
 
     def __iter__(self) -> Iterator[Any]:
-        if self._file is None:
-            return
-        read = self._file.read
+        ready = self._ready
         while True:
-            head = read(_LENGTH.size)
-            if len(head) < _LENGTH.size:
+            while ready:
+                yield ready.popleft()
+            if self._over:
+                self.close()
+                failure, self._failure = self._failure, None
+                if failure is not None:
+                    raise failure
+                return
+            if self._fd is None:
+                return
+            chunk = os.read(self._fd, PIPE_BYTES)
+            if not chunk:
                 self.close()
                 raise ChildFailed("the worker ended before its work was done")
-            body = read(_LENGTH.unpack(head)[0])
-            kind, payload = marshal.loads(body)
+            self._take(chunk)
+
+    def drain(self) -> None:
+        """Read whatever the child has sent by now, without waiting for more."""
+        while self._fd is not None and not self._over and select.select([self._fd], [], [], 0)[0]:
+            chunk = os.read(self._fd, PIPE_BYTES)
+            if not chunk:
+                return  # the child is gone: iterating says so
+            self._take(chunk)
+
+    def _take(self, chunk: bytes) -> None:
+        """Decode every whole message received so far."""
+        buffer = self._buffer
+        buffer += chunk
+        at = 0
+        while len(buffer) - at >= _LENGTH.size and not self._over:
+            (size,) = _LENGTH.unpack_from(buffer, at)
+            end = at + _LENGTH.size + size
+            if len(buffer) < end:
+                break
+            kind, payload = marshal.loads(buffer[at + _LENGTH.size : end])
+            at = end
             if kind == _ITEMS:
-                yield from payload
-            elif kind == _END:
-                self.close()
-                return
+                self._ready.extend(payload)
             else:
-                self.close()
-                raise _raised(payload)
+                self._over = True
+                self._failure = None if kind == _END else _raised(payload)
+        del buffer[:at]
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __del__(self) -> None:
         self.close()
@@ -199,26 +302,30 @@ def _work(sock: socket.socket) -> None:
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it with the parent
         while (request := _receive(sock)) is not None:
-            (module, name, args, chunk), fd = request
+            (module, name, args, chunk), fds = request
             try:
-                _serve(module, name, args, fd, chunk)
+                if len(fds) > 1:
+                    args = (*args, Claims.mapped(fds[1]))
+                _serve(module, name, args, fds[0], chunk)
             finally:
-                os.close(fd)
+                for fd in fds:
+                    os.close(fd)
     except BaseException:
         code = 1
     finally:
         os._exit(code)
 
 
-def _receive(sock: socket.socket) -> tuple[Any, int] | None:
-    """The next request and its pipe's write end, or None once the parent closed its end."""
-    head, fds, _flags, _addr = socket.recv_fds(sock, _LENGTH.size, 1)
+def _receive(sock: socket.socket) -> tuple[Any, list[int]] | None:
+    """The next request and its pipe's write end (then its claims' memory, if it has some),
+    or None once the parent closed its end."""
+    head, fds, _flags, _addr = socket.recv_fds(sock, _LENGTH.size, 2)
     if not head:
         return None
-    if len(fds) != 1:
+    if not 1 <= len(fds) <= 2:
         raise ChildFailed("a request without its pipe")
     head += _exactly(sock, _LENGTH.size - len(head))
-    return marshal.loads(_exactly(sock, _LENGTH.unpack(head)[0])), fds[0]
+    return marshal.loads(_exactly(sock, _LENGTH.unpack(head)[0])), fds
 
 
 def _exactly(sock: socket.socket, size: int) -> bytes:

@@ -1,9 +1,11 @@
-"""Listing many partition dirs on two cores: every other one in a forked worker (edge).
+"""Listing many partition dirs on two cores: a forked worker and this process meet (edge).
 
 Why: listing 1,000 partition dirs of 300 files each is ~0.16 s of a one-shot ``plan``, half of it
 Python per name, on one core of a machine that has more (a plan should take no longer than ``du``
-of the same tree). The worker (``host.forked.Worker``) lists every other dir (interleaved, so
-neither half is all of one big topic) while this process lists the rest; each listing is the same
+of the same tree). The worker (``host.forked.Worker``) lists the dirs from the first on while this
+process lists them from the last back, until the two meet (``host.forked.Claims``): the worker
+starts early (before the plan's imports, or its broker round trips) and this process's share is
+what is left when it comes to it, however long that took. Each listing is the same
 ``list_partition`` with the same ``stat`` key ``ListingCache`` keeps it under. What fails for one
 dir (vanished, unreadable) is kept as that dir's ``OSError`` and raised where the scan asks for
 it, as if it had been listed there and then.
@@ -19,7 +21,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from diskguard.host.forked import ChildFailed, Worker, WorkStream
+from diskguard.host.forked import ChildFailed, Claims, Worker, WorkStream
 from diskguard.kafkalog.listing import LinkedFile, PartitionListing, list_partition
 
 __all__ = ["MIN_DIRS", "EarlyListing", "Listed", "list_in_parallel"]
@@ -40,12 +42,16 @@ def list_in_parallel(
 
 
 class EarlyListing:
-    """The worker lists every other one of ``paths`` from now on; ``take`` lists the rest
-    here and gathers the worker's."""
+    """The worker lists ``paths`` from the first on from now on; ``take`` lists them from the
+    last back here until the two meet, and gathers the worker's."""
+
+    #: While listing its share, this process takes what the worker sent every this many dirs
+    #: (a worker whose pipe is full waits: a million segments' bases fill it in ~200 dirs).
+    DRAIN_EVERY = 16
 
     def __init__(self, paths: Sequence[str], full: bool, stream: WorkStream) -> None:
         self.full = full
-        self._theirs = list(paths[1::2])
+        self._paths = list(paths)
         self._stream: WorkStream | None = stream
 
     @classmethod
@@ -55,7 +61,9 @@ class EarlyListing:
         if worker is None or (not force and len(paths) < MIN_DIRS):
             return None
         try:
-            return cls(paths, full, worker.stream(listed_plain, list(paths[1::2]), full))
+            return cls(
+                paths, full, worker.stream(listed_plain, list(paths), full, claims=len(paths))
+            )
         except ChildFailed:
             return None  # the worker is gone: one core does it all
 
@@ -66,26 +74,48 @@ class EarlyListing:
             self._stream = None
 
     def take(self, paths: Sequence[str]) -> dict[str, Listed]:
-        """The listings of ``paths``: this process lists those not the worker's, then takes
-        the worker's (every one it listed, whether in ``paths`` or not). {} if taken before.
-        A worker that failed on its share costs nothing but the time: the scan lists them."""
+        """The listings of ``paths``: this process lists from the last of the worker's list
+        back until it meets the worker, then takes the worker's (every one it listed, whether
+        in ``paths`` or not); a path the worker was not given is listed here. {} if taken
+        before. A worker that failed on its share costs nothing but the time: the scan lists
+        those of its dirs it did not send."""
         stream, self._stream = self._stream, None
         if stream is None:
             return {}
-        theirs = set(self._theirs)
-        out = {p: _listed(p, self.full) for p in paths if p not in theirs}
+        early = self._paths
+        wanted = set(paths)
+        claims = stream.claims
+        assert claims is not None
+        out: dict[str, Listed] = {}
+        drain_at = len(early) - self.DRAIN_EVERY
+        for j in range(len(early) - 1, -1, -1):
+            if not claims.back(j):
+                break
+            if early[j] in wanted:
+                out[early[j]] = _listed(early[j], self.full)
+            if j <= drain_at:
+                stream.drain()
+                drain_at = j - self.DRAIN_EVERY
         with contextlib.closing(stream):
             try:
-                for path, item in zip(self._theirs, stream, strict=True):
-                    out[path] = _from_plain(item)
-            except (ChildFailed, ValueError):
+                for path, item in zip(early, stream, strict=False):
+                    if path not in out:  # where the two met, both may have listed it
+                        out[path] = _from_plain(item)
+            except ChildFailed:
                 pass  # the rest are listed one by one where the scan asks for them
+        given = set(early)
+        for path in paths:
+            if path not in given:
+                out[path] = _listed(path, self.full)
         return out
 
 
-def listed_plain(paths: list[str], full: bool) -> Iterator[tuple[Any, ...]]:
-    """The worker's side: each path's ``_listed`` as plain data for ``marshal``."""
-    for path in paths:
+def listed_plain(paths: list[str], full: bool, claims: Claims) -> Iterator[tuple[Any, ...]]:
+    """The worker's side: ``paths`` from the first on, each ``_listed`` as plain data for
+    ``marshal``, until this process has taken the next (``Claims``)."""
+    for i, path in enumerate(paths):
+        if not claims.front(i):
+            return
         yield _listed_plain(path, full)
 
 

@@ -553,10 +553,19 @@ class RetentionCycle:
             return chosen
         here = self.local_broker_id
         with_placement = []
+        # Per partition, not per deletion: a plan deletes ~10 segments of each.
+        facts: dict[tuple[str, int], tuple[int | None, tuple[int, ...], tuple[int, ...]]] = {}
         for d in chosen.deletions:
-            leader, replicas = placement.get((d.topic, d.partition), (-1, ()))
-            also = tuple(r for r in replicas if r != here)
-            with_placement.append(placed(d, leader if leader >= 0 else None, replicas, also))
+            known = facts.get((d.topic, d.partition))
+            if known is None:
+                leader, replicas = placement.get((d.topic, d.partition), (-1, ()))
+                also = tuple(r for r in replicas if r != here)
+                known = facts[(d.topic, d.partition)] = (
+                    leader if leader >= 0 else None,
+                    replicas,
+                    also,
+                )
+            with_placement.append(placed(d, *known))
         return replace(chosen, deletions=tuple(with_placement))
 
     def _policies_soon(self) -> Callable[[], bool] | None:

@@ -156,7 +156,7 @@ def test_a_worker_forked_first_serves_beside_threads_started_after() -> None:
         "worker = Worker.start()\n"
         "stop = threading.Event()\n"
         "threading.Thread(target=stop.wait).start()\n"
-        "items = worker.stream(listed_plain, ['/', '/gone'], False, claims=2)\n"
+        "items = worker.stream(listed_plain, ['/', '/gone'], False, None, claims=2)\n"
         "print(can_fork(), len(list(items)))\n"
         "stop.set()\n"
     )
@@ -171,7 +171,7 @@ def test_output_buffered_before_the_fork_is_written_once() -> None:
         "from diskguard.host.forked import Worker\n"
         "from diskguard.kafkalog.parallellisting import listed_plain\n"
         "w = Worker.start()\n"
-        "print(len(list(w.stream(listed_plain, ['/'], False, claims=1))))\n"
+        "print(len(list(w.stream(listed_plain, ['/'], False, None, claims=1))))\n"
         "w.close()\n"
     )
     assert _python(code).stdout == "before 1\n"
@@ -210,7 +210,7 @@ def test_a_worker_whose_parent_dies_does_not_outlive_it() -> None:
         "from diskguard.host.forked import Worker\n"
         "from diskguard.kafkalog.parallellisting import listed_plain\n"
         "w = Worker.start()\n"
-        "stream = w.stream(listed_plain, ['/'] * 100000, False, chunk=16, claims=100000)\n"
+        "stream = w.stream(listed_plain, ['/'] * 100000, False, None, chunk=16, claims=100000)\n"
         "next(iter(stream))\n"
         "print(w.pid, flush=True)\n"
         "os.kill(os.getpid(), 9)\n"

@@ -6,13 +6,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from diskguard.commands.plan import DATE_AHEAD
 from diskguard.host import forked
 from diskguard.host.forked import Worker
+from diskguard.kafkalog import parallellisting
 from diskguard.kafkalog.dating import AgeCache, SegmentFileReader
+from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage
 from diskguard.kafkalog.scan import scan_log_dir
 from diskguard.kafkalog.topicpolicy import ProtectionRule
@@ -280,3 +285,49 @@ def test_a_traced_walk_on_two_cores_gives_the_facts_as_a_second_walk_on_one(
         assert same == second
     else:
         assert same is None
+
+
+def dated_ahead_count() -> Iterator[int]:
+    """In the worker: how many heads it has dated (ahead, or in a walk)."""
+    yield len(parallelheads._WORKER_DATED)
+
+
+@pytest.mark.parametrize("limit", [49.9, 47.0, 40.0, 10.0])
+@pytest.mark.parametrize("share", ["all", "some"])
+def test_heads_dated_ahead_plan_what_one_core_plans(
+    tmp_path: Path, limit: float, share: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan command's way: the worker lists from one end (``parallellisting``), dates
+    its listings' heads ahead while this process scans (``date_ahead``), then walks those
+    partitions from what it dated: the deletions and the warnings (their order too) of
+    one core, none from a head only the dating ahead read."""
+    root = tmp_path / "logs"
+    _tree(root)
+    one = _plan(_filesystem(root), limit, parallel=False)
+    monkeypatch.setattr(parallellisting, "MIN_DIRS", 0)
+    with forced_worker() as worker:
+        cache = ListingCache.started([str(root)], False, worker, DATE_AHEAD)
+        # This process lets the worker list them all (it would meet it halfway otherwise,
+        # or list them all itself first: 13 dirs), so that the worker walks them all.
+        stream = cache._early._stream  # type: ignore[union-attr]
+        deadline = time.monotonic() + 120
+        while not stream._over and time.monotonic() < deadline:  # type: ignore[union-attr]
+            stream.drain()  # type: ignore[union-attr]
+            time.sleep(0.01)
+        log_dir = scan_log_dir(
+            str(root), "/data", ProtectionRule(assume_delete_policy=(".*",)), cache=cache
+        )
+        assert len(cache.listed_by_worker) == 13, "the worker listed every dir"
+        dated = list(worker.stream(dated_ahead_count))
+        assert dated[0] >= 4, "the worker dated heads before the walk asked for any"
+        used = sum(st.st_blocks * 512 for st in map(os.lstat, _files(root)))
+        fs = Filesystem(FilesystemUsage("/data", "/dev/x", used * 2, used, used), (log_dir,))
+        reader = SegmentFileReader()
+        ahead = sorted(cache.listed_by_worker)
+        # "some": as if this process had listed the others (it walks some of those).
+        heads = parallel_heads(
+            reader, worker, 0, dated_ahead=ahead if share == "all" else ahead[::2]
+        )
+        _fs_plan, chosen = plan_filesystem(fs, Limits(limit, limit), reader, heads=heads)
+    assert (chosen, reader.warnings) == one
+    assert one[0], "the limit leaves something to delete"

@@ -368,13 +368,20 @@ def plan_command(config_path: Path, as_json: bool) -> None:
     cli.leave_process()
 
 
+#: What the worker does once it has listed its share: date those partitions' heads ahead of
+#: the walk (named, not imported: the planner's modules load after the fork).
+DATE_AHEAD = ("diskguard.retention.parallelheads", "date_ahead")
+
+
 def _plan(config: Config) -> CycleOutcome:
     # Forked first, while this process has no other thread (the Kafka client's would make a
     # fork unsafe); it starts listing before this process loads the cycle's modules. With a
     # broker, a second child asks it what needs kafka-python (``earlylogdirs``).
     worker = Worker.start()
     asker = Worker.start() if worker is not None and config.broker.bootstrap_servers else None
-    listings = ListingCache.started(config.broker.log_dirs, has_byte_budget(config), worker)
+    listings = ListingCache.started(
+        config.broker.log_dirs, has_byte_budget(config), worker, DATE_AHEAD
+    )
     log_dirs = None
     if asker is not None:
         from diskguard.retention.earlylogdirs import ask_in_child

@@ -370,6 +370,8 @@ class ListingCache:
         #: one-shot commands only.
         self.worker = worker
         self._early: EarlyListing | None = None
+        #: The partition dirs the worker listed (their listings are also the worker's).
+        self.listed_by_worker: frozenset[str] = frozenset()
         self._prefetched: dict[str, tuple[tuple[int, int], PartitionListing] | OSError] = {}
         self._entries: dict[str, tuple[tuple[int, int], PartitionListing]] = {}
         #: Listings of dirs changed within ``settle_s``, made since the last ``prune`` (the
@@ -393,18 +395,25 @@ class ListingCache:
 
     @classmethod
     def started(
-        cls, log_dirs: Iterable[str | os.PathLike[str]], full: bool, worker: Worker | None
+        cls,
+        log_dirs: Iterable[str | os.PathLike[str]],
+        full: bool,
+        worker: Worker | None,
+        then: tuple[str, str] | None = None,
     ) -> ListingCache:
         """A cache whose worker lists its share of ``log_dirs`` from now on (``start_early``)."""
         cache = cls(worker=worker)
-        cache.start_early([os.fspath(d) for d in log_dirs], full)
+        cache.start_early([os.fspath(d) for d in log_dirs], full, then)
         return cache
 
-    def start_early(self, log_dirs: Iterable[str], full: bool) -> None:
+    def start_early(
+        self, log_dirs: Iterable[str], full: bool, then: tuple[str, str] | None = None
+    ) -> None:
         """With a worker: it starts listing its share of the log dirs' partition dirs now,
         while this process does what comes before the scan (the broker's round trips);
         ``prefetch`` takes what it listed. A log dir that cannot be listed is left to the
-        scan, which says why."""
+        scan, which says why. ``then``: what the worker does with its listings afterwards
+        (``parallellisting.listed_plain``)."""
         if self.worker is None:
             return
         from diskguard.kafkalog.parallellisting import EarlyListing
@@ -415,7 +424,7 @@ class ListingCache:
                 paths.extend(live_partition_dirs(self.log_dir_entries(log_dir)))
             except OSError:
                 continue
-        self._early = EarlyListing.start(paths, full, self.worker)
+        self._early = EarlyListing.start(paths, full, self.worker, then=then)
 
     def prefetch(self, paths: list[str], full: bool) -> None:
         """With a worker: list the dirs among ``paths`` never listed before, on two cores
@@ -429,6 +438,7 @@ class ListingCache:
         early, self._early = self._early, None
         if early is not None and (early.full or not full):
             self._prefetched.update(early.take(wanted))
+            self.listed_by_worker = early.listed_by_worker
         else:
             if early is not None:
                 early.close()  # names only, where this scan stats every file

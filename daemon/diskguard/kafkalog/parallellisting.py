@@ -17,11 +17,12 @@ it then overlaps) and taken later (``EarlyListing.take``), with this process's s
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from diskguard.host.forked import ChildFailed, Claims, Worker, WorkStream
+from diskguard.host.forked import ChildFailed, Claims, Worker, WorkStream, meanwhile
 from diskguard.kafkalog.listing import LinkedFile, PartitionListing, list_partition
 
 __all__ = ["MIN_DIRS", "EarlyListing", "Listed", "list_in_parallel"]
@@ -53,16 +54,27 @@ class EarlyListing:
         self.full = full
         self._paths = list(paths)
         self._stream: WorkStream | None = stream
+        #: Once taken: the dirs the worker listed (and holds the listings of).
+        self.listed_by_worker: frozenset[str] = frozenset()
 
     @classmethod
     def start(
-        cls, paths: Sequence[str], full: bool, worker: Worker | None, force: bool = False
+        cls,
+        paths: Sequence[str],
+        full: bool,
+        worker: Worker | None,
+        force: bool = False,
+        then: tuple[str, str] | None = None,
     ) -> EarlyListing | None:
+        """``then``: (module, function) the worker calls with what it listed, as
+        ``listed_plain`` says."""
         if worker is None or (not force and len(paths) < MIN_DIRS):
             return None
         try:
             return cls(
-                paths, full, worker.stream(listed_plain, list(paths), full, claims=len(paths))
+                paths,
+                full,
+                worker.stream(listed_plain, list(paths), full, then, claims=len(paths)),
             )
         except ChildFailed:
             return None  # the worker is gone: one core does it all
@@ -96,13 +108,16 @@ class EarlyListing:
             if j <= drain_at:
                 stream.drain()
                 drain_at = j - self.DRAIN_EVERY
+        theirs = []
         with contextlib.closing(stream):
             try:
                 for path, item in zip(early, stream, strict=False):
+                    theirs.append(path)
                     if path not in out:  # where the two met, both may have listed it
                         out[path] = _from_plain(item)
             except ChildFailed:
                 pass  # the rest are listed one by one where the scan asks for them
+        self.listed_by_worker = frozenset(theirs)
         given = set(early)
         for path in paths:
             if path not in given:
@@ -110,13 +125,25 @@ class EarlyListing:
         return out
 
 
-def listed_plain(paths: list[str], full: bool, claims: Claims) -> Iterator[tuple[Any, ...]]:
+def listed_plain(
+    paths: list[str], full: bool, then: tuple[str, str] | None, claims: Claims
+) -> Iterator[tuple[Any, ...]]:
     """The worker's side: ``paths`` from the first on, each ``_listed`` as plain data for
-    ``marshal``, until this process has taken the next (``Claims``)."""
+    ``marshal``, until this process has taken the next (``Claims``). ``then``: a function
+    (module, name) called with the ``(path, PartitionListing)`` of each dir listed here; what
+    it returns is stepped through while the worker waits for its next request
+    (``forked.meanwhile``)."""
+    listed: list[tuple[str, PartitionListing]] = []
     for i, path in enumerate(paths):
         if not claims.front(i):
-            return
-        yield _listed_plain(path, full)
+            break
+        got = _listed(path, full)
+        if not isinstance(got, OSError):
+            listed.append((path, got[1]))
+        yield _plain(got)
+    if then is not None:
+        module, name = then
+        meanwhile(getattr(importlib.import_module(module), name)(listed))
 
 
 def _listed(path: str, full: bool) -> Listed:
@@ -127,9 +154,8 @@ def _listed(path: str, full: bool) -> Listed:
         return exc
 
 
-def _listed_plain(path: str, full: bool) -> tuple[Any, ...]:
-    """``_listed`` as plain data for ``marshal`` (the child's side)."""
-    got = _listed(path, full)
+def _plain(got: Listed) -> tuple[Any, ...]:
+    """``_listed``'s result as plain data for ``marshal`` (the child's side)."""
     if isinstance(got, OSError):
         return (False, got.errno, got.strerror, got.filename)
     key, lst = got

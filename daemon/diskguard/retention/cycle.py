@@ -486,7 +486,11 @@ class RetentionCycle:
             reader = SegmentFileReader(None, self._dated if mode == BROKER else None)
         else:
             reader = SegmentFileReader(self.inputs.ages)
-        heads = parallel_heads(reader, self.worker) if self.read_only else LocalHeads
+        heads = (
+            parallel_heads(reader, self.worker, dated_ahead=self.inputs.cache.listed_by_worker)
+            if self.read_only
+            else LocalHeads
+        )
         standing_of = self.ceilings.standing_of(mode)
         covered = self._covered  # what the ladder's lossless rungs free first
         # Traced where a second walk would read nothing new (``dated``): a one-shot plan's

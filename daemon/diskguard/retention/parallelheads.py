@@ -24,12 +24,15 @@ it gave, so the second walk reads no file again and its warnings are again those
 
 from __future__ import annotations
 
+import heapq
+import os
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from diskguard.host.forked import ChildFailed, Worker, WorkStream
 from diskguard.kafkalog.dating import Dated, SegmentFileReader
-from diskguard.kafkalog.model import Partition, SegmentInfo, segment_info
+from diskguard.kafkalog.listing import PartitionListing
+from diskguard.kafkalog.model import Partition, SegmentInfo, parse_partition_dir, segment_info
 from diskguard.retention.order import HeadKey, new_named
 from diskguard.retention.planner import (
     CommittedOffsets,
@@ -41,7 +44,7 @@ from diskguard.retention.planner import (
     SegmentReader,
 )
 
-__all__ = ["MIN_PARTITIONS", "parallel_heads"]
+__all__ = ["MIN_PARTITIONS", "date_ahead", "parallel_heads"]
 
 #: Below this many partitions a fork costs more than it saves.
 MIN_PARTITIONS = 256
@@ -49,15 +52,25 @@ MIN_PARTITIONS = 256
 #: also merges and builds the plan, so it takes less than half (measured: 2/5 left both
 #: processes done at about the same time on a 2-core machine; 1/2 and 1/3 were slower).
 OWN_SHARE = (2, 5)
+#: The same where the worker has dated its own listings' heads ahead (``date_ahead``): this
+#: process walks at most this share, and only partitions it listed itself.
+OWN_SHARE_DATED_AHEAD = (3, 10)
+#: How far ``date_ahead`` goes: this many heads per partition on average (a plan seldom
+#: takes more; the rest would be work for nothing on a core others may want).
+AHEAD_PER_PARTITION = 16
 
 
 def parallel_heads(
-    reader: SegmentFileReader, worker: Worker | None, min_partitions: int | None = None
+    reader: SegmentFileReader,
+    worker: Worker | None,
+    min_partitions: int | None = None,
+    dated_ahead: Collection[str] = (),
 ) -> HeadsFactory:
     """A ``HeadsFactory`` for plans that date through ``reader`` (its warnings get the
     child's): on two cores with ``worker`` where worth it (``min_partitions``, default
-    ``MIN_PARTITIONS``), else ``LocalHeads``. The worker remembers what it read when
-    ``reader`` remembers anything (a broker-mode plan plans twice)."""
+    ``MIN_PARTITIONS``), else ``LocalHeads``. The worker remembers what it read (a
+    broker-mode plan plans twice) and what it dated ahead: ``dated_ahead``, the partition
+    dirs it listed (``parallellisting``), which it walks itself."""
 
     def factory(
         parts: Sequence[Partition],
@@ -68,12 +81,7 @@ def parallel_heads(
         least = MIN_PARTITIONS if min_partitions is None else min_partitions
         if worker is None or len(parts) < least:
             return LocalHeads(parts, read, committed, led_here)
-        num, den = OWN_SHARE
-        # Spread out, not a block: partitions of one topic sit together and may be the
-        # oldest of all; either process gets some of every topic. A protected partition
-        # has no head (``LocalHeads``): not sent.
-        mine_parts = [p for i, p in enumerate(parts) if (i * num) % den < num]
-        theirs = [p for i, p in enumerate(parts) if (i * num) % den >= num and not p.protected]
+        mine_parts, theirs = _shares(parts, dated_ahead)
         names = {(p.topic, p.partition) for p in theirs}
         try:
             stream = worker.stream(
@@ -81,7 +89,6 @@ def parallel_heads(
                 [_plain(p) for p in theirs],
                 {k: dict(v) for k, v in committed.items() if k in names},
                 None if led_here is None else [k for k in led_here if k in names],
-                reader.ages is not None or reader.dated is not None,
             )
         except ChildFailed:
             return LocalHeads(parts, read, committed, led_here)  # the worker is gone
@@ -103,6 +110,29 @@ def parallel_heads(
     return factory
 
 
+def _shares(
+    parts: Sequence[Partition], dated_ahead: Collection[str]
+) -> tuple[list[Partition], list[Partition]]:
+    """Which partitions this process walks and which the worker does. Spread out, not a
+    block: partitions of one topic sit together and may be the oldest of all. Without
+    ``dated_ahead``, every ``OWN_SHARE`` of them here; with it, the worker walks every
+    partition it dated ahead and this process at most ``OWN_SHARE_DATED_AHEAD`` of all, of
+    the rest. A protected partition has no head (``LocalHeads``): not sent."""
+    if not dated_ahead:
+        num, den = OWN_SHARE
+        mine = [p for i, p in enumerate(parts) if (i * num) % den < num]
+        theirs = [p for i, p in enumerate(parts) if (i * num) % den >= num and not p.protected]
+        return mine, theirs
+    ahead = dated_ahead if isinstance(dated_ahead, (set, frozenset)) else set(dated_ahead)
+    rest = [i for i, p in enumerate(parts) if p.path not in ahead]
+    num, den = OWN_SHARE_DATED_AHEAD
+    keep = min(len(rest), len(parts) * num // den)
+    chosen = {rest[k * len(rest) // keep] for k in range(keep)} if keep else set()
+    mine = [p for i, p in enumerate(parts) if i in chosen]
+    theirs = [p for i, p in enumerate(parts) if i not in chosen and not p.protected]
+    return mine, theirs
+
+
 def _plain(part: Partition) -> tuple[Any, ...]:
     """What dating and walking a partition read of it, as plain data for the worker."""
     return (
@@ -116,9 +146,8 @@ def _plain(part: Partition) -> tuple[Any, ...]:
     )
 
 
-#: What the worker dated: a broker-mode plan walks twice (the second time knowing the consumer
-#: offsets and leaders), and its second walk reads no file its first read (the worker lives
-#: for one command).
+#: What the worker dated (the worker lives for one command): ahead of the walk
+#: (``date_ahead``), and in a broker-mode plan's first walk, which its second reads again.
 _WORKER_DATED: Dated = {}
 
 
@@ -126,15 +155,54 @@ def walk_share(
     plain: list[tuple[Any, ...]],
     committed: dict[tuple[str, int], dict[str, int]],
     led_here: list[tuple[str, int]] | None,
-    remember: bool,
 ) -> Iterator[Any]:
     """The worker's side: its share of the partitions walked (``_walk_half``)."""
     parts = [
         Partition(log_dir, topic, partition, path, bases, start, txn_indexes=txn)
         for log_dir, topic, partition, path, bases, start, txn in plain
     ]
-    reader = SegmentFileReader(None, _WORKER_DATED if remember else None)
+    reader = SegmentFileReader(None, _WORKER_DATED)
     yield from _walk_half(parts, reader, committed, None if led_here is None else set(led_here))
+
+
+def date_ahead(listed: list[tuple[str, PartitionListing]]) -> Iterator[None]:
+    """The worker, once it has listed its share (``parallellisting``), while this process
+    is still busy: date the heads of those partitions a walk would come to first, into
+    ``_WORKER_DATED``, one a step (``forked.meanwhile``: the walk's request stops it).
+
+    Every partition's first candidate, then the oldest next as if every head were chosen,
+    up to ``AHEAD_PER_PARTITION`` on average. Reading ahead changes nothing a plan says: a
+    head dated here is what dating it in the walk would give, with the same warnings
+    (``SegmentFileReader.dated``), only read a moment earlier, as its listing was."""
+    reader = SegmentFileReader(None, _WORKER_DATED)
+    parts = []
+    for path, listing in listed:
+        name = parse_partition_dir(os.path.basename(path))
+        if name is not None and len(listing.bases) > 1:
+            parts.append(
+                Partition(
+                    os.path.dirname(path),
+                    name.topic,
+                    name.partition,
+                    path,
+                    listing.bases,
+                    txn_indexes=listing.txn_indexes,
+                )
+            )
+    heap = []
+    for i, part in enumerate(parts):
+        heap.append((reader(part, part.base_offsets[0]).max_timestamp_ms, i, 0))
+        yield None
+    heapq.heapify(heap)
+    for _ in range(AHEAD_PER_PARTITION * len(parts)):
+        if not heap:
+            return
+        _ts, i, index = heapq.heappop(heap)
+        part = parts[i]
+        if index + 2 < len(part.base_offsets):  # the next is closed too
+            info = reader(part, part.base_offsets[index + 1])
+            heapq.heappush(heap, (info.max_timestamp_ms, i, index + 1))
+        yield None
 
 
 class _Capture:

@@ -160,6 +160,20 @@ def cli() -> None:
     """Keeps a Kafka broker's disks from filling (KIP-61 retention, flow control, snapshots)."""
 
 
+def write_out(text: bytes) -> None:
+    """``text`` and a newline to stdout, as bytes where stdout has them (ASCII: the same
+    bytes its text layer would write), after what that layer holds."""
+    sys.stdout.flush()
+    raw = getattr(sys.stdout, "buffer", None)
+    if raw is None:
+        sys.stdout.write(text.decode("ascii") + "\n")
+        sys.stdout.flush()
+        return
+    raw.write(text)
+    raw.write(b"\n")
+    raw.flush()
+
+
 def leave_process() -> None:
     """End a one-shot command's own process now, its output written: exit 0 without freeing.
 

@@ -18,7 +18,7 @@ from diskguard.progress import progress
 from diskguard.retention.ceilings import has_byte_budget
 from diskguard.retention.mode import DRY_RUN, OFFLINE, REFUSED
 from diskguard.retention.order import order_text
-from diskguard.retention.report import dumps, ladder_json, plan_json
+from diskguard.retention.report import dumps_ascii, ladder_json, plan_json
 from diskguard.units import MAX_DATETIME_MS, format_bytes, format_timestamp_ms_utc, plural
 
 if TYPE_CHECKING:
@@ -357,8 +357,7 @@ def plan_command(config_path: Path, as_json: bool) -> None:
             data["scope"] = CLUSTER_SCOPE if outcome.mode.mode == "broker" else "local"
             # Not click.echo: off a terminal it runs an ANSI-stripping regex over all of it
             # (~7 ms for a 10,000-deletion plan's 4.9 MB), and JSON holds no escape codes.
-            sys.stdout.write(dumps(data) + "\n")
-            sys.stdout.flush()
+            cli.write_out(dumps_ascii(data))
             for warning in outcome.warnings:
                 click.echo(f"warning: {warning}", err=True)
         else:

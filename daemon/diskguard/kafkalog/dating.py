@@ -3,6 +3,10 @@
 KIP-61 deletes the globally oldest segments first, and "oldest" is Kafka's own
 ``LogSegment.largestTimestamp``: read here from the ``.timeindex`` tail and, where that is
 not enough, the ``.log`` tail (``SegmentFileReader``), cached across cycles (``AgeCache``).
+
+Size: over 400 lines on purpose: the general read and its short way for a cleanly rolled
+segment (``_cleanly_rolled``) must give the same answer; apart, each would have to be read
+beside the other.
 """
 
 from __future__ import annotations

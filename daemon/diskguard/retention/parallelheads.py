@@ -2,12 +2,12 @@
 
 Why: after listing, a one-shot ``plan`` over 1,000 partitions spends most of its time dating the
 heads it walks, ~11 µs each in syscalls and Python, one after another on one core (a cold plan
-should take no longer than ``du`` of the same tree). Here three partitions in five (spread out, so
-both shares hold some of every topic) are walked in a forked child (``host.forked.Worker``, forked
-before the Kafka client's threads exist, so a plan in broker mode has it too) while this
-process walks the rest; the planner merges the two queues (``MergedHeads``). The plan is the one a
-single heap gives: keys are unique, so the merge of two key-ordered queues is the order of
-one.
+should take no longer than ``du`` of the same tree). Here most partitions are walked in a forked
+child (``host.forked.Worker``, forked before the Kafka client's threads exist, so a plan in broker
+mode has it too) while this process walks the rest (``_shares``); the planner merges the two
+queues (``MergedHeads``). The plan is the one a single heap gives: keys are unique, so the merge
+of two key-ordered queues is the order of one. The child has dated the heads of the partitions it
+listed while this process was still scanning (``date_ahead``), and walks those.
 
 The child cannot know which of its heads the plan chooses, so it walks its share as if every
 head were chosen, up to a pipe's worth ahead of the plan, and stops when the plan closes the
@@ -16,10 +16,10 @@ dating its successor gave, and they are kept only when the plan chooses that hea
 warnings of every partition's first head, dated before any choice, come first, in partition
 order — the warnings, and their order, of a plan on one core.
 
-Only for a one-shot plan, only with many partitions (sending them costs ~1 ms). A broker-mode
-plan walks twice (the second time knowing consumer offsets and leaders): the worker remembers
-what it read as this process does (``SegmentFileReader.dated``), each read with the warnings
-it gave, so the second walk reads no file again and its warnings are again those of one core.
+Only for a one-shot plan, only with many partitions (sending them costs ~1 ms). The worker
+remembers what it read (``SegmentFileReader.dated``), each read with the warnings it gave: what
+it dated ahead is read from there, and a broker-mode plan that walks twice (the second time
+knowing consumer offsets and leaders) reads no file again; the warnings are those of one core.
 """
 
 from __future__ import annotations

@@ -102,19 +102,26 @@ def dumps(value: Any, pretty: bool | None = None) -> str:
     that is not finite, which the json module wrote as the invalid `NaN`, is `null`.)
     ``pretty=None`` decides from whether stdout is a terminal.
     """
+    return dumps_ascii(value, pretty).decode("ascii")
+
+
+def dumps_ascii(value: Any, pretty: bool | None = None) -> bytes:
+    """``dumps``' text as the ASCII bytes it is (the json module escapes the rest), for a
+    command that writes it to stdout's bytes: a 10,000-deletion plan's 9 MB decoded, joined
+    to a newline and encoded again by the text layer cost ~4x orjson's own time."""
     if pretty is None:
         pretty = sys.stdout.isatty()
     if pretty:
-        return json.dumps(value, indent=2)
+        return json.dumps(value, indent=2).encode("ascii")
     try:
         fast = orjson.dumps(value) if orjson is not None else b""
     except TypeError:  # orjson.JSONEncodeError: what it refuses, the json module writes
         fast = b""
     if fast and fast.isascii():
-        return fast.decode("ascii")
+        return fast
     # The value is built here from plain data, never cyclic: no need to track every
     # container the encoder enters (~5 ms of a 10,000-deletion plan).
-    return json.dumps(value, separators=(",", ":"), check_circular=False)
+    return json.dumps(value, separators=(",", ":"), check_circular=False).encode("ascii")
 
 
 def ladder_json(ladder: LadderPlan, plan: Plan) -> dict[str, Any]:

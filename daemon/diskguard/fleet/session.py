@@ -185,6 +185,11 @@ def build_session(
         # Spark's own stage progress bar on a terminal, nothing in logs and pipes.
         .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
         .config("spark.sql.adaptive.enabled", "true")
+        # The fold caches the new unique snapshots (and a full recompute its day rows);
+        # without this, adaptive execution leaves a cached plan's partitions as they are:
+        # on a cluster's 200 shuffle partitions one day became 200 tasks per step and up
+        # to 200 small files per table and day. Coalesced, they follow the data's size.
+        .config("spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "true")
         .config("spark.sql.debug.maxToStringFields", "200")
         # Spark swaps a hash aggregation for an interpreted sort-based one when its input is
         # already sorted by the keys (the disk aggregates: the history is sorted by disk);

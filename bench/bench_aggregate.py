@@ -159,6 +159,16 @@ def run_once(daemon_dir: Path, spool: Path, out: Path) -> dict[str, object]:
     }
 
 
+def baseline_tree(ref: str, into: Path) -> Path:
+    """The job's package as it was at ``ref`` (``git archive``): its ``daemon`` dir."""
+    into.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref, "daemon"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "daemon"
+
+
 def startup_seconds(daemon_dir: Path) -> float:
     """``build_session()`` alone in a fresh interpreter: the JVM start-up share of a run."""
     code = (
@@ -202,15 +212,7 @@ def main() -> int:
 
         variants = {"current": REPO / "daemon"}
         if args.baseline:
-            base = work / "baseline"
-            base.mkdir()
-            archive = subprocess.run(
-                ["git", "-C", str(REPO), "archive", args.baseline, "daemon"],
-                capture_output=True,
-                check=True,
-            )
-            subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
-            variants["baseline"] = base / "daemon"
+            variants["baseline"] = baseline_tree(args.baseline, work / "baseline")
         runs: dict[str, list[dict[str, object]]] = {name: [] for name in variants}
         for i in range(args.repeat):
             for name, daemon_dir in variants.items():

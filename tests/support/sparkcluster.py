@@ -127,12 +127,12 @@ def standalone(
             f.close()
 
 
-def package_zip(path: Path) -> Path:
+def package_zip(path: Path, daemon: Path = REPO / "daemon") -> Path:
     """daemon/diskguard zipped, as docs/aggregate.md ships it with --py-files."""
     with zipfile.ZipFile(path, "w") as z:
-        for f in sorted((REPO / "daemon" / "diskguard").rglob("*")):
+        for f in sorted((daemon / "diskguard").rglob("*")):
             if f.is_file() and "__pycache__" not in f.parts:
-                z.write(f, f.relative_to(REPO / "daemon"))
+                z.write(f, f.relative_to(daemon))
     return path
 
 
@@ -143,16 +143,18 @@ def submit(
     executor_memory: str = "512m",
     driver_memory: str = "1g",
     conf: dict[str, str] | None = None,
+    daemon: Path = REPO / "daemon",
 ) -> list[str]:
     """The spark-submit command of the fleet job on ``cluster``; its arguments follow.
 
     The job file is copied out of the source tree so that nothing but --py-files can
     provide the package to the driver (a script's own directory is on sys.path).
+    ``daemon``: the tree whose package is shipped (a benchmark's baseline).
     """
-    pyfiles = package_zip(tmp / "diskguard.zip")
+    pyfiles = package_zip(tmp / "diskguard.zip", daemon)
     job = tmp / "job" / "sparkjob.py"
     job.parent.mkdir(exist_ok=True)
-    shutil.copy(REPO / "daemon" / "diskguard" / "sparkjob.py", job)
+    shutil.copy(daemon / "diskguard" / "sparkjob.py", job)
     settings = {
         "spark.driver.host": "127.0.0.1",
         "spark.ui.enabled": "false",

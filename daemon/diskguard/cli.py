@@ -174,6 +174,11 @@ def write_out(text: bytes) -> None:
     raw.flush()
 
 
+def leaves_at_once() -> bool:
+    """Will ``leave_process`` end this process (a command's own, not a test's)?"""
+    return _COMMAND_PROCESS
+
+
 def leave_process() -> None:
     """End a one-shot command's own process now, its output written: exit 0 without freeing.
 

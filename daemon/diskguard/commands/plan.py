@@ -409,4 +409,5 @@ def _plan(config: Config) -> CycleOutcome:
     finally:
         for child in (worker, asker):
             if child is not None:
-                child.close()
+                # The command's own process leaves right after its output (leave_process).
+                child.close(reap=not cli.leaves_at_once())

@@ -279,3 +279,27 @@ def test_claims_of_one_request_are_not_the_next_ones() -> None:
         next(iter(first))
         second = worker.stream(claimed, 50, 0.0, claims=50)
         assert list(second) == list(range(50))
+
+
+def claimed_large(count: int, claims: Claims) -> Iterator[bytes]:
+    """Items of 10 kB from the front: a few hundred fill the pipe (1 MiB)."""
+    for i in range(count):
+        if not claims.front(i):
+            return
+        yield bytes([i % 256]) * 10_000
+
+
+def test_a_child_whose_pipe_is_full_goes_on_once_this_process_drains() -> None:
+    """While this process does its end it takes what the child sent (``drain``): a child
+    blocked on a full pipe (a million segments' bases fill it in ~200 dirs) would otherwise
+    stop taking items until this process has done its own."""
+    count = 600  # 6 MB: six pipes' worth
+    with forced_worker() as worker:
+        stream = worker.stream(claimed_large, count, chunk=8, claims=count)
+        deadline = time.monotonic() + 120
+        while not stream._over and time.monotonic() < deadline:
+            stream.drain()
+            time.sleep(0.001)
+        assert stream._over, "the child did all its items while this process only drained"
+        theirs = list(stream)
+    assert [item[0] for item in theirs] == [i % 256 for i in range(count)]

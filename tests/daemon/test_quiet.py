@@ -5,6 +5,7 @@ every filesystem well under its limits. Whether the log dirs changed is the hint
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -60,4 +61,53 @@ def test_never_quiet_near_the_ceiling(tmp_path: Path) -> None:
     retention, filesystems = _retention(tmp_path / "b", round(usage.usage_percent + 0.5, 3))
     _cycle(retention)
     assert not retention.quiet(filesystems.usage(), len(filesystems), 60.0)
+    retention.close()
+
+
+def _snapshot(retention: Retention, trust: frozenset[str] | None) -> dict[str, int]:
+    """A full cycle (a snapshot's), its scan taking ``trust``'s word; the topics' bytes."""
+    retention.start(full=True, trust=trust)
+    deadline = time.monotonic() + 60
+    while not retention.take():
+        assert time.monotonic() < deadline, "the cycle did not finish within 60 s"
+        time.sleep(0.05)
+    assert retention.last is not None
+    (topics,) = retention.last.scan.topics_by_mount.values()
+    return {topic: usage.bytes for topic, usage in topics.items()}
+
+
+def test_a_change_the_hints_missed_is_seen_by_the_next_check_not_before(tmp_path: Path) -> None:
+    """A snapshot while quiet takes the hints' word (``HINTED_SNAPSHOT``): a dir no event
+    touched is as the last full scan left it, with no ``stat``. So a change inotify never
+    reported (written through a mapping, on another host's NFS client...) is invisible to
+    it, and the consistency rescan, which takes nothing on trust, is what finds it; a dir
+    the hints name is read again at once."""
+    retention, _filesystems = _retention(tmp_path, 99.9)
+    log_dir = tmp_path / "kafka"
+    kafkagen.write_partition(log_dir, "audit", 0, [kafkagen.SegmentSpec()] * 2)
+    past = time.time() - 30  # kept listings: no dir changed within the cache's settle time
+    for path in (log_dir, log_dir / "orders-0", log_dir / "audit-0"):
+        os.utime(path, (past, past))
+    before = _snapshot(retention, None)
+    assert _snapshot(retention, frozenset()) == before
+    # Behind the hints' back: an append to each partition's active segment, a segment
+    # rolled in one, a new partition.
+    for part in ("orders-0", "audit-0"):
+        active = max((log_dir / part).glob("*.log"))
+        with open(active, "ab") as segment:
+            segment.write(os.urandom(1 << 20))
+    kafkagen.write_partition(log_dir, "late", 0, [kafkagen.SegmentSpec()])
+    assert _snapshot(retention, frozenset()) == before  # taken on trust: unseen
+    # A dir the hints name is read again, the others still taken as they were.
+    hinted = _snapshot(retention, frozenset({"audit-0"}))
+    assert hinted["orders"] == before["orders"]
+    assert hinted["audit"] >= before["audit"] + (1 << 20)
+    assert "late" not in hinted
+    # The check sees everything.
+    checked = _snapshot(retention, None)
+    assert checked["orders"] >= before["orders"] + (1 << 20)
+    assert checked["audit"] == hinted["audit"]
+    assert checked["late"] > 0
+    # And a snapshot on trust after it starts from what the check read.
+    assert _snapshot(retention, frozenset()) == checked
     retention.close()

@@ -10,7 +10,9 @@ import pytest
 
 from diskguard.daemon.schedule import (
     HINT_PACE_S,
+    QUIET_RESCAN_MAX_S,
     QUIET_RESCAN_S,
+    RESCAN_SHARE,
     STATE_EVERY_S,
     Action,
     Schedule,
@@ -33,11 +35,11 @@ class Loop:
         self.schedule = Schedule.first(settings)
         self.now = 0.0
 
-    def tick(self, at: float | None = None, **seen: bool) -> list[Action]:
+    def tick(self, at: float | None = None, **seen: float) -> list[Action]:
         """The actions of one iteration but the state write (``test_the_state_is_written...``)."""
         return [a for a in self.actions(at, **seen) if a is not A.WRITE_STATE]
 
-    def actions(self, at: float | None = None, **seen: bool) -> list[Action]:
+    def actions(self, at: float | None = None, **seen: float) -> list[Action]:
         if at is not None:
             self.now = at
         self.schedule, actions = tick(self.schedule, self.settings, Seen(now=self.now, **seen))
@@ -88,13 +90,80 @@ def test_while_quiet_the_periodic_cycle_becomes_a_consistency_rescan() -> None:
     t = 1.0
     while t < 200.0:
         t = round(t + 0.5, 1)
-        if A.CYCLE in loop.tick(t, quiet=True):
+        actions = loop.tick(t, quiet=True)
+        assert A.CYCLE not in actions
+        if A.RESCAN in actions:
             cycles.append(t)
             loop.tick(t, finished=True)
     # One rescan a QUIET_RESCAN_S (from the end of the last scan), not one an interval.
     assert cycles == [1.0 + QUIET_RESCAN_S, 1.0 + 2 * QUIET_RESCAN_S, 1.0 + 3 * QUIET_RESCAN_S]
     # Between two, the loop sleeps: never a busy wait on an overdue timer.
     assert wait_s(loop.schedule, loop.settings, t) == SETTINGS.poll_s
+
+
+def test_the_consistency_rescan_is_rarer_the_more_it_costs_within_its_bounds() -> None:
+    settings = SETTINGS
+    assert settings.rescan_interval(0.0) == QUIET_RESCAN_S
+    assert settings.rescan_interval(0.1) == pytest.approx(0.1 / RESCAN_SHARE)
+    assert settings.rescan_interval(60.0) == QUIET_RESCAN_MAX_S
+    # A check_interval longer than either bound is the interval.
+    assert replace(settings, check_interval_s=900.0).rescan_interval(0.0) == 900.0
+    assert replace(settings, check_interval_s=900.0).rescan_interval(60.0) == 900.0
+    # Driven: each check's CPU time sets the time to the next; a costly one (a huge log
+    # dir, a loaded machine) waits QUIET_RESCAN_MAX_S at most.
+    loop = Loop(replace(SETTINGS, snapshot_interval_s=10_000.0))
+    loop.started()
+    gaps = []
+    last, t = 1.0, 1.0
+    for cost in (0.15, 0.15, 10.0, 10.0, 0.0):
+        while A.RESCAN not in loop.tick(t, quiet=True):
+            t = round(t + 0.5, 1)
+        gaps.append(t - last)
+        loop.tick(t, finished=True, cycle_cpu_s=cost)
+        last = t
+    assert gaps == [QUIET_RESCAN_S, 150.0, 150.0, QUIET_RESCAN_MAX_S, QUIET_RESCAN_MAX_S]
+
+
+def test_while_quiet_snapshots_take_the_hints_word_but_the_rescan_takes_nothing_on_trust() -> None:
+    loop = Loop()  # snapshots every 60 s
+    loop.started()
+    started: list[tuple[float, Action]] = []
+    last_check = 1.0
+    t = 1.0
+    while t < 2000.0:
+        t = round(t + 0.5, 1)
+        actions = [a for a in loop.tick(t, quiet=True) if a not in (A.RECONCILE,)]
+        if not actions:
+            continue
+        (action,) = actions
+        started.append((t, action))
+        checking = action in (A.SNAPSHOT, A.RESCAN)
+        t = round(t + 0.5, 1)
+        # Each check costs 0.25 s of CPU: a check every 250 s.
+        loop.tick(t, finished=True, cycle_cpu_s=0.25 if checking else 0.05)
+        if checking:
+            # Never more than the interval after the last check ended.
+            assert t - last_check <= 250.0 + 0.5
+            last_check = t
+    kinds = [a for _t, a in started]
+    # Every snapshot on its timer; the last before the check is due is the check itself.
+    assert set(kinds) == {A.HINTED_SNAPSHOT, A.SNAPSHOT}
+    assert len(kinds) == pytest.approx(2000 / 60, abs=1)
+    checks = [t for t, a in started if a is A.SNAPSHOT]
+    assert all(200.0 <= b - a <= 250.0 for a, b in itertools.pairwise(checks))
+
+
+def test_a_snapshot_is_checked_unless_quiet() -> None:
+    loop = Loop()
+    assert loop.tick(0.0) == [A.SNAPSHOT]
+    loop.tick(1.0, finished=True, cycle_cpu_s=0.2)  # the next check 200 s on
+    assert loop.tick(61.0, quiet=True) == [A.HINTED_SNAPSHOT]
+    loop.tick(61.5, finished=True, cycle_cpu_s=0.01)
+    # The hinted snapshot is no check: the rescan is still due from the first scan's end.
+    assert loop.schedule.next_rescan == 201.0
+    assert loop.tick(121.5) == [A.SNAPSHOT]  # something changed: no trust
+    loop.tick(122.0, finished=True, cycle_cpu_s=0.2)
+    assert loop.schedule.next_rescan == 322.0
 
 
 def test_quiet_ending_brings_the_periodic_cycle_back_within_an_interval() -> None:
@@ -121,16 +190,18 @@ def test_quiet_never_holds_back_a_cycle_that_may_act() -> None:
 def test_a_snapshot_or_a_reload_is_a_rescan_too() -> None:
     loop = Loop(replace(SETTINGS, snapshot_interval_s=100.0))
     loop.started()
-    assert loop.tick(1.0 + QUIET_RESCAN_S, quiet=True) == [A.CYCLE]
+    assert loop.tick(1.0 + QUIET_RESCAN_S, quiet=True) == [A.RESCAN]
     loop.tick(1.0 + QUIET_RESCAN_S, finished=True)
     assert loop.tick(101.0, quiet=True) == [A.SNAPSHOT]  # due at 1.0 + 100
     loop.tick(101.5, finished=True)
     # The snapshot's full scan counts as the rescan: the next is QUIET_RESCAN_S after it.
     assert loop.tick(2 * QUIET_RESCAN_S + 1.0, quiet=True) == []
-    assert loop.tick(101.5 + QUIET_RESCAN_S, quiet=True) == [A.CYCLE]
+    assert loop.tick(101.5 + QUIET_RESCAN_S, quiet=True) == [A.RESCAN]
     loop.tick(170.0, finished=True)
     # A reload: everything a plan reads may have changed; a cycle at once, quiet or not.
-    assert loop.tick(175.0, quiet=True, reload=True) == [A.RELOAD, A.CYCLE]
+    assert loop.tick(175.0, quiet=True, reload=True) == [A.RELOAD, A.RESCAN]
+    loop.tick(176.0, finished=True)
+    assert loop.tick(180.0, reload=True) == [A.RELOAD, A.CYCLE]
 
 
 def test_quiet_with_snapshots_every_rescan_interval_is_one_cycle_an_interval() -> None:

@@ -343,3 +343,45 @@ def test_a_log_dirs_filesystem_unmounted_is_said_and_not_complete(tmp_path: Path
         reader._handle([(wd, int(flags.UNMOUNT), 0, "")])
         assert watcher.take().partitions
         assert not watcher.complete
+
+
+def test_the_dirs_any_event_touched_appends_included_are_named_until_taken(
+    tmp_path: Path,
+) -> None:
+    """What a snapshot while quiet re-reads (``take_touched``): the names of the partition
+    dirs with any event since the last call, an append included; nothing is named before the
+    first call (the scan before it read everything), and lost events name everything."""
+    log_dir = tmp_path / "kafka"
+    for name in ("orders-0", "orders-1", "audit-0"):
+        (log_dir / name).mkdir(parents=True)
+        (log_dir / name / f"{0:020d}.log").write_bytes(b"x")
+    with _watching(log_dir) as (watcher, woken):
+        assert watcher.take_touched() is None  # the first: any dir may have changed
+        with open(log_dir / "orders-1" / f"{0:020d}.log", "ab") as segment:
+            segment.write(b"appended")  # an append: IN_MODIFY only
+        (log_dir / "audit-0" / "leader-epoch-checkpoint").write_text("0\n0\n")
+        _hints(watcher, woken)
+        assert watcher.take_touched() == {"orders-1", "audit-0"}
+        assert watcher.take_touched() == frozenset()
+        # The log dir's own checkpoint names no partition dir.
+        (log_dir / "replication-offset-checkpoint").write_text("0\n0\n")
+        _hints(watcher, woken)
+        assert not watcher.take_touched() & {"orders-0", "orders-1", "audit-0"}
+        reader = watcher._reader
+        assert reader is not None
+        reader._handle([(-1, int(flags.Q_OVERFLOW), 0, "")])
+        assert watcher.take_touched() is None
+        assert watcher.take_touched() == frozenset()
+
+
+def test_no_dir_is_taken_as_untouched_while_some_dir_is_not_watched(tmp_path: Path) -> None:
+    log_dir = tmp_path / "kafka"
+    (log_dir / "orders-0").mkdir(parents=True)
+    with _watching(log_dir) as (watcher, _woken):
+        watcher.take_touched()
+        assert watcher.take_touched() == frozenset()
+        reader = watcher._reader
+        assert reader is not None
+        reader.lost = True  # as after a log dir's own watch went
+        assert not watcher.complete
+        assert watcher.take_touched() is None

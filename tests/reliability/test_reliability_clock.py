@@ -174,9 +174,9 @@ def test_a_day_long_wall_clock_jump_keeps_the_cycle_cadence(
     cycles: list[tuple[float, bool]] = []
     real_start = d.retention.start
 
-    def counting(full: bool = False) -> Any:
+    def counting(full: bool = False, trust: frozenset[str] | None = None) -> Any:
         cycles.append((time.monotonic(), full))
-        return real_start(full=full)
+        return real_start(full=full, trust=trust)
 
     monkeypatch.setattr(d.retention, "start", counting)
     result: list[int] = []

@@ -65,6 +65,8 @@ class Retention:
         self._warned: set[str] = set()
         #: log dir -> whether another process held its ``.lock`` at the last cycle.
         self._locks_seen: dict[str, bool] = {}
+        #: The CPU time of the last cycle (its thread's), set before its outcome is taken.
+        self.cycle_cpu_s = 0.0
         self.build(config)
 
     def build(self, config: Config) -> None:
@@ -84,10 +86,22 @@ class Retention:
     def idle(self) -> bool:
         return self._worker.idle
 
-    def start(self, full: bool) -> None:
-        """A cycle beside the loop (``full``: stat every file, for the usage snapshot)."""
+    def start(self, full: bool, trust: frozenset[str] | None = None) -> None:
+        """A cycle beside the loop (``full``: stat every file, for the usage snapshot).
+        ``trust``: its scan takes every partition dir whose name is not in it as the last
+        full scan left it (``ListingCache.trust``: the hints saw no event there)."""
         runtime = self.runtime
-        self._worker.submit(lambda: runtime.enforce(full=full))
+
+        def cycle() -> CycleOutcome:
+            started = time.thread_time()
+            runtime.inputs.cache.trust(trust)
+            try:
+                return runtime.enforce(full=full)
+            finally:
+                runtime.inputs.cache.trust(None)  # this cycle's first scan only
+                self.cycle_cpu_s = time.thread_time() - started
+
+        self._worker.submit(cycle)
 
     def take(self) -> bool:
         """Did the cycle under way finish? Then apply its outcome (None if it failed)."""

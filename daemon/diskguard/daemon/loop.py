@@ -73,6 +73,8 @@ class Daemon:
         self._changed = True
         #: A stop left something under way (a cycle waiting on the broker, a probe).
         self.abandoned = False
+        #: The snapshot cycle under way took nothing on trust (not ``HINTED_SNAPSHOT``).
+        self._snapshot_checked = True
         self.metrics = Metrics(stale_after=max(60.0, 6 * config.retention.check_interval))
         self._watch = Watcher(self._on_hint)
         self._probe = BrokerProbe(
@@ -203,15 +205,21 @@ class Daemon:
             hint = self._watch.take()
             self._changed = self._changed or hint.partitions or bool(hint.lock_dirs)
             over = self.forecast.over(usages, mounts)
+            schedule = self.schedule
             facts = {
                 "unchanged": retention.unchanged(usages, hint, mounts),
                 "over": over,
                 # Only while every dir is watched can "no hint" mean "nothing changed"; asked
-                # only when the periodic cycle is due (the one thing it may skip).
-                "quiet": now >= self.schedule.next_full
+                # only when the periodic cycle or a snapshot is due (what it changes).
+                "quiet": (
+                    now >= schedule.next_full
+                    or now >= schedule.next_snapshot
+                    or schedule.snapshot_wanted
+                    or transitions
+                )
                 and self._watch.complete
                 and not (self._changed or over or self.flow.engaged())
-                and retention.quiet(usages, mounts, self._settings().quiet_rescan_s),
+                and retention.quiet(usages, mounts, schedule.rescan_s),
                 "stuck": bool(retention.stuck.states),
                 # Never backed off while some dir is not watched (``Watcher.complete``): a
                 # change there sends no hint, so only the rescan sees it.
@@ -225,6 +233,7 @@ class Daemon:
             finished=finished,
             transitions=transitions,
             byte_budget=retention.runtime.ceilings.byte_budget,
+            cycle_cpu_s=retention.cycle_cpu_s,
             **facts,
         )
 
@@ -234,13 +243,22 @@ class Daemon:
         elif action is Action.CYCLE:
             self._changed = False  # what changed from here on, the next scan sees
             self.retention.start(full=False)
-        elif action is Action.SNAPSHOT:
+        elif action in (Action.SNAPSHOT, Action.RESCAN):
             self._changed = False
+            self._snapshot_checked = True
+            self._watch.take_touched()  # from here on, what the next full scan re-reads
             self.retention.start(full=True)
+        elif action is Action.HINTED_SNAPSHOT:
+            self._changed = False
+            touched = self._watch.take_touched()
+            self._snapshot_checked = touched is None
+            self.retention.start(full=True, trust=touched)
         elif action is Action.RECORD_SNAPSHOT:
             # Partition dirs made since the last check may be past the watch limit (the
-            # reader skips them): say so, and keep the rescans at check_interval.
-            self._watch.verify(self.config.broker.log_dirs)
+            # reader skips them): say so, and keep the rescans at check_interval. A dir made
+            # is an event, so a snapshot that took the hints' word has nothing new to verify.
+            if self._snapshot_checked:
+                self._watch.verify(self.config.broker.log_dirs)
             last = self.retention.last
             if last is not None:
                 self.snapshots.record(
@@ -249,6 +267,8 @@ class Daemon:
                     self.flow.states,
                     self.forecast.views,
                     self.retention.deleted,
+                    # The walk of /proc goes with the checks: while quiet, every rescan.
+                    open_files=self._snapshot_checked,
                 )
         elif action is Action.RECONCILE:
             # Topics come and go: a topic created while its disk is overfull needs its ACL.

@@ -15,11 +15,15 @@ Three clocks, as the loop has always had:
   while every filesystem over its limit is stuck and nothing changed, and skipped while the
   daemon is *quiet* (no partition dir changed since the last scan, every dir watched, every
   filesystem well under its limits and their forecast): then the rescan is a consistency
-  check every ``QUIET_RESCAN_S``, not each interval's work. A cycle that may act never
+  check (``RESCAN``: a full scan that takes nothing on trust), not each interval's work. Its
+  interval grows with what the last check cost (``rescan_interval``: from ``QUIET_RESCAN_S``
+  to ``QUIET_RESCAN_MAX_S``, so that it stays near ``RESCAN_SHARE`` of a core), which bounds
+  how long a change inotify never reported can go unseen. A cycle that may act never
   depends on it: over a limit (or predicted to be) a cycle starts at once, and every cycle
-  lists the log dirs afresh;
+  but the quiet snapshot's lists the log dirs afresh;
 - ``snapshot_interval`` (and every flow/alert transition) runs a full scan for the usage
-  snapshot.
+  snapshot; while quiet, one that takes the hints' word for every partition dir no event
+  touched (``HINTED_SNAPSHOT``: appends are events, so a growing segment is read again).
 
 One retention cycle at a time runs beside the loop (``CYCLE``/``SNAPSHOT``): what it waits
 for (a hung broker) never holds up flow control or a stop. A snapshot or a reload wanted
@@ -42,10 +46,18 @@ STATE_EVERY_S = 5.0
 #: but at most this often, or a busy broker's stream of inotify events would keep it
 #: scanning.
 BUDGET_CHECK_EVERY_S = 1.0
-#: While quiet, the periodic rescan runs this often (seconds; at least ``check_interval``):
-#: the consistency check of what the hints said (inotify can drop events), rebuilding the
-#: model of the log dirs and asking the broker what only it knows (its log dirs' state).
+#: While quiet, the periodic rescan runs at least this far apart (seconds; at least
+#: ``check_interval``): the consistency check of what the hints said (inotify can drop
+#: events), rebuilding the model of the log dirs and asking the broker what only it knows
+#: (its log dirs' state).
 QUIET_RESCAN_S = 60.0
+#: ... and at most this far apart (or ``check_interval``, if longer): the longest a change
+#: the hints never reported goes unseen while quiet. Kafka's own retention check runs every
+#: 300 s by default.
+QUIET_RESCAN_MAX_S = 300.0
+#: The share of one core the consistency rescan may take while quiet: the interval is its
+#: last CPU time divided by this, within the two bounds above (0.25 s of CPU: 250 s).
+RESCAN_SHARE = 0.001
 
 
 class Action(enum.Enum):
@@ -57,6 +69,12 @@ class Action(enum.Enum):
     CYCLE = "cycle"
     #: Start a retention cycle with a full scan, for the usage snapshot.
     SNAPSHOT = "snapshot"
+    #: The same while quiet, the consistency rescan not due: its scan takes the hints' word
+    #: for the partition dirs no event touched since the last full scan.
+    HINTED_SNAPSHOT = "hinted_snapshot"
+    #: Start the consistency rescan while quiet: a retention cycle with a full scan that
+    #: takes nothing on trust, no snapshot recorded.
+    RESCAN = "rescan"
     #: The snapshot cycle finished: record the usage snapshots.
     RECORD_SNAPSHOT = "record_snapshot"
     #: The first cycle (a snapshot) finished: the daemon is up (``daemon_started``, READY=1).
@@ -81,8 +99,16 @@ class Settings:
 
     @property
     def quiet_rescan_s(self) -> float:
-        """The periodic rescan's interval while quiet (``QUIET_RESCAN_S``)."""
+        """The shortest interval of the consistency rescan while quiet (``QUIET_RESCAN_S``)."""
         return max(self.check_interval_s, QUIET_RESCAN_S)
+
+    def rescan_interval(self, cost_s: float) -> float:
+        """The consistency rescan's interval after a check that took ``cost_s`` of CPU:
+        ``RESCAN_SHARE`` of a core, bounded (``QUIET_RESCAN_S`` ... ``QUIET_RESCAN_MAX_S``).
+        A large log dir is checked less often rather than costing more, never past the
+        bound."""
+        longest = max(self.quiet_rescan_s, QUIET_RESCAN_MAX_S, self.check_interval_s)
+        return min(longest, max(self.quiet_rescan_s, cost_s / RESCAN_SHARE))
 
     @property
     def poll_every_s(self) -> float:
@@ -115,6 +141,8 @@ class Seen:
     all_stuck: bool = False
     #: ``retention.max_bytes`` is set.
     byte_budget: bool = False
+    #: The CPU time (seconds) of the cycle that finished (``finished``).
+    cycle_cpu_s: float = 0.0
     #: Nothing a plan reads changed since the last cycle's scan as far as the hints can tell
     #: (every dir watched, no partition dir changed), and every filesystem is well under its
     #: limits and their forecast, with nothing pending, stuck or in flight: the periodic
@@ -140,6 +168,11 @@ class Schedule:
     running: Action | None = None
     #: The rescan interval to apply once the cycle under way ends.
     next_backoff_s: float = 0.0
+    #: The consistency rescan's interval now (``Settings.rescan_interval``).
+    rescan_s: float = QUIET_RESCAN_S
+    #: The cycle under way is a full scan that takes nothing on trust: its end restarts the
+    #: consistency rescan's timer.
+    checking: bool = False
     snapshot_wanted: bool = False
     reload_wanted: bool = False
     started: bool = False
@@ -147,7 +180,11 @@ class Schedule:
     @classmethod
     def first(cls, settings: Settings) -> Schedule:
         """Before the first iteration: a snapshot cycle at once (the first full scan)."""
-        return cls(backoff_s=settings.check_interval_s, snapshot_wanted=True)
+        return cls(
+            backoff_s=settings.check_interval_s,
+            snapshot_wanted=True,
+            rescan_s=settings.quiet_rescan_s,
+        )
 
 
 def wait_s(schedule: Schedule, settings: Settings, now: float) -> float:
@@ -185,10 +222,12 @@ def tick(schedule: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, 
             running=None,
             backoff_s=s.next_backoff_s,
             next_full=now + s.next_backoff_s,
+        )
+        if s.checking:
             # Like the snapshot's, from the end of the scan: the rescan and a snapshot due
             # together are one cycle (the snapshot's), not two.
-            next_rescan=now + settings.quiet_rescan_s,
-        )
+            rescan_s = settings.rescan_interval(seen.cycle_cpu_s)
+            s = replace(s, checking=False, rescan_s=rescan_s, next_rescan=now + rescan_s)
     if (now >= s.next_snapshot and s.running is not Action.SNAPSHOT) or seen.transitions:
         s = replace(s, snapshot_wanted=True)
     if s.running is None:
@@ -219,11 +258,16 @@ def _start(s: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, list[
             backoff_s=settings.check_interval_s,
         )
     backoff = _backoff(s, settings, seen)
+    rescan_due = now >= s.next_rescan
     if s.snapshot_wanted:
-        actions.append(Action.SNAPSHOT)
+        # While quiet the snapshot takes the hints' word, but for the last one before the
+        # consistency rescan is due: that one is the rescan (one full scan, not two).
+        hinted = seen.quiet and now + settings.snapshot_interval_s < s.next_rescan
+        actions.append(Action.HINTED_SNAPSHOT if hinted else Action.SNAPSHOT)
         s = replace(
             s,
             running=Action.SNAPSHOT,
+            checking=not hinted,
             snapshot_wanted=False,
             next_backoff_s=backoff,
             next_snapshot=now + settings.snapshot_interval_s,
@@ -238,14 +282,19 @@ def _start(s: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, list[
     # repeat the last one. While stuck, a filesystem going back under also ends it.
     wanted = (seen.over or seen.stuck) and not seen.unchanged
     periodic = now >= s.next_full
-    if periodic and seen.quiet and not wanted and now < s.next_rescan:
-        # Quiet: this interval's cycle would repeat the last one. Looked at again an interval
-        # on; the consistency rescan stays due at ``next_rescan``.
+    if periodic and seen.quiet and not wanted:
+        if rescan_due:
+            # The consistency check: every dir stat'ed and every file's size read again.
+            actions.append(Action.RESCAN)
+            s = replace(s, running=Action.CYCLE, checking=True, next_backoff_s=backoff)
+            return s, actions
+        # Quiet: this interval's cycle would repeat the last one. Looked at again an
+        # interval on; the consistency rescan stays due at ``next_rescan``.
         s = replace(s, next_full=min(now + settings.check_interval_s, s.next_rescan))
         periodic = False
     if periodic or needs_bytes or wanted:
         actions.append(Action.CYCLE)
-        s = replace(s, running=Action.CYCLE, next_backoff_s=backoff)
+        s = replace(s, running=Action.CYCLE, checking=False, next_backoff_s=backoff)
     return s, actions
 
 

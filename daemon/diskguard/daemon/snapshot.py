@@ -72,11 +72,14 @@ class Snapshots:
         flow: Mapping[str, FlowState],
         reclaim: Mapping[str, ReclaimView],
         deleted: DeletedBytesCounter,
+        open_files: bool = True,
     ) -> None:
         """One usage snapshot per filesystem of a full scan, appended to the spool (which
         ships it to Kafka); ``deleted`` is taken (reset) per filesystem whether or not it is
-        spooled."""
-        self._measure_deleted_open(mounts)
+        spooled. ``open_files``: measure the deleted-but-open files again (else the last
+        measure stands)."""
+        if open_files:
+            self._measure_deleted_open(mounts)
         ts_ms = int(time.time() * 1000)
         for fs in scan.filesystems:
             mount = fs.usage.mount

@@ -105,12 +105,23 @@ class _Hint:
         self.structural = False
         self.partitions = False
         self.locks: set[str] = set()
+        #: The names of the dirs in a log dir (partition dirs) that had any event, appends
+        #: included, since ``take_touched`` last asked; None: any dir may have changed (the
+        #: start, lost events).
+        self.touched: set[str] | None = None
 
     def everything(self) -> None:
         """Events were lost (queue overflow): any of it may have changed."""
         with self.mutex:
             self.structural = self.partitions = True
             self.locks.update(self.log_dirs)
+            self.touched = None
+
+    def take_touched(self) -> frozenset[str] | None:
+        """The touched dirs' names since the last call (None: any), and start afresh."""
+        with self.mutex:
+            touched, self.touched = self.touched, set()
+        return None if touched is None else frozenset(touched)
 
     def take(self) -> HintSummary:
         with self.mutex:
@@ -244,6 +255,7 @@ class _Reader:
         hint = self._hint
         structural = partitions = False
         locks: set[str] = set()
+        touched: set[str] = set()
         reclaim: list[tuple[str, str, str]] = []
         for wd, mask, cookie, name in events:
             if mask & _OVERFLOW:
@@ -258,6 +270,9 @@ class _Reader:
                 continue
             if parent is None:
                 continue
+            # The partition dir's name, for whatever happened in it or to it (a snapshot
+            # while quiet re-reads only these dirs' sizes).
+            touched.add(name if parent in hint.log_dirs else os.path.basename(parent))
             if mask & _SELF:
                 structural = partitions = True
                 continue
@@ -285,11 +300,13 @@ class _Reader:
                 reclaim.append(("deleted", path, ""))
             elif mask & _CREATE and is_dir:
                 self._new_dir(parent, path)
-        if structural or locks:
+        if structural or locks or touched:
             with hint.mutex:
                 hint.structural = hint.structural or structural
                 hint.partitions = hint.partitions or partitions
                 hint.locks.update(locks)
+                if hint.touched is not None:
+                    hint.touched.update(touched)
         for kind, src, dest in reclaim:
             self._on_reclaim(kind, src, dest, now)
 
@@ -476,6 +493,10 @@ class Watcher:
                 unwatched_dirs=len(missing),
                 first_unwatched=missing[0],
             )
+        if complete and not self._complete and self._hint is not None:
+            # Complete again: what the unwatched dirs went through was never heard.
+            with self._hint.mutex:
+                self._hint.touched = None
         self._complete = complete
 
     def stop(self, timeout: float = 2.0) -> None:
@@ -487,3 +508,14 @@ class Watcher:
     def take(self) -> HintSummary:
         """What the hints said since the last call (nothing when not watching)."""
         return self._hint.take() if self._hint is not None else HintSummary()
+
+    def take_touched(self) -> frozenset[str] | None:
+        """The names of the partition dirs that had any event (an append included) since the
+        last call, and start afresh: every other dir is as the last scan left it, as far as
+        the hints can tell. None when they cannot tell: not ``complete`` now, events lost,
+        or the first call."""
+        hint = self._hint
+        if hint is None:
+            return None
+        touched = hint.take_touched()
+        return touched if self.complete else None

@@ -362,6 +362,9 @@ class ListingCache:
     A hard link made from elsewhere to a cached file does not touch this directory, so the link
     counts kept here can lag until it changes: that only delays reported Kafka bytes, since
     the planner re-stats every segment it considers (``SegmentFileReader``).
+    ``trust`` lets one scan take the inotify hints' word instead (the daemon's snapshot while
+    quiet): a dir no event touched is as last listed, active segment sizes included, with no
+    ``stat`` at all; the periodic consistency rescan checks every dir again.
     """
 
     def __init__(self, settle_s: float = 2.0, worker: Worker | None = None) -> None:
@@ -378,12 +381,19 @@ class ListingCache:
         #: end of a scan): see ``listing``.
         self._fresh: dict[str, tuple[tuple[int, int], float, PartitionListing]] = {}
         self._log_dirs: dict[str, tuple[tuple[int, int], list[os.DirEntry[str]]]] = {}
+        #: Each log dir's last listing, kept or not (``trust``).
+        self._log_dir_last: dict[str, list[os.DirEntry[str]]] = {}
         #: path -> (the listing a scan made the Partition of, that Partition)
         self._partitions: dict[str, tuple[PartitionListing, Partition]] = {}
         #: Dirs whose full listing could not be kept (changed within ``settle_s``): their
         #: closed segments' file stats, for the next full listing (``_list_full``).
         self._closed: dict[str, ClosedStats] = {}
         self._touched: set[str] = set()
+        #: path -> (the listing, its active segment files' stats when last read)
+        self._active: dict[str, tuple[PartitionListing, list[os.stat_result]]] = {}
+        #: Until the next ``prune``: the names of the dirs the hints say may have changed;
+        #: every other kept dir is taken as it was (``trust``). None: nothing is taken on trust.
+        self._trusted_but: frozenset[str] | None = None
         self.hits = 0
         self.misses = 0
         #: Served from ``_fresh`` (the offline sweep's listing, taken again by the scan).
@@ -444,12 +454,30 @@ class ListingCache:
                 early.close()  # names only, where this scan stats every file
             self._prefetched.update(list_in_parallel(wanted, full, self.worker))
 
+    def trust(self, touched: frozenset[str] | None) -> None:
+        """For the next scan (until ``prune``): a kept dir whose name is not in ``touched``
+        (the inotify hints: the names of the dirs that had any event since the last full
+        scan began) is taken as it was then, listing and active segment sizes, without a
+        ``stat``; the log dir's own listing too (a partition dir made, removed or renamed is
+        an event). Only where every dir is watched and no event was lost. None: take
+        nothing on trust."""
+        self._trusted_but = touched
+
+    def _trusted(self, path: str) -> bool:
+        but = self._trusted_but
+        return but is not None and os.path.basename(path) not in but
+
     def listing(self, path: str, full: bool, hand_on: bool = False) -> PartitionListing:
         """``path``'s listing: kept if its dir is unchanged, else made now. ``hand_on``: the
         offline sweep's call, just before a scan: a listing made now is handed on to that
         scan's call for the same dir (once) if the dir is still the same then, even when it
         changed too recently to be kept (see the class)."""
         self._touched.add(path)
+        if self._trusted_but is not None and self._trusted(path):
+            kept = self._entries.get(path)
+            if kept is not None and (kept[1].full or not full):
+                self.hits += 1
+                return kept[1]
         pre = self._prefetched.pop(path, None)
         if pre is not None:
             if isinstance(pre, OSError):
@@ -518,19 +546,34 @@ class ListingCache:
         """Remember ``part`` as made of ``listing`` (see ``partition``)."""
         self._partitions[path] = (listing, part)
 
+    def active_stats(self, path: str, listing: PartitionListing) -> list[os.stat_result]:
+        """The stats of ``listing``'s active segment files: read afresh (they grow without
+        the dir changing), unless ``trust`` says no event touched the dir since they were."""
+        kept = self._active.get(path)
+        if kept is not None and kept[0] is listing and self._trusted(path):
+            return kept[1]
+        stats = active_stats(path, listing)
+        self._active[path] = (listing, stats)
+        return stats
+
     def log_dir_entries(self, path: str) -> list[os.DirEntry[str]]:
         """A log dir's entries sorted by name, kept while the dir is unchanged, by the same
         rule as ``listing``: the idle rescan listed and sorted its ~1,000 partition dirs'
         names every cycle. A partition created, deleted or renamed changes the
         log dir's mtime. The entries' types come from the listing (``d_type``); callers
         ``lstat`` a file afresh rather than use a cached entry's ``stat()``."""
+        if self._trusted_but is not None and (last := self._log_dir_last.get(path)):
+            return last  # a partition dir made, removed or renamed is an event (``trust``)
         st = os.stat(path)
         key = (st.st_ino, st.st_mtime_ns)
         cached = self._log_dirs.get(path)
         if cached is not None and cached[0] == key:
+            self._log_dir_last[path] = cached[1]
             return cached[1]
         entries = sorted(os.scandir(path), key=lambda e: e.name)
         self._keep(self._log_dirs, path, key, entries)
+        # Whatever its mtime: the broker rewrites its checkpoints here every few seconds.
+        self._log_dir_last[path] = entries
         return entries
 
     def _keep(
@@ -555,7 +598,10 @@ class ListingCache:
             del self._partitions[path]
         for path in [p for p in self._closed if p not in self._touched]:
             del self._closed[path]
+        for path in [p for p in self._active if p not in self._touched]:
+            del self._active[path]
         self._touched.clear()
+        self._trusted_but = None
         self._prefetched.clear()
         self._fresh.clear()
 

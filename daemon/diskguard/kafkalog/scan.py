@@ -162,7 +162,12 @@ def scan_log_dir(
             continue
         try:
             listing = cache.listing(entry.path, full) if cache else list_partition(entry.path, full)
-            active = active_stats(entry.path, listing) if full else []
+            if not full:
+                active = []
+            elif cache is not None:
+                active = cache.active_stats(entry.path, listing)
+            else:
+                active = active_stats(entry.path, listing)
         except FileNotFoundError:
             continue  # partition deleted while we looked
         except OSError as exc:

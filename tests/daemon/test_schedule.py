@@ -10,6 +10,7 @@ import pytest
 
 from diskguard.daemon.schedule import (
     HINT_PACE_S,
+    QUIET_POLL_S,
     QUIET_RESCAN_MAX_S,
     QUIET_RESCAN_S,
     RESCAN_SHARE,
@@ -97,8 +98,14 @@ def test_while_quiet_the_periodic_cycle_becomes_a_consistency_rescan() -> None:
             loop.tick(t, finished=True)
     # One rescan a QUIET_RESCAN_S (from the end of the last scan), not one an interval.
     assert cycles == [1.0 + QUIET_RESCAN_S, 1.0 + 2 * QUIET_RESCAN_S, 1.0 + 3 * QUIET_RESCAN_S]
-    # Between two, the loop sleeps: never a busy wait on an overdue timer.
-    assert wait_s(loop.schedule, loop.settings, t) == SETTINGS.poll_s
+    # Between two, the loop sleeps: never a busy wait on an overdue timer; while quiet the
+    # usage poll slows down, and speeds up again as soon as it is not.
+    assert wait_s(loop.schedule, loop.settings, t) == QUIET_POLL_S
+    loop.tick(t + 0.5)
+    assert wait_s(loop.schedule, loop.settings, t + 0.5) == SETTINGS.poll_s
+    # Never slower than the watchdog needs, nor faster than the config's own poll.
+    assert replace(SETTINGS, watchdog_s=1.0).quiet_poll_every_s == 0.5
+    assert replace(SETTINGS, poll_s=2.0).quiet_poll_every_s == 2.0
 
 
 def test_the_consistency_rescan_is_rarer_the_more_it_costs_within_its_bounds() -> None:

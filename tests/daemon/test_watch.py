@@ -385,3 +385,31 @@ def test_no_dir_is_taken_as_untouched_while_some_dir_is_not_watched(tmp_path: Pa
         reader.lost = True  # as after a log dir's own watch went
         assert not watcher.complete
         assert watcher.take_touched() is None
+
+
+def test_while_lazy_appends_alone_wake_nobody_but_are_still_named(tmp_path: Path) -> None:
+    """The loop while quiet (``Watcher.lazy``): its usage poll sees appended bytes, so an
+    append alone does not wake it; the dir is still named for the next snapshot, and any
+    other change (here a segment rolled) wakes it at once."""
+    log_dir = tmp_path / "kafka"
+    (log_dir / "orders-0").mkdir(parents=True)
+    active = log_dir / "orders-0" / f"{0:020d}.log"
+    active.write_bytes(b"x")
+    # Held open as a broker holds its active segment: an append is IN_MODIFY alone (a close
+    # after writing is a change: IN_CLOSE_WRITE).
+    fd = os.open(active, os.O_WRONLY | os.O_APPEND)
+    try:
+        with _watching(log_dir) as (watcher, woken):
+            watcher.take_touched()
+            watcher.lazy = True
+            assert watcher.lazy
+            os.write(fd, b"appended")
+            assert not woken.wait(1.0), "an append woke the loop while lazy"
+            assert watcher.take_touched() == {"orders-0"}
+            (log_dir / "orders-0" / f"{9:020d}.log").write_bytes(b"")  # a roll
+            _hints(watcher, woken)
+            watcher.lazy = False
+            os.write(fd, b"appended")
+            _hints(watcher, woken)
+    finally:
+        os.close(fd)

@@ -165,6 +165,8 @@ class Daemon:
         }
         seen = self._seen(now, hinted, finished, bool(transitions), usages)
         self.schedule, actions = tick(self.schedule, settings, seen)
+        # Quiet, appends alone wait for the (slower) usage poll; anything else wakes at once.
+        self._watch.lazy = self.schedule.quiet
         if transitions:
             self.flow.act(transitions, self.retention.topics_by_mount())
         for action in actions:
@@ -209,15 +211,8 @@ class Daemon:
             facts = {
                 "unchanged": retention.unchanged(usages, hint, mounts),
                 "over": over,
-                # Only while every dir is watched can "no hint" mean "nothing changed"; asked
-                # only when the periodic cycle or a snapshot is due (what it changes).
-                "quiet": (
-                    now >= schedule.next_full
-                    or now >= schedule.next_snapshot
-                    or schedule.snapshot_wanted
-                    or transitions
-                )
-                and self._watch.complete
+                # Only while every dir is watched can "no hint" mean "nothing changed".
+                "quiet": self._watch.complete
                 and not (self._changed or over or self.flow.engaged())
                 and retention.quiet(usages, mounts, schedule.rescan_s),
                 "stuck": bool(retention.stuck.states),

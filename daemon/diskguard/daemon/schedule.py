@@ -55,6 +55,11 @@ QUIET_RESCAN_S = 60.0
 #: the hints never reported goes unseen while quiet. Kafka's own retention check runs every
 #: 300 s by default.
 QUIET_RESCAN_MAX_S = 300.0
+#: While quiet, the usage poll runs at most this often (seconds; ``usage_poll_interval`` if
+#: longer), and appends alone wake the loop no earlier: every filesystem then has 1 % of its
+#: size to spare beyond the growth forecast until the next rescan, and whatever else
+#: changes (a roll, a deletion, a partition made) still wakes it at once.
+QUIET_POLL_S = 1.0
 #: The share of one core the consistency rescan may take while quiet: the interval is its
 #: last CPU time divided by this, within the two bounds above (0.25 s of CPU: 250 s).
 RESCAN_SHARE = 0.001
@@ -117,6 +122,14 @@ class Settings:
             return min(self.poll_s, self.watchdog_s / 2)
         return self.poll_s
 
+    @property
+    def quiet_poll_every_s(self) -> float:
+        """The usage poll while quiet (``QUIET_POLL_S``), often enough for the watchdog."""
+        poll = max(self.poll_s, QUIET_POLL_S)
+        if self.watchdog_s:
+            return min(poll, self.watchdog_s / 2)
+        return poll
+
 
 @dataclass(frozen=True)
 class Seen:
@@ -176,6 +189,8 @@ class Schedule:
     snapshot_wanted: bool = False
     reload_wanted: bool = False
     started: bool = False
+    #: The last iteration found the daemon quiet (``Seen.quiet``): the poll slows down.
+    quiet: bool = False
 
     @classmethod
     def first(cls, settings: Settings) -> Schedule:
@@ -189,7 +204,7 @@ class Schedule:
 
 def wait_s(schedule: Schedule, settings: Settings, now: float) -> float:
     """How long the loop may sleep before something is due (a hint may wake it earlier)."""
-    due = [settings.poll_every_s]
+    due = [settings.quiet_poll_every_s if schedule.quiet else settings.poll_every_s]
     if schedule.running is None:
         due += [schedule.next_full - now, schedule.next_snapshot - now]
     return max(0.0, min(due))
@@ -205,7 +220,7 @@ def pace_s(schedule: Schedule, now: float) -> float:
 def tick(schedule: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, list[Action]]:
     """One iteration's decision: the next ``Schedule`` and the actions to carry out."""
     now = seen.now
-    s = replace(schedule, last_iteration=now)
+    s = replace(schedule, last_iteration=now, quiet=seen.quiet)
     actions: list[Action] = []
     if seen.reload:
         s = replace(s, reload_wanted=True)

@@ -166,6 +166,9 @@ class _Reader:
         self._closing = threading.Lock()
         self._done = False
         self._abandoned = False
+        #: A batch of appends only (``IN_MODIFY``) is recorded but wakes nobody (the loop's
+        #: usage poll sees their bytes): set by the loop while quiet (``Watcher.lazy``).
+        self.lazy_appends = False
 
     def watch_tree(self, top: str) -> None:
         """Watch the log dir ``top`` and every dir in it (partitions, ``-delete`` dirs; no
@@ -245,12 +248,12 @@ class _Reader:
             except OSError as exc:
                 log.warning("watch_failed", error=exc.strerror or str(exc), fallback=_FALLBACK)
                 return
-            if events:
-                self._handle(events)
+            if events and (self._handle(events) or not self.lazy_appends):
                 self._wake()
             time.sleep(_BATCH_S)
 
-    def _handle(self, events: Iterable[tuple[int, int, int, str]]) -> None:
+    def _handle(self, events: Iterable[tuple[int, int, int, str]]) -> bool:
+        """Take a batch of events into the hint; True if it held more than appends."""
         now = time.monotonic()
         hint = self._hint
         structural = partitions = False
@@ -309,6 +312,7 @@ class _Reader:
                     hint.touched.update(touched)
         for kind, src, dest in reclaim:
             self._on_reclaim(kind, src, dest, now)
+        return structural or bool(locks)
 
     def _new_dir(self, parent: str, path: str) -> None:
         """A dir made in a log dir (a new partition): watched too (its files made before the
@@ -508,6 +512,16 @@ class Watcher:
     def take(self) -> HintSummary:
         """What the hints said since the last call (nothing when not watching)."""
         return self._hint.take() if self._hint is not None else HintSummary()
+
+    @property
+    def lazy(self) -> bool:
+        """Appends alone wake nobody (the loop while quiet: its usage poll sees them)."""
+        return self._reader is not None and self._reader.lazy_appends
+
+    @lazy.setter
+    def lazy(self, value: bool) -> None:
+        if self._reader is not None:
+            self._reader.lazy_appends = value
 
     def take_touched(self) -> frozenset[str] | None:
         """The names of the partition dirs that had any event (an append included) since the

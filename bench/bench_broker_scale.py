@@ -15,9 +15,11 @@ checkout; ``--baseline REV`` the daemon code of REV, in the same run, on the sam
   each retention cycle that acted (``retention_cycle``: wall time, segments chosen), and the
   requests sent during it, per API (count, bytes sent, bytes received), plus the requests of
   the whole run from ``daemon_started`` on.
-- **idle**: the daemon again (info logging, no protocol debug) with nothing to delete: its CPU
-  (user + system, psutil) over ``--idle-seconds`` after ``--idle-settle``, RSS, and the mean
-  retention cycle from its metrics (``diskguard_scan_duration_seconds``).
+- **idle**: the daemon again (info logging, no protocol debug) with nothing to delete, every
+  variant at once on the same broker: its CPU (user + system, psutil) over
+  ``--idle-seconds`` after ``--idle-settle``, RSS, and the mean retention cycle from its
+  metrics (``diskguard_scan_duration_seconds``). An idle daemon's consistency rescan comes
+  every 60–300 s: a window shorter than that may hold none of them.
 
 The load average is recorded before and after each measurement (the machine may be shared):
 CPU time is the figure load distorts least. Writes ``bench/results/broker_scale.json``.
@@ -399,51 +401,66 @@ def scrape(port: int) -> dict[str, float]:
 
 
 def idle(
-    args: argparse.Namespace, broker: KafkaCluster, mount: Path, variant: str, work: Path
-) -> dict[str, Any]:
-    """The daemon in broker mode with nothing to delete: CPU, RSS, cycle time."""
-    port = free_port()
-    config = write_config(
-        work,
-        broker.log_dir,
-        broker.bootstrap,
-        99.0,
-        95.0,
-        debug=False,
-        metrics_port=port,
-        state=Path(tempfile.mkdtemp(prefix="state-", dir=work)),
-    )
-    events = work / f"idle-{variant.replace(':', '-')}.jsonl"
+    args: argparse.Namespace, broker: KafkaCluster, mount: Path, variants: list[str], work: Path
+) -> list[dict[str, Any]]:
+    """The daemon in broker mode with nothing to delete: CPU, RSS, cycle time. Every variant
+    runs at the same time, on the same broker, measured over the same window: whatever else
+    the machine does then weighs on each alike (an idle daemon takes well under 1 % of a
+    core, so they hardly weigh on each other)."""
     load_before = load_average()
-    with daemon(variant, config, events, work) as proc:
-        ps = psutil.Process(proc.pid)
+    with contextlib.ExitStack() as stack:
+        running = []
+        for variant in variants:
+            port = free_port()
+            config = write_config(
+                work,
+                broker.log_dir,
+                broker.bootstrap,
+                99.0,
+                95.0,
+                debug=False,
+                metrics_port=port,
+                state=Path(tempfile.mkdtemp(prefix="state-", dir=work)),
+            )
+            events = work / f"idle-{variant.replace(':', '-')}.jsonl"
+            proc = stack.enter_context(daemon(variant, config, events, work))
+            running.append((variant, port, events, psutil.Process(proc.pid)))
         time.sleep(args.idle_settle)
-        m0 = scrape(port)
-        c0 = ps.cpu_times()
+        m0 = [scrape(port) for _v, port, _e, _ps in running]
+        c0 = [ps.cpu_times() for *_x, ps in running]
         w0 = time.monotonic()
-        rss = 0
+        rss = [0] * len(running)
         while time.monotonic() - w0 < args.idle_seconds:
-            rss = max(rss, ps.memory_info().rss)
+            for i, (*_x, ps) in enumerate(running):
+                rss[i] = max(rss[i], ps.memory_info().rss)
             time.sleep(1)
-        c1 = ps.cpu_times()
+        c1 = [ps.cpu_times() for *_x, ps in running]
         wall = time.monotonic() - w0
-        m1 = scrape(port)
-    cpu = (c1.user - c0.user) + (c1.system - c0.system)
-    cycles = m1.get("count", 0) - m0.get("count", 0)
-    lines = read_events(events)
-    started = next(e for e in lines if e.get("event") == "daemon_started")
-    return {
-        "variant": variant,
-        "mode": started.get("mode"),
-        "measured_s": round(wall, 1),
-        "cpu_percent": round(100 * cpu / wall, 3),
-        "cpu_s": round(cpu, 3),
-        "rss_mb": round(rss / MiB, 1),
-        "cycles": cycles,
-        "cycle_mean_ms": (round(1000 * (m1["sum"] - m0["sum"]) / cycles, 1) if cycles else None),
-        "load_before": load_before,
-        "load_after": load_average(),
-    }
+        m1 = [scrape(port) for _v, port, _e, _ps in running]
+    load_after = load_average()
+    out = []
+    for i, (variant, _port, events, _ps) in enumerate(running):
+        cpu = (c1[i].user - c0[i].user) + (c1[i].system - c0[i].system)
+        cycles = m1[i].get("count", 0) - m0[i].get("count", 0)
+        lines = read_events(events)
+        started = next(e for e in lines if e.get("event") == "daemon_started")
+        out.append(
+            {
+                "variant": variant,
+                "mode": started.get("mode"),
+                "measured_s": round(wall, 1),
+                "cpu_percent": round(100 * cpu / wall, 3),
+                "cpu_s": round(cpu, 3),
+                "rss_mb": round(rss[i] / MiB, 1),
+                "cycles": cycles,
+                "cycle_mean_ms": (
+                    round(1000 * (m1[i]["sum"] - m0[i]["sum"]) / cycles, 1) if cycles else None
+                ),
+                "load_before": load_before,
+                "load_after": load_after,
+            }
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- one size
@@ -506,10 +523,10 @@ def one_size(args: argparse.Namespace, kafka: Target, partitions: int) -> dict[s
             result["burst"].append(res)
             # The broker removes what it was asked to at its next retention check.
             time.sleep(8)
-        for variant in variants if args.only in (None, "idle") else ():
-            res = idle(args, broker, mount, variant, work)
-            print(json.dumps(res), flush=True)
-            result["idle"].append(res)
+        if args.only in (None, "idle"):
+            for res in idle(args, broker, mount, variants, work):
+                print(json.dumps(res), flush=True)
+                result["idle"].append(res)
         result["broker_log_errors"] = [
             line for line in broker.log_text().splitlines() if " ERROR " in line
         ][:20]

@@ -163,14 +163,18 @@ def test_while_quiet_snapshots_take_the_hints_word_but_the_rescan_takes_nothing_
 def test_a_snapshot_is_checked_unless_quiet() -> None:
     loop = Loop()
     assert loop.tick(0.0) == [A.SNAPSHOT]
-    loop.tick(1.0, finished=True, cycle_cpu_s=0.2)  # the next check 200 s on
-    assert loop.tick(61.0, quiet=True) == [A.HINTED_SNAPSHOT]
-    loop.tick(61.5, finished=True, cycle_cpu_s=0.01)
-    # The hinted snapshot is no check: the rescan is still due from the first scan's end.
-    assert loop.schedule.next_rescan == 201.0
-    assert loop.tick(121.5) == [A.SNAPSHOT]  # something changed: no trust
-    loop.tick(122.0, finished=True, cycle_cpu_s=0.2)
-    assert loop.schedule.next_rescan == 322.0
+    # The first scan, cold, is no measure of a check: the next comes soon.
+    loop.tick(1.0, finished=True, cycle_cpu_s=5.0)
+    assert loop.schedule.next_rescan == 1.0 + QUIET_RESCAN_S
+    assert loop.tick(61.0, quiet=True) == [A.SNAPSHOT]
+    loop.tick(62.0, finished=True, cycle_cpu_s=0.2)  # the next check 200 s on
+    assert loop.tick(122.0, quiet=True) == [A.HINTED_SNAPSHOT]
+    loop.tick(122.5, finished=True, cycle_cpu_s=0.01)
+    # The hinted snapshot is no check: the rescan is still due 200 s after the last check.
+    assert loop.schedule.next_rescan == 262.0
+    assert loop.tick(182.5) == [A.SNAPSHOT]  # something changed: no trust
+    loop.tick(183.0, finished=True, cycle_cpu_s=0.2)
+    assert loop.schedule.next_rescan == 383.0
 
 
 def test_quiet_ending_brings_the_periodic_cycle_back_within_an_interval() -> None:

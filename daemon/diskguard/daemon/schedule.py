@@ -225,6 +225,7 @@ def tick(schedule: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, 
     if seen.reload:
         s = replace(s, reload_wanted=True)
     if seen.finished and s.running is not None:
+        first = not s.started
         if s.running is Action.SNAPSHOT:
             actions.append(Action.RECORD_SNAPSHOT)
             s = replace(s, next_snapshot=now + settings.snapshot_interval_s)
@@ -240,8 +241,10 @@ def tick(schedule: Schedule, settings: Settings, seen: Seen) -> tuple[Schedule, 
         )
         if s.checking:
             # Like the snapshot's, from the end of the scan: the rescan and a snapshot due
-            # together are one cycle (the snapshot's), not two.
-            rescan_s = settings.rescan_interval(seen.cycle_cpu_s)
+            # together are one cycle (the snapshot's), not two. The first scan lists every
+            # dir cold (and learns the topics' policies): its cost says nothing of a check's.
+            cost_s = 0.0 if first else seen.cycle_cpu_s
+            rescan_s = settings.rescan_interval(cost_s)
             s = replace(s, checking=False, rescan_s=rescan_s, next_rescan=now + rescan_s)
     if (now >= s.next_snapshot and s.running is not Action.SNAPSHOT) or seen.transitions:
         s = replace(s, snapshot_wanted=True)

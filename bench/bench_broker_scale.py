@@ -21,6 +21,11 @@ checkout; ``--baseline REV`` the daemon code of REV, in the same run, on the sam
   metrics (``diskguard_scan_duration_seconds``). An idle daemon's consistency rescan comes
   every 60–300 s: a window shorter than that may hold none of them.
 
+``--measure-at HH:MM`` prepares every size's broker first (topics, prefill, group), stops
+them with their data, and at that UTC time starts each again in turn to measure it: for a
+quiet window set in advance. ``--rev REV`` runs the daemon code of REV (a branch: its tip when
+the daemon starts) instead of this checkout's; ``--idle-seconds`` takes one window per size.
+
 The load average is recorded before and after each measurement (the machine may be shared):
 CPU time is the figure load distorts least. Writes ``bench/results/broker_scale.json``.
 Needs root (loop mounts), Java and Maven (``make tools``).
@@ -466,7 +471,12 @@ def idle(
 # --------------------------------------------------------------------------- one size
 
 
-def one_size(args: argparse.Namespace, kafka: Target, partitions: int) -> dict[str, Any]:
+def prepared(
+    stack: contextlib.ExitStack, args: argparse.Namespace, kafka: Target, partitions: int
+) -> tuple[dict[str, Any], KafkaCluster, Path, list[tuple[str, int]], Path]:
+    """A running broker with ``partitions`` partitions prefilled and a group's offsets
+    committed (its loop disk, work dirs and the broker itself closed by ``stack``); the
+    result's first fields."""
     topics = topics_of(partitions, args.per_topic)
     segment = args.segment_kib * KiB
     size = disk_bytes(args, partitions)
@@ -481,9 +491,9 @@ def one_size(args: argparse.Namespace, kafka: Target, partitions: int) -> dict[s
     }
     print(f"# {partitions} partitions: {result}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="diskguard-kafka-scale-"))
-    with (
-        fsfixtures.loop_ext4(size, 0) as mount,
-        tempfile.TemporaryDirectory(prefix="dg-bench-scale-") as tmp,
+    mount = stack.enter_context(fsfixtures.loop_ext4(size, 0))
+    work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dg-bench-scale-")))
+    broker = stack.enter_context(
         running_cluster(
             kafka.release,
             kafka.classpath,
@@ -497,40 +507,88 @@ def one_size(args: argparse.Namespace, kafka: Target, partitions: int) -> dict[s
                 "num.io.threads": "4",
             },
             heap_mb=heap_mb(partitions),
-        ) as broker,
-    ):
-        work = Path(tmp)
-        t = time.monotonic()
-        create_topics(broker, topics, segment)
-        result["create_topics_s"] = round(time.monotonic() - t, 1)
-        print(f"  topics created in {result['create_topics_s']} s", flush=True)
-        result["prefill_s"] = round(
-            produce_spread(broker, topics, args.segments * segment, args.record, segment), 1
         )
-        result["committed_partitions"] = commit_group(broker, topics, 1)
-        time.sleep(2)
-        result["usage_after_prefill_percent"] = round(df_percent(mount), 3)
-        print(
-            f"  prefilled in {result['prefill_s']} s: {result['usage_after_prefill_percent']} %",
-            flush=True,
-        )
-        variants = ["predictive"] + ([f"baseline:{args.baseline}"] if args.baseline else [])
-        result["burst"] = []
-        result["idle"] = []
-        for variant in variants if args.only in (None, "burst") else ():
-            res = burst(args, broker, mount, topics, variant, work)
-            print(json.dumps(summary_of_burst(res)), flush=True)
-            result["burst"].append(res)
-            # The broker removes what it was asked to at its next retention check.
-            time.sleep(8)
-        if args.only in (None, "idle"):
-            for res in idle(args, broker, mount, variants, work):
-                print(json.dumps(res), flush=True)
-                result["idle"].append(res)
-        result["broker_log_errors"] = [
-            line for line in broker.log_text().splitlines() if " ERROR " in line
-        ][:20]
+    )
+    t = time.monotonic()
+    create_topics(broker, topics, segment)
+    result["create_topics_s"] = round(time.monotonic() - t, 1)
+    print(f"  topics created in {result['create_topics_s']} s", flush=True)
+    result["prefill_s"] = round(
+        produce_spread(broker, topics, args.segments * segment, args.record, segment), 1
+    )
+    result["committed_partitions"] = commit_group(broker, topics, 1)
+    time.sleep(2)
+    result["usage_after_prefill_percent"] = round(df_percent(mount), 3)
+    print(
+        f"  prefilled in {result['prefill_s']} s: {result['usage_after_prefill_percent']} %",
+        flush=True,
+    )
+    return result, broker, mount, topics, work
+
+
+def measured(
+    args: argparse.Namespace,
+    result: dict[str, Any],
+    broker: KafkaCluster,
+    mount: Path,
+    topics: list[tuple[str, int]],
+    work: Path,
+) -> dict[str, Any]:
+    """The burst and the idle measurements on a prepared broker, into ``result``."""
+    args.idle_seconds = args.idle_windows[result["partitions"]]
+    this = f"predictive@{args.rev}" if args.rev else "predictive"
+    variants = [this] + ([f"baseline:{args.baseline}"] if args.baseline else [])
+    result["burst"] = []
+    result["idle"] = []
+    for variant in variants if args.only in (None, "burst") else ():
+        res = burst(args, broker, mount, topics, variant, work)
+        print(json.dumps(summary_of_burst(res)), flush=True)
+        result["burst"].append(res)
+        # The broker removes what it was asked to at its next retention check.
+        time.sleep(8)
+    if args.only in (None, "idle"):
+        for res in idle(args, broker, mount, variants, work):
+            print(json.dumps(res), flush=True)
+            result["idle"].append(res)
+    result["broker_log_errors"] = [
+        line for line in broker.log_text().splitlines() if " ERROR " in line
+    ][:20]
     return result
+
+
+def one_size(args: argparse.Namespace, kafka: Target, partitions: int) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        return measured(args, *prepared(stack, args, kafka, partitions))
+
+
+def at_a_time(args: argparse.Namespace, kafka: Target, sizes: list[int]) -> list[dict[str, Any]]:
+    """``--measure-at``: every size's broker prepared now, then stopped (its data kept); at
+    the time given (UTC), each started again in turn, measured, stopped. For a quiet window
+    set in advance: what takes long (topics, prefill) is done before it."""
+    hour, minute, *sec = (int(x) for x in args.measure_at.split(":"))
+    now = time.time()
+    at = now - now % 86400 + hour * 3600 + minute * 60 + (sec[0] if sec else 0)
+    if at < now:
+        at += 86400
+    results = []
+    with contextlib.ExitStack() as stack:
+        ready = []
+        for n in sizes:
+            result, broker, mount, topics, work = prepared(stack, args, kafka, n)
+            broker.stop()
+            ready.append((result, broker, mount, topics, work))
+        print(f"# prepared; measuring at {args.measure_at} UTC", flush=True)
+        time.sleep(max(0.0, at - time.time()))
+        for result, broker, mount, topics, work in ready:
+            t = time.monotonic()
+            broker.start()
+            broker.wait_brokers()
+            result["restart_s"] = round(time.monotonic() - t, 1)
+            result["measured_at"] = time.strftime("%H:%M:%S", time.gmtime())
+            print(f"# {result['partitions']}: broker up in {result['restart_s']} s", flush=True)
+            results.append(measured(args, result, broker, mount, topics, work))
+            broker.stop()
+    return results
 
 
 def summary_of_burst(res: dict[str, Any]) -> dict[str, Any]:
@@ -573,10 +631,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--burst-timeout", type=float, default=180.0)
     ap.add_argument("--quiet", type=float, default=15.0, help="s without a cycle that acted")
     ap.add_argument("--settle", type=float, default=10.0)
-    ap.add_argument("--idle-seconds", type=float, default=60.0)
+    ap.add_argument(
+        "--idle-seconds",
+        default="60",
+        help="the idle window, s; comma-separated: one per size (the last for the rest)",
+    )
     ap.add_argument("--idle-settle", type=float, default=20.0)
     ap.add_argument("--baseline", metavar="REV", help="also run the daemon code of REV")
+    ap.add_argument(
+        "--rev",
+        help="the daemon code of REV instead of this checkout's (a branch: its tip when the"
+        " daemon starts)",
+    )
     ap.add_argument("--only", choices=("burst", "idle"), help="run one of the two measurements")
+    ap.add_argument(
+        "--measure-at",
+        metavar="HH:MM[:SS]",
+        help="prepare every size's broker now, stop it, measure each at this UTC time",
+    )
     ap.add_argument("--out", default=str(RESULTS / "broker_scale.json"))
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
@@ -597,7 +669,12 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
     print(f"# {kafka}, load {load_average()}", flush=True)
-    results = [one_size(args, kafka, n) for n in sizes]
+    windows = [float(x) for x in str(args.idle_seconds).split(",") if x]
+    args.idle_windows = {n: windows[min(i, len(windows) - 1)] for i, n in enumerate(sizes)}
+    if args.measure_at:
+        results = at_a_time(args, kafka, sizes)
+    else:
+        results = [one_size(args, kafka, n) for n in sizes]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": machine_info(), "results": results}, indent=2) + "\n")

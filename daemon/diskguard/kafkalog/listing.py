@@ -390,7 +390,7 @@ class ListingCache:
         self._closed: dict[str, ClosedStats] = {}
         self._touched: set[str] = set()
         #: path -> (the listing, its active segment files' stats when last read)
-        self._active: dict[str, tuple[PartitionListing, list[os.stat_result]]] = {}
+        self._active: dict[str, tuple[PartitionListing, list[os.stat_result], int | None]] = {}
         #: Until the next ``prune``: the names of the dirs the hints say may have changed;
         #: every other kept dir is taken as it was (``trust``). None: nothing is taken on trust.
         self._trusted_but: frozenset[str] | None = None
@@ -465,7 +465,7 @@ class ListingCache:
 
     def _trusted(self, path: str) -> bool:
         but = self._trusted_but
-        return but is not None and os.path.basename(path) not in but
+        return but is not None and path[path.rfind("/") + 1 :] not in but
 
     def listing(self, path: str, full: bool, hand_on: bool = False) -> PartitionListing:
         """``path``'s listing: kept if its dir is unchanged, else made now. ``hand_on``: the
@@ -546,15 +546,24 @@ class ListingCache:
         """Remember ``part`` as made of ``listing`` (see ``partition``)."""
         self._partitions[path] = (listing, part)
 
-    def active_stats(self, path: str, listing: PartitionListing) -> list[os.stat_result]:
+    def active_files(
+        self, path: str, listing: PartitionListing
+    ) -> tuple[list[os.stat_result], int | None]:
         """The stats of ``listing``'s active segment files: read afresh (they grow without
-        the dir changing), unless ``trust`` says no event touched the dir since they were."""
+        the dir changing), unless ``trust`` says no event touched the dir since they were;
+        and their allocated bytes where each has a single link (else None: count them per
+        inode)."""
         kept = self._active.get(path)
         if kept is not None and kept[0] is listing and self._trusted(path):
-            return kept[1]
+            return kept[1], kept[2]
         stats = active_stats(path, listing)
-        self._active[path] = (listing, stats)
-        return stats
+        single = (
+            sum(allocated_bytes(st) for st in stats)
+            if all(st.st_nlink <= 1 for st in stats)
+            else None
+        )
+        self._active[path] = (listing, stats, single)
+        return stats, single
 
     def log_dir_entries(self, path: str) -> list[os.DirEntry[str]]:
         """A log dir's entries sorted by name, kept while the dir is unchanged, by the same

@@ -162,11 +162,11 @@ def scan_log_dir(
             continue
         try:
             listing = cache.listing(entry.path, full) if cache else list_partition(entry.path, full)
-            if not full:
-                active = []
-            elif cache is not None:
-                active = cache.active_stats(entry.path, listing)
-            else:
+            active: list[os.stat_result] = []
+            single: int | None = None  # the active files' bytes, each with one link
+            if full and cache is not None:
+                active, single = cache.active_files(entry.path, listing)
+            elif full:
                 active = active_stats(entry.path, listing)
         except FileNotFoundError:
             continue  # partition deleted while we looked
@@ -211,10 +211,12 @@ def scan_log_dir(
                 pending.add(st)
         # Bytes this partition adds to the log dir's (inodes seen before count there once).
         part_bytes = listing.settled_bytes + listing.deleted_bytes
+        if single is not None:
+            part_bytes += single  # as ``InodeTally.add`` counts single links: summed
         kafka.single += part_bytes
         if listing.linked:
             part_bytes += sum(kafka.add_linked(linked) for linked in listing.linked)
-        if active:
+        if active and single is None:
             part_bytes += sum(kafka.add(st) for st in active)
         if topics is not None:
             acc = topics.setdefault(name.topic, [0, 0])

@@ -54,7 +54,7 @@ MIN_PARTITIONS = 256
 OWN_SHARE = (2, 5)
 #: The same where the worker has dated its own listings' heads ahead (``date_ahead``): this
 #: process walks at most this share, and only partitions it listed itself.
-OWN_SHARE_DATED_AHEAD = (3, 10)
+OWN_SHARE_DATED_AHEAD = (2, 5)
 #: How far ``date_ahead`` goes: this many heads per partition on average (a plan seldom
 #: takes more; the rest would be work for nothing on a core others may want).
 AHEAD_PER_PARTITION = 16

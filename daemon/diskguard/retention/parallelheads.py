@@ -55,9 +55,11 @@ OWN_SHARE = (2, 5)
 #: The same where the worker has dated its own listings' heads ahead (``date_ahead``): this
 #: process walks at most this share, and only partitions it listed itself.
 OWN_SHARE_DATED_AHEAD = (2, 5)
-#: How far ``date_ahead`` goes: this many heads per partition on average (a plan seldom
-#: takes more; the rest would be work for nothing on a core others may want).
-AHEAD_PER_PARTITION = 16
+#: How far ``date_ahead`` goes: this many heads per partition on average. Beside a broker
+#: on two cores, dating further took the core the broker answered the plan's requests on
+#: (measured: 4 a partition 0.71 s, 16 0.89 s, 1 0.75 s); offline the walk's request stops
+#: it sooner anyway.
+AHEAD_PER_PARTITION = 4
 
 
 def parallel_heads(

@@ -55,6 +55,8 @@ OWN_SHARE = (2, 5)
 #: The same where the worker has dated its own listings' heads ahead (``date_ahead``): this
 #: process walks at most this share, and only partitions it listed itself.
 OWN_SHARE_DATED_AHEAD = (2, 5)
+#: ... and at least this share, of the worker's partitions where it listed too few itself.
+OWN_SHARE_AT_LEAST = (1, 5)
 #: How far ``date_ahead`` goes: this many heads per partition on average. Beside a broker
 #: on two cores, dating further took the core the broker answered the plan's requests on
 #: (measured: 4 a partition 0.71 s, 16 0.89 s, 1 0.75 s); offline the walk's request stops
@@ -119,7 +121,8 @@ def _shares(
     block: partitions of one topic sit together and may be the oldest of all. Without
     ``dated_ahead``, every ``OWN_SHARE`` of them here; with it, the worker walks every
     partition it dated ahead and this process at most ``OWN_SHARE_DATED_AHEAD`` of all, of
-    the rest. A protected partition has no head (``LocalHeads``): not sent."""
+    the rest, and at least ``OWN_SHARE_AT_LEAST``, topped up with the worker's. A protected
+    partition has no head (``LocalHeads``): not sent."""
     if not dated_ahead:
         num, den = OWN_SHARE
         mine = [p for i, p in enumerate(parts) if (i * num) % den < num]
@@ -130,6 +133,13 @@ def _shares(
     num, den = OWN_SHARE_DATED_AHEAD
     keep = min(len(rest), len(parts) * num // den)
     chosen = {rest[k * len(rest) // keep] for k in range(keep)} if keep else set()
+    # Where the worker listed nearly all (a broker's round trips kept this process busy),
+    # this process still walks some, of the worker's: it would otherwise only merge.
+    least = len(parts) * OWN_SHARE_AT_LEAST[0] // OWN_SHARE_AT_LEAST[1]
+    if len(chosen) < least:
+        theirs_i = [i for i, p in enumerate(parts) if p.path in ahead]
+        more = min(len(theirs_i), least - len(chosen))
+        chosen |= {theirs_i[k * len(theirs_i) // more] for k in range(more)} if more else set()
     mine = [p for i, p in enumerate(parts) if i in chosen]
     theirs = [p for i, p in enumerate(parts) if i not in chosen and not p.protected]
     return mine, theirs

@@ -1,8 +1,10 @@
 """The daemon end to end on a real loop ext4: retention, flow control, hook, snapshots,
 metrics, sd_notify, SIGHUP reload and SIGTERM — one daemon process, one scenario.
 
-Deadlines here are generous functional bounds (the reaction-time figures come from
-``bench/bench_reaction.py``); the measured reaction is printed for the log.
+Every wait here is for a condition (an event, a file, a count), with a bound only so that a
+broken daemon fails instead of hanging: on two loaded cores a reaction can take seconds. The
+reaction-time figures come from ``bench/bench_reaction.py``; the one measured here is only
+printed for the log.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import socket
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from support.configs import write_config
 from support.daemonproc import DaemonProc
@@ -21,6 +24,8 @@ from support.logdirs import build, expected_order
 from support.net import free_port
 
 MiB = 1024**2
+#: How long any one step may take before the test fails as broken rather than slow.
+WAIT_S = 60.0
 
 
 class NotifySocket:
@@ -37,6 +42,16 @@ class NotifySocket:
                 self.messages.append(self.sock.recv(4096).decode())
             except TimeoutError:
                 return self.messages
+
+
+def spooled(state: Path) -> list[dict[str, Any]]:
+    """The snapshot records in the spool so far (a line still being written is not one)."""
+    return [
+        json.loads(line)
+        for f in sorted((state / "spool").glob("*.jsonl"))
+        for line in f.read_text().splitlines(keepends=True)
+        if line.strip() and line.endswith("\n")
+    ]
 
 
 def test_daemon_guards_a_real_disk(disk: Path, tmp_path: Path) -> None:
@@ -78,7 +93,7 @@ def test_daemon_guards_a_real_disk(disk: Path, tmp_path: Path) -> None:
     notify = NotifySocket(tmp_path / "notify.sock")
     with DaemonProc(config, env={"NOTIFY_SOCKET": str(notify.path)}) as daemon:
         daemon.wait_for("daemon_started")
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + WAIT_S
         while "READY=1" not in "".join(notify.drain()) and time.monotonic() < deadline:
             pass
         assert any("READY=1" in m for m in notify.messages), notify.messages
@@ -88,18 +103,21 @@ def test_daemon_guards_a_real_disk(disk: Path, tmp_path: Path) -> None:
         time.sleep(1.0)
         assert not daemon.named("overfull") and not daemon.named("segment_deleted")
 
-        # Over the ceiling: overfull at once, back under the ceiling within the reaction bound.
+        # Over the ceiling: overfull, and a cycle brings it back under the ceiling. A cycle
+        # may start while filler-b is still being written (the usage poll sees the crossing
+        # mid-write) and leave it over: the one awaited is the cycle that brought it under.
         crossed = time.monotonic()
         fill_to(disk, "filler-b", base + 5)
-        event = daemon.wait_for("overfull", timeout=5)
+        event = daemon.wait_for("overfull", timeout=WAIT_S)
         assert event["message"] == "store overfull, flow control will be enforced"
-        while df_percent(disk) > ceiling and time.monotonic() - crossed < 5:
-            time.sleep(0.01)
-        reaction = time.monotonic() - crossed
-        print(f"back under the ceiling {reaction:.3f}s after the crossing")
-        assert df_percent(disk) <= ceiling
-        cycle = daemon.wait_for("retention_cycle", timeout=5)
+        cycle = daemon.wait_for(
+            "retention_cycle",
+            timeout=WAIT_S,
+            where=lambda e: e["usage_after"] is not None and e["usage_after"] <= ceiling,
+        )
+        print(f"back under the ceiling {cycle['_t'] - crossed:.3f}s after the crossing")
         assert cycle["usage_before"] > ceiling >= cycle["usage_after"]
+        assert df_percent(disk) <= ceiling
         deleted = [
             (e["topic"], e["partition"], e["base_offset"]) for e in daemon.named("segment_deleted")
         ]
@@ -112,10 +130,10 @@ def test_daemon_guards_a_real_disk(disk: Path, tmp_path: Path) -> None:
         # Room again: cleared exactly once, below underfull.
         (disk / "filler-b").unlink()
         (disk / "filler-a").unlink()
-        cleared = daemon.wait_for("overfull_cleared", timeout=5)
+        cleared = daemon.wait_for("overfull_cleared", timeout=WAIT_S)
         assert cleared["message"] == "store overfull condition cleared"
         assert cleared["usage_percent"] < underfull
-        daemon.wait_for("disk_alert", timeout=5, previous_alert_level=2)
+        daemon.wait_for("disk_alert", timeout=WAIT_S, previous_alert_level=2)
         alerts = [(e["previous_alert_level"], e["alert_level"]) for e in daemon.named("disk_alert")]
         assert (None, 0) not in alerts and alerts[-1][1] in (0, 1)
         assert any(level == 2 for _prev, level in alerts)
@@ -124,7 +142,7 @@ def test_daemon_guards_a_real_disk(disk: Path, tmp_path: Path) -> None:
         assert levels[2] == "warning" and levels[alerts[-1][1]] == "info", levels
 
         # The hook ran once per transition with the documented environment.
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + WAIT_S
         while hook_log.exists() is False or hook_log.read_text().count("DISKGUARD_EVENT") < 2:
             assert time.monotonic() < deadline, "hook not called twice"
             time.sleep(0.05)
@@ -134,33 +152,32 @@ def test_daemon_guards_a_real_disk(disk: Path, tmp_path: Path) -> None:
         assert "DISKGUARD_EVENT=overfull_cleared" in calls[1]
 
         # Metrics over real HTTP, health ok.
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        url = f"http://127.0.0.1:{port}"
+        body = urllib.request.urlopen(f"{url}/metrics", timeout=WAIT_S).read().decode()
         assert 'diskguard_filesystem_usage_ratio{device="' in body and str(disk) in body
         assert "diskguard_segments_deleted_total" in body
         assert "diskguard_filesystem_deleted_open_bytes{" in body
-        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
+        assert urllib.request.urlopen(f"{url}/healthz", timeout=WAIT_S).status == 200
 
-        # Snapshots spooled on transitions and on the timer.
-        time.sleep(2.5)
-        records = [
-            json.loads(line)
-            for f in sorted((state / "spool").glob("*.jsonl"))
-            for line in f.read_text().splitlines()
-            if line.strip()
-        ]
+        # Snapshots spooled on transitions and on the timer: the one after the clear follows
+        # a full rescan, which may take a while on a loaded machine.
+        deadline = time.monotonic() + WAIT_S
+        while {"overfull", "normal"} - {r["flow_state"] for r in spooled(state)}:
+            assert time.monotonic() < deadline, spooled(state)
+            time.sleep(0.1)
+        records = spooled(state)
         assert records and all(r["schema"] == 1 and r["host"] == "test-host" for r in records)
-        assert {"overfull", "normal"} <= {r["flow_state"] for r in records}
         assert sum(r["deleted_bytes"] for r in records) > 0
         assert any(t["topic"] == "orders" for r in records for t in r["topics"])
 
         # SIGHUP: a bad config is rejected and the old one stays; a good one is taken.
         config.write_text(good.replace("disk_usage_percent", "disk_usage_persent"))
         daemon.signal(signal.SIGHUP)
-        daemon.wait_for("config_reload_rejected", timeout=10)
+        daemon.wait_for("config_reload_rejected", timeout=WAIT_S)
         assert daemon.proc.poll() is None
         config.write_text(good)
         daemon.signal(signal.SIGHUP)
-        daemon.wait_for("config_reloaded", timeout=10)
+        daemon.wait_for("config_reloaded", timeout=WAIT_S)
 
         # SIGTERM: clean exit 0.
         assert daemon.stop() == 0

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,18 +50,33 @@ class DaemonProc:
             self.events.append(event)
             self._queue.put(event)
 
-    def wait_for(self, name: str, timeout: float = 30.0, **match: Any) -> dict[str, Any]:
-        """The first event named ``name`` (with matching fields) seen so far or arriving."""
+    def wait_for(
+        self,
+        name: str,
+        timeout: float = 30.0,
+        where: Callable[[dict[str, Any]], bool] | None = None,
+        **match: Any,
+    ) -> dict[str, Any]:
+        """The first event named ``name`` (with matching fields, and ``where`` true of it)
+        seen so far or arriving."""
+
+        def wanted(event: dict[str, Any]) -> bool:
+            return (
+                event.get("event") == name
+                and all(event.get(k) == v for k, v in match.items())
+                and (where is None or where(event))
+            )
+
         deadline = time.monotonic() + timeout
         for event in list(self.events):
-            if event.get("event") == name and all(event.get(k) == v for k, v in match.items()):
+            if wanted(event):
                 return event
         while time.monotonic() < deadline:
             try:
                 event = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
                 break
-            if event.get("event") == name and all(event.get(k) == v for k, v in match.items()):
+            if wanted(event):
                 return event
             if self.proc.poll() is not None and self._queue.empty():
                 break

@@ -6,6 +6,7 @@ every filesystem well under its limits. Whether the log dirs changed is the hint
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from diskguard.config import load_config
 from diskguard.daemon.brokerprobe import BrokerProbe
 from diskguard.daemon.cycles import Retention
 from diskguard.daemon.filesystems import Filesystems
+from diskguard.daemon.watch import HintSummary
 from diskguard.metrics import Metrics
 from diskguard.retention.planner import Deletion
 from support import kafkagen
@@ -111,3 +113,33 @@ def test_a_change_the_hints_missed_is_seen_by_the_next_check_not_before(tmp_path
     # And a snapshot on trust after it starts from what the check read.
     assert _snapshot(retention, frozenset()) == checked
     retention.close()
+
+
+def test_a_stuck_cycle_is_skipped_until_the_broker_answers_the_probe(tmp_path: Path) -> None:
+    """Stuck over its limit with nothing changed, the loop skips cycles and backs its rescans
+    off (``unchanged``); the probe's answer wakes the loop and ends that at its next
+    iteration, once. This is what lets a daemon stuck without its broker act on the broker's
+    return without waiting out the back-off (end to end: ``test_broker_back_e2e``)."""
+    log_dir = tmp_path / "kafka"
+    kafkagen.write_partition(log_dir, "orders", 0, [kafkagen.SegmentSpec()] * 3)
+    # A limit no deletion can reach, in dry-run: stuck at once, with no broker, none deleted.
+    config = load_config(write_config(tmp_path, log_dir, mode="dry-run", disk_usage_percent=0.1))
+    woken = threading.Event()
+    answered = threading.Event()
+    probe = BrokerProbe(lambda: answered.wait(60), 60.0, woken.set)
+    retention = Retention(config, Metrics(), probe, lambda: None)
+    filesystems = Filesystems(config.broker.log_dirs)
+    probe.start()
+    try:
+        _cycle(retention)
+        usages = filesystems.usage()
+        assert retention.stuck.states, "dry-run over the limit is stuck"
+        assert retention.unchanged(usages, HintSummary(), len(filesystems))
+        probe.want(True)
+        answered.set()
+        assert woken.wait(60), "the probe's answer wakes the loop"
+        assert not retention.unchanged(usages, HintSummary(), len(filesystems))
+        assert retention.unchanged(usages, HintSummary(), len(filesystems))  # each answer once
+    finally:
+        probe.stop()
+        retention.close()

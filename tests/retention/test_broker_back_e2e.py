@@ -1,4 +1,4 @@
-"""Stuck for want of the broker, then it answers again: noticed within about a probe interval.
+"""Stuck for want of the broker, then it answers again: the probe notices, the broker is asked.
 
 ``diskguard run`` (auto) beside the stand-in broker on a real ext4 over its ceiling. The
 broker is stopped with SIGSTOP: it still holds ``.lock`` but answers nothing, so retention is
@@ -7,6 +7,13 @@ cleanup policies are known only to the broker, every topic is kept; the daemon i
 backs its rescans off. SIGCONT brings it back. Before the background probe the daemon
 noticed only at its next rescan, up to a minute later with the disk still over; now the
 probe's answer wakes the loop (``broker_reachable_again``) and the cycle asks the broker.
+
+While the probe runs, a cycle takes its answer rather than ask the broker, so the probe is
+the daemon's only way to learn that the broker is back: the broker asked at all after
+``broker_reachable_again`` shows the probe at work. That its answer ends the backed-off
+skipping at once is held without a clock in ``tests/daemon/test_quiet.py``; the time from
+SIGCONT to DeleteRecords is printed for the log, never asserted (on two loaded cores it is
+seconds of scheduling, not the daemon's).
 """
 
 from __future__ import annotations
@@ -27,11 +34,10 @@ from support.disks import over_ceiling
 MiB = 1024 * 1024
 pytestmark = pytest.mark.root
 #: Stuck this long before the broker comes back: the rescan back-off (1, 2, 4, 8, 16 s...)
-#: is then well beyond the time the test allows for noticing the broker.
+#: has grown well past the probe interval by then.
 STUCK_S = 16.0
-#: From SIGCONT to the broker being asked: a probe interval (1 s) plus a probe that may have
-#: started just before SIGCONT and waits out the client's 5 s timeout, plus the cycle.
-NOTICE_S = 9.0
+#: How long any one step may take on a loaded machine before the test fails as broken.
+WAIT_S = 60.0
 
 
 @pytest.fixture()
@@ -83,24 +89,23 @@ def test_a_broker_answering_again_ends_the_stuck_state_without_waiting_for_the_b
         os.kill(broker.pid, signal.SIGSTOP)
         try:
             with DaemonProc(config) as daemon:
-                daemon.wait_for("daemon_started", timeout=60)
-                stuck = daemon.wait_for("retention_stuck", timeout=30, reason=reason)
+                daemon.wait_for("daemon_started", timeout=WAIT_S)
+                stuck = daemon.wait_for("retention_stuck", timeout=WAIT_S, reason=reason)
                 assert detail in stuck["detail"], stuck
                 # A reload rebuilds the broker client under the running probe.
                 daemon.proc.send_signal(signal.SIGHUP)
-                daemon.wait_for("config_reloaded", timeout=30)
+                daemon.wait_for("config_reloaded", timeout=WAIT_S)
                 time.sleep(STUCK_S)
                 assert not daemon.named("delete_records")
                 assert not daemon.named("segment_deleted")  # never unlinked under the broker
                 os.kill(broker.pid, signal.SIGCONT)
                 back = time.monotonic()
-                daemon.wait_for("broker_reachable_again", timeout=NOTICE_S)
-                asked = daemon.wait_for("delete_records", timeout=NOTICE_S)
-                noticed = time.monotonic() - back
-                print(f"broker asked {noticed:.2f} s after SIGCONT")
-                assert noticed < NOTICE_S
+                answered = daemon.wait_for("broker_reachable_again", timeout=WAIT_S)
+                asked = daemon.wait_for("delete_records", timeout=WAIT_S)
+                print(f"broker asked {asked['_t'] - back:.2f} s after SIGCONT")
+                assert daemon.events.index(answered) < daemon.events.index(asked)
                 assert asked["topic"] == "load"
-                daemon.wait_for("retention_stuck_cleared", timeout=30, reason=reason)
+                daemon.wait_for("retention_stuck_cleared", timeout=WAIT_S, reason=reason)
                 assert not daemon.named("segment_deleted")
                 assert daemon.stop() == 0
         finally:

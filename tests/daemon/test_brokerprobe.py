@@ -26,7 +26,8 @@ class Answers:
         return self.up
 
 
-def wait_until(cond: object, timeout: float = 5.0) -> bool:
+def wait_until(cond: object, timeout: float = 60.0) -> bool:
+    """True as soon as ``cond()`` is; the bound only ends a test of a broken probe."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():  # type: ignore[operator]
@@ -77,14 +78,14 @@ def test_not_wanted_any_more_stops_probing_and_a_raising_probe_is_a_no() -> None
 
 
 def test_stop_ends_the_thread_while_waiting_or_probing() -> None:
+    """Promptly: ``stop`` waits at most 10 s for the thread, a third of the interval it
+    would sleep between probes, so a thread that outlives it did not wake for the stop."""
     for wanted in (False, True):
         probe = BrokerProbe(Answers(), 30.0, threading.Event().set)
         probe.start()
         probe.want(wanted)
         time.sleep(0.05)
-        started = time.monotonic()
-        probe.stop()
-        assert time.monotonic() - started < 2.0
+        assert not probe.stop()
         assert not probe._thread.is_alive()
 
 

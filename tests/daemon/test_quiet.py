@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from diskguard.config import load_config
@@ -115,11 +116,12 @@ def test_a_change_the_hints_missed_is_seen_by_the_next_check_not_before(tmp_path
     retention.close()
 
 
-def test_a_stuck_cycle_is_skipped_until_the_broker_answers_the_probe(tmp_path: Path) -> None:
+def test_a_stuck_cycle_is_skipped_until_a_change_or_the_broker_answers(tmp_path: Path) -> None:
     """Stuck over its limit with nothing changed, the loop skips cycles and backs its rescans
-    off (``unchanged``); the probe's answer wakes the loop and ends that at its next
-    iteration, once. This is what lets a daemon stuck without its broker act on the broker's
-    return without waiting out the back-off (end to end: ``test_broker_back_e2e``)."""
+    off (``unchanged``). A hint that a name changed, a usage move, or the probe's answer (which
+    wakes the loop) ends that at the next iteration; the answer once. This is what lets a
+    stuck daemon act on a real change or the broker's return without waiting out the back-off
+    (end to end: ``test_stuck``, ``test_broker_back_e2e``)."""
     log_dir = tmp_path / "kafka"
     kafkagen.write_partition(log_dir, "orders", 0, [kafkagen.SegmentSpec()] * 3)
     # A limit no deletion can reach, in dry-run: stuck at once, with no broker, none deleted.
@@ -134,6 +136,14 @@ def test_a_stuck_cycle_is_skipped_until_the_broker_answers_the_probe(tmp_path: P
         _cycle(retention)
         usages = filesystems.usage()
         assert retention.stuck.states, "dry-run over the limit is stuck"
+        assert retention.unchanged(usages, HintSummary(), len(filesystems))
+        # A name appeared, went or moved (a partition, a roll, a deletion): the plan's inputs.
+        assert not retention.unchanged(usages, HintSummary(structural=True), len(filesystems))
+        # Usage moved (a file outside the log dirs went): by ``stuck.MOVE_FRACTION`` or more.
+        moved = {
+            m: replace(u, used_bytes=u.used_bytes - u.total_bytes // 100) for m, u in usages.items()
+        }
+        assert not retention.unchanged(moved, HintSummary(), len(filesystems))
         assert retention.unchanged(usages, HintSummary(), len(filesystems))
         probe.want(True)
         answered.set()

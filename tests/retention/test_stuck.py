@@ -6,7 +6,9 @@ another process with mode offline, or dry-run. Before the fix every cycle's own 
 ``.lock`` and the checkpoints woke the loop for another cycle: 40-90 % CPU and hundreds of
 log lines a second. Here, over a quiet window, a handful of lines and a small CPU time (from
 ``/proc/PID/stat``; generous bounds, not timings); then the disk really changes and the
-daemon must act on it at once.
+daemon acts on it. That a change ends the backed-off skipping at its next iteration rather
+than at the next rescan is held without a clock in ``tests/daemon/test_quiet.py``; here the
+time taken is printed, never asserted (on two loaded cores it is scheduling, not the daemon).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ BASE_TS = 1_700_000_000_000
 WINDOW_S = 8.0
 MAX_LINES = 4
 MAX_CPU_S = 1.0
+#: How long the daemon may take to act on the change before the test fails as broken.
+ACT_S = 60.0
 
 
 def seg(minute: int) -> SegmentSpec:
@@ -98,49 +102,52 @@ def test_stuck_over_the_limit_is_quiet_then_reacts_to_a_real_change(
     mode = {"lock": "offline", "dry-run": "dry-run"}.get(case, "offline")
     config = write_config(tmp_path, log_dir, limit, mode)
 
-    with contextlib.ExitStack() as lock, DaemonProc(config) as daemon:
+    # What the daemon must find from its first cycle on is in place before it starts: taken
+    # after, the daemon could win the race on a loaded machine and delete in offline mode.
+    with contextlib.ExitStack() as held:
         if case == "lock":
-            lock.enter_context(hold_lock(log_dir))
+            held.enter_context(hold_lock(log_dir, timeout_s=60))
         if case == "read-only":
             # What ext4 does after a disk error (errors=remount-ro): every deletion fails.
             remount(disk, "ro")
-            lock.callback(remount, disk, "rw")
-        daemon.wait_for("daemon_started")
-        time.sleep(1.0)
-        lines, cpu = quiet_window(daemon)
-        print(f"{case}: {lines} lines, {cpu:.2f} s CPU over {WINDOW_S} s stuck")
-        assert lines <= MAX_LINES, daemon.raw[-10:]
-        assert cpu < MAX_CPU_S, f"{cpu:.2f} s CPU in {WINDOW_S} s while stuck"
-        stuck = daemon.named("retention_stuck")
-        assert len(stuck) == 1 and stuck[0]["reason"] == reason, stuck
-        assert stuck[0]["mount"] == str(disk)
-        assert not daemon.named("segment_deleted")
-        if case in ("active", "protected"):
-            assert len(daemon.named("retention_target_unreachable")) == 1
-        if case == "lock":
-            assert len(daemon.named("retention_refused")) == 1
-        if case == "read-only":
-            assert "Read-only file system" in stuck[0]["detail"], stuck
-            assert len(daemon.named("segment_delete_failed")) == 3  # the first cycle's, once
+            held.callback(remount, disk, "rw")
+        with DaemonProc(config) as daemon:
+            daemon.wait_for("daemon_started")
+            time.sleep(1.0)
+            lines, cpu = quiet_window(daemon)
+            print(f"{case}: {lines} lines, {cpu:.2f} s CPU over {WINDOW_S} s stuck")
+            assert lines <= MAX_LINES, daemon.raw[-10:]
+            assert cpu < MAX_CPU_S, f"{cpu:.2f} s CPU in {WINDOW_S} s while stuck"
+            stuck = daemon.named("retention_stuck")
+            assert len(stuck) == 1 and stuck[0]["reason"] == reason, stuck
+            assert stuck[0]["mount"] == str(disk)
+            assert not daemon.named("segment_deleted")
+            if case in ("active", "protected"):
+                assert len(daemon.named("retention_target_unreachable")) == 1
+            if case == "lock":
+                assert len(daemon.named("retention_refused")) == 1
+            if case == "read-only":
+                assert "Read-only file system" in stuck[0]["detail"], stuck
+                assert len(daemon.named("segment_delete_failed")) == 3  # the first cycle's, once
 
-        # Now the disk really changes: the daemon must act at once, not after a back-off.
-        changed = time.monotonic()
-        if case in ("active", "protected"):
-            add_deletable_partition(disk, log_dir)
-            event = daemon.wait_for("segment_deleted", timeout=4, topic="fresh")
-            assert event["base_offset"] == 0
-        elif case == "read-only":
-            remount(disk, "rw")  # repaired; then a partition appears (a real change)
-            add_deletable_partition(disk, log_dir)
-            daemon.wait_for("segment_deleted", timeout=4)
-            daemon.wait_for("retention_stuck_cleared", timeout=4, reason="delete_failed")
-        elif case == "lock":
-            lock.close()  # the holder exits: the kernel drops its lock
-            daemon.wait_for("segment_deleted", timeout=4)
-            daemon.wait_for("retention_stuck_cleared", timeout=4, reason="refused")
-        else:
-            (disk / "filler").unlink()
-            daemon.wait_for("retention_stuck_cleared", timeout=4, reason="dry_run")
-        print(f"{case}: acted {time.monotonic() - changed:.2f} s after the change")
-        assert daemon.stop() == 0
-        assert all(e["event"] != "<not json>" for e in daemon.events)
+            # Now the disk really changes: the daemon acts on it.
+            changed = time.monotonic()
+            if case in ("active", "protected"):
+                add_deletable_partition(disk, log_dir)
+                event = daemon.wait_for("segment_deleted", timeout=ACT_S, topic="fresh")
+                assert event["base_offset"] == 0
+            elif case == "read-only":
+                remount(disk, "rw")  # repaired; then a partition appears (a real change)
+                add_deletable_partition(disk, log_dir)
+                daemon.wait_for("segment_deleted", timeout=ACT_S)
+                daemon.wait_for("retention_stuck_cleared", timeout=ACT_S, reason="delete_failed")
+            elif case == "lock":
+                held.close()  # the holder exits: the kernel drops its lock
+                daemon.wait_for("segment_deleted", timeout=ACT_S)
+                daemon.wait_for("retention_stuck_cleared", timeout=ACT_S, reason="refused")
+            else:
+                (disk / "filler").unlink()
+                daemon.wait_for("retention_stuck_cleared", timeout=ACT_S, reason="dry_run")
+            print(f"{case}: acted {time.monotonic() - changed:.2f} s after the change")
+            assert daemon.stop() == 0
+            assert all(e["event"] != "<not json>" for e in daemon.events)

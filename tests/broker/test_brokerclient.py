@@ -466,9 +466,8 @@ def test_within_a_cycle_a_hung_broker_is_waited_out_once() -> None:
         (first,) = client.delete_records([deletion("t", 0, 0, 10)])
         waited = time.monotonic() - started
         assert not first.ok and "timed out" in (first.error or "")
-        started = time.monotonic()
         (second,) = client.delete_records([deletion("t", 0, 10, 20)])
-        assert time.monotonic() - started < 0.1 and len(admin.delete_calls) == 1
+        assert len(admin.delete_calls) == 1  # at once: the broker was not asked again
         assert second.error is not None and second.error.startswith(
             "the broker did not answer within 0.3 s earlier in this cycle"
         )
@@ -525,6 +524,5 @@ def test_placement_sent_before_a_request_that_hung_is_given_up_as_placement_woul
     with client.one_timeout():
         early = client.placement_soon(["t"])
         client.delete_records([deletion("t", 0, 0, 10)])  # waits the whole timeout out
-        started = time.monotonic()
         assert early() == {} == client.placement(["t"])
-        assert time.monotonic() - started < 0.2
+        assert len(admin.describe_topics_calls) == 1  # placement did not ask again

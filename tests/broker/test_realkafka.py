@@ -864,10 +864,12 @@ def test_auto_mode_refused_then_the_broker_reachable_again_acts_at_once(
 ) -> None:
     """The broker runs (holds ``.lock``, writes its checkpoints) but cannot be reached at the
     configured address: auto mode refuses, the daemon is stuck and backs its rescans off.
-    The address working again is noticed by the background probe within about a second, and
-    the cycle it wakes asks the broker (DeleteRecords) at once. Meanwhile the broker's own
-    checkpoint writes wake cycles that must not stall the loop on the dead address: they take
-    the probe's answer."""
+    The address working again is noticed by the background probe, and the cycle it wakes asks
+    the broker (DeleteRecords): only after the probe's answer, as a cycle takes that answer
+    while the probe runs (that the answer ends the back-off at once is held without a clock in
+    tests/daemon/test_quiet.py; the time taken here is printed, not asserted). Meanwhile the
+    broker's own checkpoint writes wake cycles that must not stall the loop on the dead
+    address: they take the probe's answer."""
     topic = "pb-orders"
     real_kafka.create_topic(topic, **real_kafka.segment_config(200_000))
     assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
@@ -896,9 +898,10 @@ def test_auto_mode_refused_then_the_broker_reachable_again_acts_at_once(
             assert len(daemon.named("broker_unreachable")) <= 2, daemon.named("broker_unreachable")
             gate.open()
             opened = time.monotonic()
-            daemon.wait_for("broker_reachable_again", timeout=10)
-            asked = daemon.wait_for("delete_records", timeout=10, topic=topic)
-            print(f"DeleteRecords {time.monotonic() - opened:.2f} s after the address worked")
+            answered = daemon.wait_for("broker_reachable_again", timeout=60)
+            asked = daemon.wait_for("delete_records", timeout=60, topic=topic)
+            print(f"DeleteRecords {asked['_t'] - opened:.2f} s after the address worked")
+            assert daemon.events.index(answered) < daemon.events.index(asked)
             assert asked["low_watermark"] == bases[1]
             daemon.wait_for("retention_stuck_cleared", timeout=30, reason="refused")
             assert not daemon.named("segment_deleted") or all(

@@ -9,19 +9,18 @@ printed for the log.
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from support.configs import write_config
 from support.daemonproc import DaemonProc
 from support.disks import df_percent, fill_to
 from support.logdirs import build, expected_order
 from support.net import free_port
+from support.spool import spooled
 
 MiB = 1024**2
 #: How long any one step may take before the test fails as broken rather than slow.
@@ -42,16 +41,6 @@ class NotifySocket:
                 self.messages.append(self.sock.recv(4096).decode())
             except TimeoutError:
                 return self.messages
-
-
-def spooled(state: Path) -> list[dict[str, Any]]:
-    """The snapshot records in the spool so far (a line still being written is not one)."""
-    return [
-        json.loads(line)
-        for f in sorted((state / "spool").glob("*.jsonl"))
-        for line in f.read_text().splitlines(keepends=True)
-        if line.strip() and line.endswith("\n")
-    ]
 
 
 def test_daemon_guards_a_real_disk(disk: Path, tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from support.daemonproc import DaemonProc
 from support.disks import df_percent, disk_capacity
 from support.fsfixtures import fill
 from support.kafkagen import SegmentSpec, write_log_dir
+from support.spool import spool_lines
 
 MiB = 1024**2
 BASE_TS = 1_700_000_000_000
@@ -199,15 +200,6 @@ def test_kill_9_during_offline_deletion_then_restart(disk: Path, tmp_path: Path)
 
 
 # ----------------------------------------------------------------------------- the daemon
-
-
-def spool_lines(state: Path) -> list[str]:
-    """Complete (newline-terminated) lines of every spool file, in file order."""
-    out: list[str] = []
-    for f in sorted((state / "spool").glob("*.jsonl")):
-        data = f.read_bytes()
-        out.extend(line.decode() for line in data.split(b"\n")[:-1] if line.strip())
-    return out
 
 
 #: Snapshot lines each round of the daemon's kill -9 test waits for before its kill.

@@ -19,19 +19,10 @@ from support.configs import write_config
 from support.daemonproc import DaemonProc
 from support.kafkagen import SegmentSpec, write_log_dir
 from support.net import free_port
+from support.spool import spooled
 from support.tansu import TansuBroker
 
 TOPIC = "diskguard.snapshots"
-
-
-def spooled(state: Path) -> list[dict[str, object]]:
-    """The records in the spool (a line the daemon is still writing is not one yet)."""
-    return [
-        json.loads(line)
-        for f in sorted((state / "spool").glob("*.jsonl"))
-        for line in f.read_text().splitlines(keepends=True)
-        if line.strip() and line.endswith("\n")
-    ]
 
 
 def wait_spooled(state: Path, count: int, daemon: DaemonProc) -> None:

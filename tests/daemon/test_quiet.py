@@ -32,8 +32,8 @@ def _retention(tmp_path: Path, percent: float) -> tuple[Retention, Filesystems]:
     return Retention(config, Metrics(), probe, lambda: None), Filesystems(config.broker.log_dirs)
 
 
-def _cycle(retention: Retention) -> None:
-    retention.start(full=False)
+def _cycle(retention: Retention, full: bool = False, trust: frozenset[str] | None = None) -> None:
+    retention.start(full=full, trust=trust)
     deadline = time.monotonic() + 60
     while not retention.take():
         assert time.monotonic() < deadline, "the cycle did not finish within 60 s"
@@ -69,11 +69,7 @@ def test_never_quiet_near_the_ceiling(tmp_path: Path) -> None:
 
 def _snapshot(retention: Retention, trust: frozenset[str] | None) -> dict[str, int]:
     """A full cycle (a snapshot's), its scan taking ``trust``'s word; the topics' bytes."""
-    retention.start(full=True, trust=trust)
-    deadline = time.monotonic() + 60
-    while not retention.take():
-        assert time.monotonic() < deadline, "the cycle did not finish within 60 s"
-        time.sleep(0.05)
+    _cycle(retention, full=True, trust=trust)
     assert retention.last is not None
     (topics,) = retention.last.scan.topics_by_mount.values()
     return {topic: usage.bytes for topic, usage in topics.items()}

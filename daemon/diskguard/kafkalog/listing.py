@@ -463,6 +463,11 @@ class ListingCache:
         nothing on trust."""
         self._trusted_but = touched
 
+    @property
+    def trusting(self) -> bool:
+        """Will the next scan take the hints' word for some dirs (``trust``)?"""
+        return self._trusted_but is not None
+
     def _trusted(self, path: str) -> bool:
         but = self._trusted_but
         return but is not None and path[path.rfind("/") + 1 :] not in but

@@ -259,9 +259,17 @@ class RetentionCycle:
             self._finish_interrupted(executor)
         if mode.mode == OFFLINE:
             self.unfreed.recheck(lambda: self.modes.may_delete(OFFLINE))
+        trusted = self.inputs.cache.trusting
         result = self._scan(mode, full)
         ladder = self.ladder.plan(result, mode.mode)
         result, chosen, warnings = self._plan_mode(result, mode, ladder, full)
+        if trusted and (chosen.deletions or ladder.evictions or ladder.moves):
+            # That scan took the hints' word (a quiet daemon's snapshot): a dir changed after
+            # they were taken (a roll, a topic made again) is as last listed. Good enough to
+            # count bytes, never to choose what goes: what acts is planned from a scan of now.
+            result = self._scan(mode, full)
+            ladder = self.ladder.plan(result, mode.mode)
+            result, chosen, warnings = self._plan_mode(result, mode, ladder, full)
         if self.warm_heads_s > 0 and not chosen.deletions:
             warnings = [*warnings, *self._warm(result)]
         self._quiet = frozenset()

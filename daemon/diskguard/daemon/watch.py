@@ -253,16 +253,18 @@ class _Reader:
             time.sleep(_BATCH_S)
 
     def _handle(self, events: Iterable[tuple[int, int, int, str]]) -> bool:
-        """Take a batch of events into the hint; True if it held more than appends."""
+        """Take a batch of events into the hint; True if it held more than appends (lost
+        events included: the loop is woken even while quiet)."""
         now = time.monotonic()
         hint = self._hint
-        structural = partitions = False
+        structural = partitions = lost = False
         locks: set[str] = set()
         touched: set[str] = set()
         reclaim: list[tuple[str, str, str]] = []
         for wd, mask, cookie, name in events:
             if mask & _OVERFLOW:
                 self._overflowed()
+                lost = True  # what was lost may be a roll or a deletion: never lazy
                 continue
             parent = self._paths.get(wd)
             if mask & _UNMOUNT or (mask & (_IGNORED | _SELF) and parent in hint.log_dirs):
@@ -312,7 +314,7 @@ class _Reader:
                     hint.touched.update(touched)
         for kind, src, dest in reclaim:
             self._on_reclaim(kind, src, dest, now)
-        return structural or bool(locks)
+        return structural or lost or bool(locks)
 
     def _new_dir(self, parent: str, path: str) -> None:
         """A dir made in a log dir (a new partition): watched too (its files made before the

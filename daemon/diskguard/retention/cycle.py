@@ -260,16 +260,13 @@ class RetentionCycle:
         if mode.mode == OFFLINE:
             self.unfreed.recheck(lambda: self.modes.may_delete(OFFLINE))
         trusted = self.inputs.cache.trusting
-        result = self._scan(mode, full)
-        ladder = self.ladder.plan(result, mode.mode)
-        result, chosen, warnings = self._plan_mode(result, mode, ladder, full)
+        result, ladder, chosen, warnings = self._scan_and_plan(mode, full)
         if trusted and (chosen.deletions or ladder.evictions or ladder.moves):
             # That scan took the hints' word (a quiet daemon's snapshot): a dir changed after
             # they were taken (a roll, a topic made again) is as last listed. Good enough to
-            # count bytes, never to choose what goes: what acts is planned from a scan of now.
-            result = self._scan(mode, full)
-            ladder = self.ladder.plan(result, mode.mode)
-            result, chosen, warnings = self._plan_mode(result, mode, ladder, full)
+            # count bytes, never to choose what goes: what acts is planned from a scan of now
+            # (the trust ended with that scan).
+            result, ladder, chosen, warnings = self._scan_and_plan(mode, full)
         if self.warm_heads_s > 0 and not chosen.deletions:
             warnings = [*warnings, *self._warm(result)]
         self._quiet = frozenset()
@@ -302,6 +299,15 @@ class RetentionCycle:
             self.forecaster.reclaim.model.observe_cycle(outcome.duration_s)
         log_cycle(outcome, self._quiet)
         return outcome
+
+    def _scan_and_plan(
+        self, mode: ModeDecision, full: bool
+    ) -> tuple[ScanResult, LadderPlan, Plan, list[str]]:
+        """An enforcing cycle's scan, the ladder's plan and the deletion plan."""
+        result = self._scan(mode, full)
+        ladder = self.ladder.plan(result, mode.mode)
+        result, chosen, warnings = self._plan_mode(result, mode, ladder, full)
+        return result, ladder, chosen, warnings
 
     def _scan(self, mode: ModeDecision, full: bool) -> ScanResult:
         """What a dry run and an enforcing cycle share before planning: the broker's reclaim

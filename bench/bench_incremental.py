@@ -48,9 +48,6 @@ TOTAL = 100_000_000_000_000  # 100 TB disks: 31 days of growth stay well under f
 TARGET_RATIO = 0.1
 
 
-_WARM_UP = "from diskguard.fleet import session; session.stop_session(session.build_session())"
-
-
 def _write_file(job: tuple[Path, int, int, int, int, int, int]) -> int:
     """One gzipped file: day ``day``'s snapshots of the hosts ``h % files == index``."""
     path, day, index, files, hosts, mounts, minutes = job
@@ -183,8 +180,19 @@ def main() -> int:
         # and a run that finds none makes it (seconds more, once): made here first.
         cache = dict(XDG_CACHE_HOME=str(data / "jvm-cache"))
         local_env = dict(os.environ, PYTHONPATH=str(REPO / "daemon"), **cache)
-        subprocess.run([sys.executable, "-c", _WARM_UP], env=local_env, check=True)
         cli = [sys.executable, "-m", "diskguard", "aggregate"]
+        # a real run (the first file of the new day, into summaries of its own): a JVM
+        # archives the classes it loaded, and a bare session loads half of a run's
+        warm, first = work / "warm-up", sorted(data.glob("new-*/*.jsonl.gz"))[0]
+        run(
+            cli,
+            local_env,
+            [
+                *("--input", str(first), "--output", str(warm / "out")),
+                "--summaries",
+                str(warm / "s"),
+            ],
+        )
         summaries = data / f"summaries-{args.days}d"
         result: dict[str, Any] = {
             "hosts": args.hosts,

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -73,6 +74,9 @@ class FakeAdmin:
         self.delete_raises: BaseException | None = None
         self.delete_calls: list[tuple[list[tuple[str, int, int]], dict[str, Any]]] = []
         self.groups: Any = []
+        #: The groups' listing cut short by the client's timeout after this many seconds:
+        #: librdkafka answers it partial (the groups so far and a timeout error), not raised.
+        self.groups_time_out_after: float | None = None
         self.group_offsets: dict[str, Any] = {}
         self.topics_raise: BaseException | None = None
         #: topic -> {key: value} or an exception for that topic's future; absent topics are
@@ -150,6 +154,11 @@ class FakeAdmin:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         if isinstance(self.groups, BaseException):
             future.set_exception(self.groups)
+        elif self.groups_time_out_after is not None:
+            partial = ListConsumerGroupsResult(
+                valid=[], errors=[kafka_error(KafkaError._TIMED_OUT, "Local: Timed out")]
+            )
+            threading.Timer(self.groups_time_out_after, future.set_result, [partial]).start()
         else:
             future.set_result(
                 ListConsumerGroupsResult(
@@ -478,6 +487,21 @@ def test_within_a_cycle_a_hung_broker_is_waited_out_once() -> None:
     with client.one_timeout():
         client.delete_records([deletion("t", 0, 10, 20)])  # a new cycle asks again
     assert len(admin.delete_calls) == 2
+
+
+def test_a_groups_listing_cut_short_by_the_timeout_counts_as_waited_out() -> None:
+    """librdkafka answers a listing the broker never finished as a partial result with a
+    timeout error, not an exception: it waited the timeout out all the same, so the cycle's
+    later requests fail at once rather than wait it out again, one after the other."""
+    admin = FakeAdmin()
+    admin.groups_time_out_after = 0.3
+    client = BrokerClient("127.0.0.1:1", {}, timeout=0.3, admin=admin)  # type: ignore[arg-type]
+    with client.one_timeout(), capture_logs() as logs:
+        assert client.committed_offsets(["t"]) == {}
+        (result,) = client.delete_records([deletion("t", 0, 0, 10)])
+    assert [e["event"] for e in logs] == ["consumer_groups_partial", "delete_records_failed"]
+    assert admin.delete_calls == []  # not asked: the broker did not answer earlier
+    assert result.error is not None and "earlier in this cycle" in result.error
 
 
 def test_log_start_offsets_asked_early_answer_as_asked_now() -> None:

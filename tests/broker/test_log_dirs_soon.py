@@ -6,12 +6,14 @@ always; a broker that was never asked for is not waited for at ``close``."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from diskguard.broker.kafkapython import KafkaPythonAdmin
 from diskguard.broker.ladderapi import LadderApi, LadderCallFailed
+from diskguard.broker.patience import OneTimeout
 
 _ANSWER = [
     {
@@ -126,3 +128,55 @@ def test_a_call_waits_for_the_early_one_still_asking() -> None:
     later.join(10)
     assert admin.most_inside == 1
     assert admin.replicas == [{}, {"orders": [0]}]
+
+
+def test_within_a_cycle_a_log_dirs_call_that_hung_is_waited_out_once() -> None:
+    """The ladder's calls go through another client (kafka-python) but share the retention
+    cycle's one timeout: once one of them, or one of the ``BrokerClient``'s, got no answer
+    within it, the rest of the cycle's calls fail at once with that reason; the next cycle
+    asks again."""
+    release = threading.Event()
+    admin = _Admin(fail=True, release=release)
+    patience = OneTimeout(0.3)
+    api = LadderApi(None, _Kafka(admin), timeout=0.3, patience=patience)
+    with patience.cycle():
+        threading.Timer(0.35, release.set).start()  # kafka-python's request timing out
+        with pytest.raises(LadderCallFailed, match="refused"):
+            api.log_dirs(1)
+        with pytest.raises(LadderCallFailed, match=r"did not answer within 0\.3 s earlier"):
+            api.log_dirs(1)
+        with pytest.raises(LadderCallFailed, match=r"did not answer within 0\.3 s earlier"):
+            api.cordon(1, ["/data/a"], add=True)  # a config call: not made either
+    assert admin.asked == [[1]]
+    # The next cycle asks again (released now, the fake fails at once).
+    with patience.cycle(), pytest.raises(LadderCallFailed, match="refused"):
+        api.log_dirs(1)
+    assert admin.asked == [[1], [1]]
+
+
+def test_an_early_log_dirs_answer_that_waited_out_the_timeout_counts_for_the_cycle() -> None:
+    """Asked on a thread before the cycle (a one-shot plan), the answer that fails after the
+    whole timeout since it was asked ends the cycle's patience too; and once the cycle's
+    patience is over, the early answer is not waited for."""
+    release = threading.Event()
+    admin = _Admin(fail=True, release=release)
+    patience = OneTimeout(0.3)
+    api = LadderApi(None, _Kafka(admin), timeout=0.3, patience=patience)
+    api.log_dirs_soon(1)
+    with patience.cycle():
+        threading.Timer(0.35, release.set).start()
+        with pytest.raises(LadderCallFailed, match="refused"):
+            api.log_dirs(1)
+        with pytest.raises(LadderCallFailed, match="earlier in this cycle"):
+            api.log_dirs(1)
+    stuck = threading.Event()
+    admin2 = _Admin(fail=False, release=stuck)
+    api2 = LadderApi(None, _Kafka(admin2), 0.3, patience)
+    api2.log_dirs_soon(1)
+    assert admin2.entered.wait(10)
+    with patience.cycle():
+        patience.waited_out(time.monotonic() - 1.0, "timed out")  # another call hung
+        with pytest.raises(LadderCallFailed, match="earlier in this cycle"):
+            api2.log_dirs(1)
+        assert admin2.inside == 1  # raised while the early call still waits: not joined
+    stuck.set()

@@ -123,6 +123,12 @@ class BrokerClient:
             with contextlib.suppress(Exception):
                 poll(0)
 
+    @property
+    def patience(self) -> OneTimeout:
+        """The retention cycle's one timeout, for calls made through other clients (the
+        ladder's)."""
+        return self._patience
+
     def one_timeout(self) -> AbstractContextManager[None]:
         """A retention cycle's calls on this thread wait out one timeout in all
         (``patience.OneTimeout``)."""
@@ -413,6 +419,9 @@ class BrokerClient:
             log.warning("consumer_groups_unavailable", error=error)
             return out
         for err in getattr(listing, "errors", None) or []:
+            # A listing cut short by the timeout comes back partial, not raised: it waited
+            # the timeout out all the same, and the cycle's later calls would too.
+            self._patience.waited_out(started, describe_error(err))
             log.warning("consumer_groups_partial", error=describe_error(err))
         groups = sorted({g.group_id for g in getattr(listing, "valid", None) or []})
         from confluent_kafka import ConsumerGroupTopicPartitions

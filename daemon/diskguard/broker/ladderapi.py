@@ -22,13 +22,16 @@ line saying what the broker answered.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from diskguard.broker.errors import describe_error
 from diskguard.broker.kafkapython import KafkaPythonAdmin
+from diskguard.broker.patience import BrokerHung, OneTimeout
 
 __all__ = [
     "STORAGE_ERROR",
@@ -93,6 +96,8 @@ class _AskedOnThread:
 
     def __init__(self, ask: Any) -> None:
         self._box: dict[str, Any] = {}
+        #: When it was asked (monotonic): how long its request has waited by its answer.
+        self.started = time.monotonic()
 
         def run() -> None:
             try:
@@ -132,10 +137,19 @@ class LadderApi:
     """The ladder's calls over one broker: ``admin`` is confluent-kafka's AdminClient (the
     ``BrokerClient``'s), ``kafka`` the lazily connected kafka-python client."""
 
-    def __init__(self, admin: Any, kafka: KafkaPythonAdmin, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        admin: Any,
+        kafka: KafkaPythonAdmin,
+        timeout: float = 5.0,
+        patience: OneTimeout | None = None,
+    ) -> None:
         self._admin = admin
         self._kafka = kafka
         self.timeout = timeout
+        #: The retention cycle's one timeout (the ``BrokerClient``'s): once a call of the
+        #: cycle got no answer, these calls are not made either (``_patiently``).
+        self._patience = patience
         #: ``log_dirs_soon``'s call: the broker asked, and where its answer comes.
         self._early: tuple[int, EarlyAnswer] | None = None
         #: One kafka-python call at a time: its client is not thread-safe, and
@@ -148,8 +162,28 @@ class LadderApi:
             return  # never asked for, still connecting: not waited for (a broker down)
         self._kafka.reset()
 
+    @contextlib.contextmanager
+    def _patiently(self, what: str, started: float | None = None) -> Iterator[None]:
+        """One call of a retention cycle, under its one timeout: not made once an earlier
+        call of the cycle got no answer within the timeout (a hung broker: this one would
+        wait it out too, and a cycle would wait once per call), and marking the cycle so
+        when this one did. ``started``: when its request was really sent, if earlier."""
+        patience = self._patience
+        if patience is not None:
+            try:
+                patience.check()
+            except BrokerHung as exc:
+                raise LadderCallFailed(f"{what}: {exc}") from None
+        began = time.monotonic() if started is None else started
+        try:
+            yield
+        except LadderCallFailed as exc:
+            if patience is not None:
+                patience.waited_out(began, str(exc))
+            raise
+
     def _kafka_call(self, what: str, call: Any) -> Any:
-        with self._kafka_lock:
+        with self._patiently(what), self._kafka_lock:
             try:
                 return call(self._kafka.admin())
             except LadderCallFailed:
@@ -186,11 +220,13 @@ class LadderApi:
         )
 
         resource = ConfigResource(ResourceType.TOPIC, topic)
-        try:
-            futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
-            entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
-        except Exception as exc:
-            raise LadderCallFailed(f"DescribeConfigs {topic}: {describe_error(exc)}") from exc
+        what = f"DescribeConfigs {topic}"
+        with self._patiently(what):
+            try:
+                futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
+                entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
+            except Exception as exc:
+                raise LadderCallFailed(f"{what}: {describe_error(exc)}") from exc
         entry = dict(entries).get(key)
         # ``source`` is a plain int in what describe_configs returns (confluent-kafka 2.x).
         dynamic = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
@@ -214,14 +250,15 @@ class LadderApi:
 
     def _alter(self, resource: Any) -> None:
         what = f"IncrementalAlterConfigs {resource.restype.name.lower()} {resource.name}"
-        try:
-            futures = self._admin.incremental_alter_configs(
-                [resource], request_timeout=self.timeout
-            )
-            for future in futures.values():
-                future.result(timeout=self.timeout + 2.0)
-        except Exception as exc:
-            raise LadderCallFailed(f"{what}: {describe_error(exc)}") from exc
+        with self._patiently(what):
+            try:
+                futures = self._admin.incremental_alter_configs(
+                    [resource], request_timeout=self.timeout
+                )
+                for future in futures.values():
+                    future.result(timeout=self.timeout + 2.0)
+            except Exception as exc:
+                raise LadderCallFailed(f"{what}: {describe_error(exc)}") from exc
 
     # -- log dirs -----------------------------------------------------------------------
     def log_dirs_soon(self, broker_id: int, asked: EarlyAnswer | None = None) -> None:
@@ -256,7 +293,9 @@ class LadderApi:
         wanted = {topic: sorted(set(parts)) for topic, parts in (replicas or {}).items()}
         early, self._early = self._early, None
         if early is not None and early[0] == broker_id and not wanted:
-            answer = early[1].answer()
+            # Asked on a thread since ``started``: under the cycle's one timeout from then.
+            with self._patiently("DescribeLogDirs", getattr(early[1], "started", None)):
+                answer = early[1].answer()
             if answer is not None:
                 return list(answer)
         return self._log_dirs(broker_id, wanted)
@@ -328,13 +367,13 @@ class LadderApi:
         )
 
         resource = ConfigResource(ResourceType.BROKER, str(broker_id))
-        try:
-            futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
-            entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
-        except Exception as exc:
-            raise LadderCallFailed(
-                f"DescribeConfigs broker {broker_id}: {describe_error(exc)}"
-            ) from exc
+        what = f"DescribeConfigs broker {broker_id}"
+        with self._patiently(what):
+            try:
+                futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
+                entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
+            except Exception as exc:
+                raise LadderCallFailed(f"{what}: {describe_error(exc)}") from exc
         entry = dict(entries).get(CORDONED)
         if entry is None:
             return None

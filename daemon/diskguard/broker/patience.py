@@ -4,7 +4,9 @@ A hung broker (a stopped process: the kernel still accepts its connections, noth
 makes every request wait out the client's whole timeout. A retention cycle asks for the
 consumer groups' offsets, the leaders and DeleteRecords in a row, so one cycle waited three
 timeouts. Within a cycle (``cycle``, on the thread that runs it), once one request has waited
-out the timeout without an answer, the rest fail at once with that reason.
+out the timeout without an answer, the rest fail at once with that reason: the
+``BrokerClient``'s, and the ladder's through kafka-python (DescribeLogDirs, tiered offsets,
+config changes), which share it. A partial answer cut short by the timeout counts as one.
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ class Ladder:
             kafka = KafkaPythonAdmin(
                 config.broker.bootstrap_servers, config.broker.client, broker.timeout, "the ladder"
             )
-            api = LadderApi(broker.admin, kafka, broker.timeout)
+            api = LadderApi(broker.admin, kafka, broker.timeout, broker.patience)
             if read_only and broker_id is not None:
                 # A one-shot plan observes the broker's log dirs after its scan: asked now.
                 asked = log_dirs[1] if log_dirs is not None and log_dirs[0] == broker_id else None

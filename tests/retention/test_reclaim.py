@@ -717,3 +717,28 @@ def test_the_send_lead_grows_with_slow_cycles() -> None:
     for _ in range(8):  # the slow one has left the last eight
         model.observe_cycle(0.1)
     assert model.send_lead == SEND_LEAD_S
+
+
+def test_a_request_a_slow_cycle_sends_too_late_for_a_check_is_sized_for_the_next() -> None:
+    """Sized at the forecast for the check 0.5 s away, a request a loaded machine's cycle
+    sends 1.5 s later reaches the broker after that check: it is reclaimed a period later,
+    and the disk overshot by a period's growth. With slow cycles the forecast counts on the
+    check after (a longer latency: more asked, earlier), never on one it cannot reach."""
+    period, delay = 2.0, 0.3
+    model = ReclaimModel(ReclaimSettings(check_interval_s=period, delete_delay_s=delay))
+    model.observe_check(100.0)  # checks at 100, 102, 104, ...
+    t = 101.5  # beyond the margin (0.2 s) of the check at 102
+    assert model.latency_at(t) == (pytest.approx(102.0 - t + delay), "measured")
+    model.observe_cycle(1.5)
+    assert model.reach_s == 1.5
+    assert model.latency_at(t) == (pytest.approx(104.0 - t + delay), "measured")
+    # Phase unknown, our request waiting unrenamed: the check it awaits is due by 102.2; a
+    # request that reaches the broker after that is not sure to feed it: the worst case.
+    unknown = ReclaimModel(ReclaimSettings(check_interval_s=period, delete_delay_s=delay))
+    unknown.observe_request(100.0)
+    assert unknown.latency_at(101.5)[0] == pytest.approx(102.2 - 101.5 + delay)
+    unknown.observe_cycle(1.5)
+    assert unknown.latency_at(101.5)[0] == pytest.approx(period + delay)
+    for _ in range(8):  # quick cycles again: the usual margin only
+        model.observe_cycle(0.05)
+    assert model.latency_at(t)[0] == pytest.approx(102.0 - t + delay + 0.0)

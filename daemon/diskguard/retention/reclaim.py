@@ -287,15 +287,24 @@ class ReclaimModel:
             self._latencies.setdefault(mount, deque(maxlen=self._samples)).append(seconds)
 
     def next_check(self, t: float) -> float | None:
-        """The first check at least a margin after ``t``, if the phase is known."""
+        """The first check a request asked for at ``t`` can feed, if the phase is known: at
+        least a margin after ``t`` and after the slowest recent cycle (``reach_s``)."""
         if self.last_check_t is None:
             return None
         period = self.settings.check_interval_s
         if period <= 0:
             return t
-        elapsed = t + self._margin() - self.last_check_t
+        elapsed = t + self._margin() + self.reach_s - self.last_check_t
         k = max(0, math.floor(elapsed / period) + 1)
         return self.last_check_t + k * period
+
+    @property
+    def reach_s(self) -> float:
+        """How long a request sized at the cycle's forecast may take to reach the broker: the
+        slowest recent broker-mode cycle. Sized for a check it then reaches too late, it
+        is reclaimed a whole period later, and the disk overshoots by a period's growth (a
+        loaded machine: 2.1 points over a ceiling at a 2 s check)."""
+        return max(self._cycles, default=0.0)
 
     def _margin(self) -> float:
         """``_CHECK_MARGIN_S``, but at most a tenth of a (short) check period."""
@@ -317,9 +326,10 @@ class ReclaimModel:
             return nxt - t + self.settings.delete_delay_s, "measured"
         worst = self.settings.worst_latency_s
         if self.unseen_since is not None:
-            # The check our waiting request awaits; past it (its rename missed), the worst.
+            # The check our waiting request awaits; past it (its rename missed, or reached
+            # too late to feed it), the worst.
             due = self.unseen_since + self.settings.check_interval_s + self._margin()
-            if t <= due:
+            if t + self.reach_s <= due:
                 return min(worst, due - t + self.settings.delete_delay_s), "settings"
         return worst, "settings"
 

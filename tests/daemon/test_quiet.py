@@ -15,6 +15,7 @@ from diskguard.config import load_config
 from diskguard.daemon.brokerprobe import BrokerProbe
 from diskguard.daemon.cycles import Retention
 from diskguard.daemon.filesystems import Filesystems
+from diskguard.daemon.flowcontrol import FlowControl
 from diskguard.daemon.watch import HintSummary
 from diskguard.metrics import Metrics
 from diskguard.retention.planner import Deletion
@@ -149,3 +150,29 @@ def test_a_stuck_cycle_is_skipped_until_a_change_or_the_broker_answers(tmp_path:
     finally:
         probe.stop()
         retention.close()
+
+
+def test_never_quiet_near_a_flow_limit_below_the_ceiling(tmp_path: Path) -> None:
+    """An overfull or low-space limit set below the retention ceiling engages flow control
+    or an alert first: the daemon is quiet (its usage poll slower) only while every one of
+    them is far off too, on today's usage and on the forecast's."""
+    (tmp_path / "kafka").mkdir()
+    (usage,) = Filesystems([tmp_path]).usage().values()
+    near = round(usage.usage_percent + 0.5, 3)
+    far = round(usage.usage_percent + 5.0, 3)
+    cases: list[tuple[str, dict[str, float | int], bool]] = [
+        ("flow_control", {"overfull_percent": far, "underfull_percent": far - 1}, True),
+        ("flow_control", {"overfull_percent": near, "underfull_percent": near - 1}, False),
+        ("alerts", {"low_space_percent": near}, False),
+        ("alerts", {"low_space_bytes": usage.available_bytes - 1024}, False),
+    ]
+    for n, (key, section, quiet) in enumerate(cases):
+        (tmp_path / str(n)).mkdir()
+        config = load_config(write_config(tmp_path / str(n), tmp_path / "kafka", **{key: section}))
+        flow = FlowControl(config, tmp_path / "state", Metrics())
+        usages = Filesystems(config.broker.log_dirs).usage()
+        assert flow.well_under(usages, lambda _u: None) is quiet, section
+        # The usage the forecast predicts counts as much as today's.
+        (now,) = usages.values()
+        ahead = replace(now, used_bytes=now.used_bytes + now.available_bytes // 2)
+        assert not flow.well_under(usages, lambda _u, ahead=ahead: ahead), section

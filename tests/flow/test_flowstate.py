@@ -221,3 +221,16 @@ def test_events_strictly_alternate(
         assert a != b, names
     if names:
         assert names[0] == "overfull"
+
+
+def test_well_under_every_limit_by_a_margin() -> None:
+    """Quiet needs room: a margin more written must cross no overfull or low-space limit."""
+    GiB = 1024**3
+    usage = FilesystemUsage("/d", "/dev/x", 100 * GiB, 60 * GiB, 40 * GiB)
+    limits = FlowLimits(overfull_percent=62.0, underfull_percent=55.0)
+    assert limits.well_under(usage, 1 * GiB)
+    assert not limits.well_under(usage, 2 * GiB)  # 62 % with 2 GiB more
+    assert not FlowLimits(low_space_percent=61.0).well_under(usage, 1 * GiB)
+    assert not FlowLimits(low_space_bytes=40 * GiB).well_under(usage, 1)
+    assert not FlowLimits(min_free_bytes=39 * GiB + 1).well_under(usage, 1 * GiB)
+    assert FlowLimits().well_under(usage, 30 * GiB)

@@ -739,6 +739,10 @@ def test_a_request_a_slow_cycle_sends_too_late_for_a_check_is_sized_for_the_next
     assert unknown.latency_at(101.5)[0] == pytest.approx(102.2 - 101.5 + delay)
     unknown.observe_cycle(1.5)
     assert unknown.latency_at(101.5)[0] == pytest.approx(period + delay)
+    # One cycle that waited out a hung broker counts for a period at most, not seven.
+    model.observe_cycle(7.0)
+    assert model.reach_s == period
+    assert model.latency_at(t)[0] == pytest.approx(104.0 - t + delay)
     for _ in range(8):  # quick cycles again: the usual margin only
         model.observe_cycle(0.05)
-    assert model.latency_at(t)[0] == pytest.approx(102.0 - t + delay + 0.0)
+    assert model.latency_at(t)[0] == pytest.approx(102.0 - t + delay)

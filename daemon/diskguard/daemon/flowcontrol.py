@@ -22,6 +22,7 @@ from diskguard.flow.state import ALERT_DEGRADED, FlowState, Transition, step
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
 from diskguard.metrics import Metrics
+from diskguard.retention.ceilings import QUIET_MARGIN_FRACTION
 
 log = get_logger("diskguard.daemon")
 
@@ -103,6 +104,24 @@ class FlowControl:
                 _log_flow_control_applied(change, engaged)
             if self.ballast is not None:
                 self.ballast.on_transition(change)
+
+    def well_under(
+        self,
+        usages: Mapping[str, FilesystemUsage],
+        predicted: Callable[[FilesystemUsage], FilesystemUsage | None],
+    ) -> bool:
+        """Is every filesystem ``QUIET_MARGIN_FRACTION`` of its size short of every flow
+        limit (overfull, low-space alert), on today's usage and on the one the forecast
+        predicts? Only then may the daemon be quiet (its usage poll slower): a limit set
+        below the retention ceiling must not be seen later for it."""
+        for usage in usages.values():
+            limits = flow_limits(self._config, usage.total_bytes)
+            margin = int((usage.used_bytes + usage.available_bytes) * QUIET_MARGIN_FRACTION)
+            ahead = predicted(usage)
+            for seen in (usage,) if ahead is None else (usage, ahead):
+                if not limits.well_under(seen, margin):
+                    return False
+        return True
 
     def engaged(self) -> bool:
         """Some filesystem is overfull (producers held back) or at an alert level: each

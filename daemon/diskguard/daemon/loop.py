@@ -214,7 +214,8 @@ class Daemon:
                 # Only while every dir is watched can "no hint" mean "nothing changed".
                 "quiet": self._watch.complete
                 and not (self._changed or over or self.flow.engaged())
-                and retention.quiet(usages, mounts, schedule.rescan_s),
+                and retention.quiet(usages, mounts, schedule.rescan_s)
+                and self.flow.well_under(usages, self.forecast.predicted),
                 "stuck": bool(retention.stuck.states),
                 # Never backed off while some dir is not watched (``Watcher.complete``): a
                 # change there sends no hint, so only the rescan sees it.

@@ -24,7 +24,7 @@ unit test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from diskguard.kafkalog.model import FilesystemUsage
@@ -147,6 +147,17 @@ class FlowLimits:
         if self.low_space_percent is not None and usage.usage_percent >= self.low_space_percent:
             return True
         return self.low_space_bytes is not None and usage.available_bytes < self.low_space_bytes
+
+    def well_under(self, usage: FilesystemUsage, margin_bytes: int) -> bool:
+        """Would ``usage`` still be short of every overfull and low-space limit with
+        ``margin_bytes`` more written? A quiet daemon polls the usage less often: it may be
+        quiet only this far from any limit that engages flow control or an alert."""
+        padded = replace(
+            usage,
+            used_bytes=usage.used_bytes + margin_bytes,
+            available_bytes=max(0, usage.available_bytes - margin_bytes),
+        )
+        return not self.is_overfull(padded) and not self.is_low_space(padded)
 
     def would_be_overfull_after(self, usage: FilesystemUsage, extra_bytes: int) -> list[str]:
         """Limits crossed if ``extra_bytes`` more were written (the ballast's pre-check)."""

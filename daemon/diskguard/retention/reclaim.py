@@ -303,8 +303,10 @@ class ReclaimModel:
         """How long a request sized at the cycle's forecast may take to reach the broker: the
         slowest recent broker-mode cycle. Sized for a check it then reaches too late, it
         is reclaimed a whole period later, and the disk overshoots by a period's growth (a
-        loaded machine: 2.1 points over a ceiling at a 2 s check)."""
-        return max(self._cycles, default=0.0)
+        loaded machine: 2.1 points over a ceiling at a 2 s check). At most one check period:
+        one cycle that waited out a hung broker must not push every forecast of the next
+        eight a period further per period it took."""
+        return min(max(self._cycles, default=0.0), max(0.0, self.settings.check_interval_s))
 
     def _margin(self) -> float:
         """``_CHECK_MARGIN_S``, but at most a tenth of a (short) check period."""

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from kafka.errors import KafkaTimeoutError, RequestTimedOutError
 
 from diskguard.broker.kafkapython import KafkaPythonAdmin
 from diskguard.broker.ladderapi import LadderApi, LadderCallFailed
@@ -32,11 +33,14 @@ _ANSWER = [
 
 
 class _Admin:
-    def __init__(self, fail: bool, release: threading.Event) -> None:
+    def __init__(
+        self, fail: bool, release: threading.Event, error: Exception | None = None
+    ) -> None:
         self.asked: list[list[int]] = []
         self.replicas: list[dict[str, list[int]]] = []
         self.fail = fail
         self.release = release
+        self.error = error or ConnectionError("refused")
 
         self.inside = 0
         self.most_inside = 0
@@ -53,7 +57,7 @@ class _Admin:
         self.asked.append(brokers)
         self.replicas.append(topic_partitions)
         if self.fail:
-            raise ConnectionError("refused")
+            raise self.error
         return _ANSWER
 
 
@@ -130,18 +134,39 @@ def test_a_call_waits_for_the_early_one_still_asking() -> None:
     assert admin.replicas == [{}, {"orders": [0]}]
 
 
+#: What kafka-python raises for a request the broker took and never answered.
+_TIMED_OUT = RequestTimedOutError("Request timed out after 300 ms")
+
+
+def test_a_bootstrap_that_failed_is_not_taken_for_a_hung_broker() -> None:
+    """kafka-python that cannot bootstrap within the timeout (the address, its security
+    settings) says nothing of the cycle's other client: its calls are still made."""
+    release = threading.Event()
+    admin = _Admin(fail=True, release=release, error=KafkaTimeoutError("Unable to bootstrap"))
+    patience = OneTimeout(0.3)
+    api = LadderApi(None, _Kafka(admin), timeout=0.3, patience=patience)
+    with patience.cycle():
+        threading.Timer(0.35, release.set).start()
+        with pytest.raises(LadderCallFailed, match="Unable to bootstrap"):
+            api.log_dirs(1)
+        patience.check()  # not marked: the next call is made
+        with pytest.raises(LadderCallFailed, match="Unable to bootstrap"):
+            api.log_dirs(1)
+    assert admin.asked == [[1], [1]]
+
+
 def test_within_a_cycle_a_log_dirs_call_that_hung_is_waited_out_once() -> None:
     """The ladder's calls go through another client (kafka-python) but share the retention
     cycle's one timeout: once one of them, or one of the ``BrokerClient``'s, got no answer
     within it, the rest of the cycle's calls fail at once with that reason; the next cycle
     asks again."""
     release = threading.Event()
-    admin = _Admin(fail=True, release=release)
+    admin = _Admin(fail=True, release=release, error=_TIMED_OUT)
     patience = OneTimeout(0.3)
     api = LadderApi(None, _Kafka(admin), timeout=0.3, patience=patience)
     with patience.cycle():
         threading.Timer(0.35, release.set).start()  # kafka-python's request timing out
-        with pytest.raises(LadderCallFailed, match="refused"):
+        with pytest.raises(LadderCallFailed, match="timed out"):
             api.log_dirs(1)
         with pytest.raises(LadderCallFailed, match=r"did not answer within 0\.3 s earlier"):
             api.log_dirs(1)
@@ -149,7 +174,7 @@ def test_within_a_cycle_a_log_dirs_call_that_hung_is_waited_out_once() -> None:
             api.cordon(1, ["/data/a"], add=True)  # a config call: not made either
     assert admin.asked == [[1]]
     # The next cycle asks again (released now, the fake fails at once).
-    with patience.cycle(), pytest.raises(LadderCallFailed, match="refused"):
+    with patience.cycle(), pytest.raises(LadderCallFailed, match="timed out"):
         api.log_dirs(1)
     assert admin.asked == [[1], [1]]
 
@@ -159,13 +184,13 @@ def test_an_early_log_dirs_answer_that_waited_out_the_timeout_counts_for_the_cyc
     whole timeout since it was asked ends the cycle's patience too; and once the cycle's
     patience is over, the early answer is not waited for."""
     release = threading.Event()
-    admin = _Admin(fail=True, release=release)
+    admin = _Admin(fail=True, release=release, error=_TIMED_OUT)
     patience = OneTimeout(0.3)
     api = LadderApi(None, _Kafka(admin), timeout=0.3, patience=patience)
     api.log_dirs_soon(1)
     with patience.cycle():
         threading.Timer(0.35, release.set).start()
-        with pytest.raises(LadderCallFailed, match="refused"):
+        with pytest.raises(LadderCallFailed, match="timed out"):
             api.log_dirs(1)
         with pytest.raises(LadderCallFailed, match="earlier in this cycle"):
             api.log_dirs(1)

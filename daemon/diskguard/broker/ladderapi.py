@@ -50,7 +50,11 @@ LOCAL_RETENTION_MS = "local.retention.ms"
 
 
 class LadderCallFailed(Exception):
-    """A ladder call the broker refused or did not answer; the text is one line."""
+    """A ladder call the broker refused or did not answer; the text is one line.
+    ``unanswered``: False when the call never reached a broker that could answer (kafka-python
+    could not bootstrap): not evidence that the broker hangs (``LadderApi._patiently``)."""
+
+    unanswered = True
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,12 @@ def _error_name(code: int) -> str:
 
     name = str(kafka_errors.for_code(code).__name__)
     return {"KafkaStorageError": "KAFKA_STORAGE_ERROR"}.get(name, name)
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """Did a kafka-python call fail because the broker took the request and did not answer
+    it within the timeout (``RequestTimedOutError``)?"""
+    return type(exc).__name__ == "RequestTimedOutError"
 
 
 class _AskedOnThread:
@@ -178,7 +188,7 @@ class LadderApi:
         try:
             yield
         except LadderCallFailed as exc:
-            if patience is not None:
+            if patience is not None and exc.unanswered:
                 patience.waited_out(began, str(exc))
             raise
 
@@ -190,7 +200,13 @@ class LadderApi:
                 raise
             except Exception as exc:
                 self._kafka.reset()
-                raise LadderCallFailed(f"{what}: {type(exc).__name__}: {exc}") from exc
+                failed = LadderCallFailed(f"{what}: {type(exc).__name__}: {exc}")
+                # Only a request the broker took and never answered says it hangs (a stopped
+                # process: connections accepted). kafka-python's own bootstrap failing is the
+                # connection, its security settings or the address: the cycle's other
+                # client may still be answered, and must still be asked.
+                failed.unanswered = _unanswered(exc)
+                raise failed from exc
 
     # -- tiered storage ---------------------------------------------------------------
     def tiered_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -219,15 +235,8 @@ class LadderApi:
             ResourceType,
         )
 
-        resource = ConfigResource(ResourceType.TOPIC, topic)
-        what = f"DescribeConfigs {topic}"
-        with self._patiently(what):
-            try:
-                futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
-                entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
-            except Exception as exc:
-                raise LadderCallFailed(f"{what}: {describe_error(exc)}") from exc
-        entry = dict(entries).get(key)
+        entries = self._describe(ConfigResource(ResourceType.TOPIC, topic), topic)
+        entry = entries.get(key)
         # ``source`` is a plain int in what describe_configs returns (confluent-kafka 2.x).
         dynamic = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
         if entry is None or getattr(entry.source, "value", entry.source) != dynamic:
@@ -247,6 +256,16 @@ class LadderApi:
         op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
         entry = ConfigEntry(key, value, incremental_operation=op)
         self._alter(ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry]))
+
+    def _describe(self, resource: Any, name: str) -> dict[str, Any]:
+        """DescribeConfigs of one resource: its entries by key."""
+        what = f"DescribeConfigs {name}"
+        with self._patiently(what):
+            try:
+                futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
+                return dict(next(iter(futures.values())).result(timeout=self.timeout + 2.0))
+            except Exception as exc:
+                raise LadderCallFailed(f"{what}: {describe_error(exc)}") from exc
 
     def _alter(self, resource: Any) -> None:
         what = f"IncrementalAlterConfigs {resource.restype.name.lower()} {resource.name}"
@@ -367,14 +386,7 @@ class LadderApi:
         )
 
         resource = ConfigResource(ResourceType.BROKER, str(broker_id))
-        what = f"DescribeConfigs broker {broker_id}"
-        with self._patiently(what):
-            try:
-                futures = self._admin.describe_configs([resource], request_timeout=self.timeout)
-                entries = next(iter(futures.values())).result(timeout=self.timeout + 2.0)
-            except Exception as exc:
-                raise LadderCallFailed(f"{what}: {describe_error(exc)}") from exc
-        entry = dict(entries).get(CORDONED)
+        entry = self._describe(resource, f"broker {broker_id}").get(CORDONED)
         if entry is None:
             return None
         return [p for p in str(entry.value or "").split(",") if p.strip()]

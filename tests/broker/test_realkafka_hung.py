@@ -15,30 +15,41 @@ from support.hung import cross_then_stop, grow
 from support.kafka.cluster import KafkaCluster as RealBroker
 
 
-def test_a_hung_real_broker_holds_up_neither_flow_control_nor_shutdown(
-    real_kafka: RealBroker, tmp_path: Path
-) -> None:
-    topic = "hung-orders"
+def _guarded_topic(
+    real_kafka: RealBroker, tmp_path: Path, topic: str, **sections: object
+) -> tuple[Path, float]:
+    """A topic with closed segments on the session's broker, and a broker-mode config whose
+    ceiling is 3 points above today's usage (other tests' topics never candidates)."""
     real_kafka.create_topic(topic, **real_kafka.segment_config(200_000))
     assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
-    mount = real_kafka.log_dir.parent
-    over_ceiling, over_overfull = mount / "hung-filler-1.bin", mount / "hung-filler-2.bin"
-    base = df_percent(mount)
-    ceiling, overfull = round(base + 3, 2), round(base + 8, 2)
+    ceiling = round(df_percent(real_kafka.log_dir.parent) + 3, 2)
     config = write_config(
         tmp_path,
         real_kafka.log_dir,
         broker={"bootstrap_servers": real_kafka.bootstrap},
-        flow_control={"overfull_percent": overfull, "underfull_percent": ceiling},
-        # Other tests' topics on the session's broker are never candidates.
         assume_delete_policy=[f"^{topic}$"],
         protect_topics=[f"^(?!{topic}$)"],
         mode="broker",
         check_interval="1s",
         usage_poll_interval="0.1s",
         disk_usage_percent=ceiling,
+        **sections,
     )
+    return config, ceiling
 
+
+def test_a_hung_real_broker_holds_up_neither_flow_control_nor_shutdown(
+    real_kafka: RealBroker, tmp_path: Path
+) -> None:
+    mount = real_kafka.log_dir.parent
+    over_ceiling, over_overfull = mount / "hung-filler-1.bin", mount / "hung-filler-2.bin"
+    overfull = round(df_percent(mount) + 8, 2)
+    config, ceiling = _guarded_topic(
+        real_kafka,
+        tmp_path,
+        "hung-orders",
+        flow_control={"overfull_percent": overfull, "underfull_percent": overfull - 5},
+    )
     try:
         with DaemonProc(config) as daemon:
             daemon.wait_for("daemon_started", timeout=60)
@@ -58,23 +69,8 @@ def test_a_cycle_against_a_hung_real_broker_waits_out_one_timeout(
     waited the timeout out, every later call of the cycle fails at once, saying why. Before,
     a cycle here took four timeouts (20 s): DescribeLogDirs, then the groups' listing
     cut short, then the others."""
-    topic = "hung-once"
-    real_kafka.create_topic(topic, **real_kafka.segment_config(200_000))
-    assert real_kafka.produce(topic, 1200, 500, settings={"batch.size": 50_000}) == []
-    mount = real_kafka.log_dir.parent
-    filler = mount / "hung-once-filler.bin"
-    ceiling = round(df_percent(mount) + 3, 2)
-    config = write_config(
-        tmp_path,
-        real_kafka.log_dir,
-        broker={"bootstrap_servers": real_kafka.bootstrap},
-        assume_delete_policy=[f"^{topic}$"],
-        protect_topics=[f"^(?!{topic}$)"],
-        mode="broker",
-        check_interval="1s",
-        usage_poll_interval="0.1s",
-        disk_usage_percent=ceiling,
-    )
+    filler = real_kafka.log_dir.parent / "hung-once-filler.bin"
+    config, ceiling = _guarded_topic(real_kafka, tmp_path, "hung-once")
     try:
         with DaemonProc(config) as daemon:
             daemon.wait_for("daemon_started", timeout=60)

@@ -22,7 +22,7 @@ from diskguard.flow.state import ALERT_DEGRADED, FlowState, Transition, step
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
 from diskguard.metrics import Metrics
-from diskguard.retention.ceilings import QUIET_MARGIN_FRACTION
+from diskguard.retention.ceilings import quiet_margin_bytes
 
 log = get_logger("diskguard.daemon")
 
@@ -110,16 +110,15 @@ class FlowControl:
         usages: Mapping[str, FilesystemUsage],
         predicted: Callable[[FilesystemUsage], FilesystemUsage | None],
     ) -> bool:
-        """Is every filesystem ``QUIET_MARGIN_FRACTION`` of its size short of every flow
+        """Is every filesystem ``quiet_margin_bytes`` short of every flow
         limit (overfull, low-space alert), on today's usage and on the one the forecast
         predicts? Only then may the daemon be quiet (its usage poll slower): a limit set
         below the retention ceiling must not be seen later for it."""
         for usage in usages.values():
             limits = flow_limits(self._config, usage.total_bytes)
-            margin = int((usage.used_bytes + usage.available_bytes) * QUIET_MARGIN_FRACTION)
             ahead = predicted(usage)
             for seen in (usage,) if ahead is None else (usage, ahead):
-                if not limits.well_under(seen, margin):
+                if not limits.well_under(seen, quiet_margin_bytes(usage)):
                     return False
         return True
 

@@ -24,7 +24,7 @@ unit test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from diskguard.kafkalog.model import FilesystemUsage
@@ -152,11 +152,7 @@ class FlowLimits:
         """Would ``usage`` still be short of every overfull and low-space limit with
         ``margin_bytes`` more written? A quiet daemon polls the usage less often: it may be
         quiet only this far from any limit that engages flow control or an alert."""
-        padded = replace(
-            usage,
-            used_bytes=usage.used_bytes + margin_bytes,
-            available_bytes=max(0, usage.available_bytes - margin_bytes),
-        )
+        padded = usage.after_writing(margin_bytes)
         return not self.is_overfull(padded) and not self.is_low_space(padded)
 
     def would_be_overfull_after(self, usage: FilesystemUsage, extra_bytes: int) -> list[str]:

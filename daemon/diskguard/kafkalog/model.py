@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
@@ -156,6 +156,15 @@ class FilesystemUsage:
     def used_bytes_at(self, percent: float) -> int:
         """The ``used`` value at which df would show ``percent`` usage."""
         return int((self.used_bytes + self.available_bytes) * percent / 100.0)
+
+    def after_writing(self, extra_bytes: int) -> FilesystemUsage:
+        """This filesystem with ``extra_bytes`` more written (at most what is available):
+        how far a limit is, asked as "would it be crossed by then?"."""
+        return replace(
+            self,
+            used_bytes=self.used_bytes + extra_bytes,
+            available_bytes=max(0, self.available_bytes - extra_bytes),
+        )
 
 
 def usage_fields(usage: FilesystemUsage, log_dirs: Sequence[str]) -> dict[str, Any]:

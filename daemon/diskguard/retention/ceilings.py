@@ -81,6 +81,12 @@ def has_byte_budget(config: Config) -> bool:
     return config.retention.max_bytes is not None
 
 
+def quiet_margin_bytes(usage: FilesystemUsage) -> int:
+    """The room a quiet daemon keeps below every limit: ``QUIET_MARGIN_FRACTION`` of the
+    filesystem (its usage poll is slower while quiet)."""
+    return int((usage.used_bytes + usage.available_bytes) * QUIET_MARGIN_FRACTION)
+
+
 class Ceilings:
     """A config's retention limits per filesystem and mode, and what is pending on each.
 
@@ -205,13 +211,7 @@ class Ceilings:
             forecast_horizon_s=math.inf,
             defer_forecast=False,
         )
-        margin = int((usage.used_bytes + usage.available_bytes) * QUIET_MARGIN_FRACTION)
-        padded = replace(
-            usage,
-            used_bytes=usage.used_bytes + margin,
-            available_bytes=max(0, usage.available_bytes - margin),
-        )
-        return not stand(padded, ahead, 0).over
+        return not stand(usage.after_writing(quiet_margin_bytes(usage)), ahead, 0).over
 
     def room_above_ceiling(self, usage: FilesystemUsage) -> int:
         """Bytes between the ceiling and a full disk."""
@@ -225,11 +225,7 @@ class Ceilings:
         grown = self.limits(mode, usage.mount).growth_bytes - self.pending(usage.mount)
         if grown <= 0:
             return None
-        return replace(
-            usage,
-            used_bytes=usage.used_bytes + grown,
-            available_bytes=max(0, usage.available_bytes - grown),
-        )
+        return usage.after_writing(grown)
 
     def settle(
         self,

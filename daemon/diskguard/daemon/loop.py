@@ -1,12 +1,11 @@
 """``diskguard run``: the daemon loop.
 
-One thread decides; everything else only wakes it. Signals set a flag and wake the loop;
-inotify events are *hints* that wake it early (the kernel queue can overflow: then the hint
-says everything may have changed); the retention cycle runs beside it (``cycles``) and
-wakes it when it is done. Each iteration the loop reads usage (one ``statvfs`` per
-filesystem), steps flow control at once, and asks ``schedule.tick`` what else to do (start a
-cycle or a snapshot, reload, write ``state.json``, ping the watchdog); it carries that out
-through the components that own their state:
+One thread decides; everything else only wakes it (``wakeup``: a pipe, no lock, so signal
+handlers may too). inotify events are *hints* that wake it early (an overflow says all may
+have changed); the retention cycle runs beside it (``cycles``) and wakes it when done. Each
+iteration reads usage (one ``statvfs`` per filesystem), steps flow control at once, and asks
+``schedule.tick`` what else to do (a cycle or a snapshot, reload, ``state.json``, the
+watchdog), carried out through the components that own their state:
 
 - ``flowcontrol.FlowControl``: the flow states, actuators and ballast;
 - ``cycles.Retention``: the retention cycle, its worker thread and what it leaves behind;
@@ -15,9 +14,8 @@ through the components that own their state:
 - ``watch.Watcher`` (inotify hints), ``brokerprobe.BrokerProbe`` (is the broker back?).
 
 All timers use the monotonic clock, so wall-clock jumps never stall or rush the loop. A stop
-never waits for more than ``STOP_BUDGET_S`` in all: a cycle still waiting on the broker then
-is abandoned (the audit log and the offline journal are made to survive that, as they
-survive ``kill -9``).
+waits ``STOP_BUDGET_S`` at most: a cycle still waiting on the broker then is abandoned (the
+audit log and the offline journal survive that, as they survive ``kill -9``).
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ import faulthandler
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +38,7 @@ from diskguard.daemon.forecast import BrokerForecast
 from diskguard.daemon.schedule import Action, Schedule, Seen, Settings, pace_s, tick, wait_s
 from diskguard.daemon.snapshot import Snapshots
 from diskguard.daemon.statefile import status_line, write_state
+from diskguard.daemon.wakeup import Wakeup
 from diskguard.daemon.watch import Watcher
 from diskguard.errors import ConfigError
 from diskguard.flow.state import FlowState
@@ -64,12 +62,11 @@ class Daemon:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._stop = threading.Event()
-        self._wake = threading.Event()
+        self._stopping = False  # a plain flag and a byte in the pipe: no lock (``wakeup``)
+        self._wake = Wakeup()
         self._reload = False
         self._hinted = False
-        #: A partition dir (or a ``.lock``) changed since the last cycle started, as far as
-        #: the hints say; a new cycle's scan is what clears it.
+        #: A partition dir or ``.lock`` changed since the last cycle began (as hints say).
         self._changed = True
         #: A stop left something under way (a cycle waiting on the broker, a probe).
         self.abandoned = False
@@ -89,7 +86,7 @@ class Daemon:
         self.flow = FlowControl(config, state_dir, self.metrics)
         self.snapshots = Snapshots(config, state_dir)
         self._watchdog_s: float | None = None
-        #: The unit's status line last sent to systemd (sent again only when it changes).
+        #: The status line last sent to systemd (sent again only when it changes).
         self._status = ""
         self.schedule = Schedule.first(self._settings())
 
@@ -106,7 +103,7 @@ class Daemon:
         broker = self.retention.runtime.broker
         return broker is not None and broker.reachable(quiet=True)
 
-    # -- signals: they only set a flag and wake the loop ---------------------------------
+    # -- signals: they only set a flag and wake the loop (no lock: ``wakeup``) ------------
     def _on_stop(self, _signum: int, _frame: FrameType | None) -> None:
         self.request_stop()
 
@@ -120,7 +117,7 @@ class Daemon:
         self._wake.set()
 
     def request_stop(self) -> None:
-        self._stop.set()
+        self._stopping = True
         self._wake.set()
 
     # -- the loop ---------------------------------------------------------------------
@@ -134,7 +131,7 @@ class Daemon:
         self._start_watching()
         self._probe.start()
         try:
-            while not self._stop.is_set():
+            while not self._stopping:
                 self._iteration()
         finally:
             self._shutdown()
@@ -142,12 +139,8 @@ class Daemon:
 
     def _iteration(self) -> None:
         settings = self._settings()
-        self._wake.wait(wait_s(self.schedule, settings, time.monotonic()))
-        hinted, self._hinted = self._hinted, False
-        if hinted and not self._stop.is_set():
-            self._stop.wait(pace_s(self.schedule, time.monotonic()))
-        self._wake.clear()
-        if self._stop.is_set():
+        hinted = self._wait(wait_s(self.schedule, settings, time.monotonic()))
+        if self._stopping:
             return
         now = time.monotonic()
         finished = self.retention.take()
@@ -177,6 +170,15 @@ class Daemon:
         for action in actions:
             if action in _LAST:
                 self._do(action, usages)
+
+    def _wait(self, seconds: float) -> bool:
+        """Until something wakes the loop, at most ``seconds``; whether a hint woke it."""
+        self._wake.wait(seconds)
+        hinted, self._hinted = self._hinted, False
+        if hinted:  # a burst of hints settles first; only a stop ends that sooner
+            self._wake.settle(pace_s(self.schedule, time.monotonic()), lambda: self._stopping)
+        self._wake.clear()
+        return hinted
 
     def _took_cycle(self, now: float) -> None:
         """A cycle finished and its outcome was applied: the forecast starts from its scan."""

@@ -736,9 +736,10 @@ def test_real_broker_without_quota_or_acl_support(tmp_path: Path, logs: io.Strin
             acl_permissive=False,  # a topic without ACLs gets the DENY alone
         )
         try:
-            started = time.monotonic()
             acts.apply(transition("overfull"), topics=["orders"])
-            assert time.monotonic() - started < 0.5, "apply waited for the broker"
+            # apply only queues: the broker's refusals (a round trip, a child that aborts)
+            # come after it returned.
+            assert not events(logs, "actuator_failed"), "apply waited for the broker"
             assert acts.wait_idle(60)
             assert not acts.converged
             failed = {f["actuator"]: f["error"] for f in events(logs, "actuator_failed")}

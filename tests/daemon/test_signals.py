@@ -16,6 +16,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import pytest
+
 from diskguard.config import load_config
 from diskguard.daemon.loop import Daemon
 from support.configs import write_config
@@ -55,28 +57,22 @@ def _wait_with_a_signal_at(d: Daemon, at: int, handler: Any, signum: int) -> tup
     return not thread.is_alive(), seen[0]
 
 
-def test_a_stop_at_any_bytecode_of_the_wait_ends_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("handler", "flag", "signum"),
+    [("_on_stop", "_stopping", signal.SIGTERM), ("_on_hup", "_reload", signal.SIGHUP)],
+    ids=["stop", "reload"],
+)
+def test_a_signal_at_any_bytecode_of_the_wait_is_kept_and_never_hangs(
+    tmp_path: Path, handler: str, flag: str, signum: int
+) -> None:
     d = _daemon(tmp_path)
     at = 0
     while True:
-        returned, ran = _wait_with_a_signal_at(d, at, d._on_stop, signal.SIGTERM)
-        assert returned, f"a SIGTERM at bytecode {at} of the loop's wait: the loop hung"
+        returned, ran = _wait_with_a_signal_at(d, at, getattr(d, handler), signum)
+        assert returned, f"signal {signum} at bytecode {at} of the loop's wait: the loop hung"
         if at >= ran:
             break  # the whole wait ran without reaching ``at``: every moment was tried
-        assert d._stopping, f"a SIGTERM at bytecode {at} was lost"
-        d._stopping = False
+        assert getattr(d, flag), f"signal {signum} at bytecode {at} was lost"
+        setattr(d, flag, False)
         at += 1
     assert at > 20, f"only {at} bytecodes traced: the test did not see the wait"
-
-
-def test_a_reload_at_any_bytecode_of_the_wait_is_kept(tmp_path: Path) -> None:
-    d = _daemon(tmp_path)
-    at = 0
-    while True:
-        returned, ran = _wait_with_a_signal_at(d, at, d._on_hup, signal.SIGHUP)
-        assert returned, f"a SIGHUP at bytecode {at} of the loop's wait: the loop hung"
-        if at >= ran:
-            break
-        assert d._reload, f"a SIGHUP at bytecode {at} was lost"
-        d._reload = False
-        at += 1

@@ -45,18 +45,20 @@ def test_quiet_only_after_a_cycle_and_while_well_under(tmp_path: Path) -> None:
     retention, filesystems = _retention(tmp_path, 99.9)
     usages = filesystems.usage()
     (usage,) = usages.values()
-    assert not retention.quiet(usages, len(filesystems), 60.0)  # no cycle yet
+    assert not retention.quiet(usages, len(filesystems), 60.0, {})  # no cycle yet
     _cycle(retention)
     assert usage.usage_percent < 97.0, f"{usage.mount} too full for this test: {usage}"
-    assert retention.quiet(usages, len(filesystems), 60.0)
+    assert retention.quiet(usages, len(filesystems), 60.0, {})
+    # The loop's margin (the fastest growth seen lately over a poll and a cycle) counts.
+    assert not retention.quiet(usages, len(filesystems), 60.0, {usage.mount: usage.available_bytes})
     # A filesystem that could not be measured is never quiet.
-    assert not retention.quiet({}, len(filesystems), 60.0)
+    assert not retention.quiet({}, len(filesystems), 60.0, {})
     # DeleteRecords the broker has not carried out yet: the next cycle must see them go.
     (log_dir,) = retention.runtime.config.broker.log_dirs
     retention.runtime.requested.record(
         [Deletion(str(log_dir), "orders", 0, 0, 1, 0, 1, (), usage.mount)]
     )
-    assert not retention.quiet(usages, len(filesystems), 60.0)
+    assert not retention.quiet(usages, len(filesystems), 60.0, {})
 
 
 def test_never_quiet_near_the_ceiling(tmp_path: Path) -> None:
@@ -64,7 +66,7 @@ def test_never_quiet_near_the_ceiling(tmp_path: Path) -> None:
     # A ceiling half a point above today's usage: under it, but not well under.
     retention, filesystems = _retention(tmp_path / "b", round(usage.usage_percent + 0.5, 3))
     _cycle(retention)
-    assert not retention.quiet(filesystems.usage(), len(filesystems), 60.0)
+    assert not retention.quiet(filesystems.usage(), len(filesystems), 60.0, {})
     retention.close()
 
 
@@ -171,8 +173,12 @@ def test_never_quiet_near_a_flow_limit_below_the_ceiling(tmp_path: Path) -> None
         config = load_config(write_config(tmp_path / str(n), tmp_path / "kafka", **{key: section}))
         flow = FlowControl(config, tmp_path / "state", Metrics())
         usages = Filesystems(config.broker.log_dirs).usage()
-        assert flow.well_under(usages, lambda _u: None) is quiet, section
+        assert flow.well_under(usages, lambda _u: None, {}) is quiet, section
+        # The loop's margin, when the growth seen lately asks for more than 1 % of the disk.
+        (mount,) = usages
+        wide = {mount: usage.available_bytes // 2}
+        assert not flow.well_under(usages, lambda _u: None, wide), section
         # The usage the forecast predicts counts as much as today's.
         (now,) = usages.values()
         ahead = replace(now, used_bytes=now.used_bytes + now.available_bytes // 2)
-        assert not flow.well_under(usages, lambda _u, ahead=ahead: ahead), section
+        assert not flow.well_under(usages, lambda _u, ahead=ahead: ahead, {}), section

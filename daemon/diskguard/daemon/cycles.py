@@ -11,6 +11,7 @@ changed, ``facts`` says so and the schedule skips cycles and backs off.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from diskguard.config import Config
@@ -24,6 +25,7 @@ from diskguard.metrics import Metrics
 from diskguard.retention.cycle import RetentionCycle
 from diskguard.retention.daemonstate import LastDeletion, SetAsideEntry
 from diskguard.retention.ladder import BALANCE
+from diskguard.retention.limits import quiet_margin_bytes
 from diskguard.retention.mode import BROKER
 from diskguard.retention.outcome import CycleOutcome
 from diskguard.retention.rungaudit import asked_by_mount
@@ -37,6 +39,8 @@ log = get_logger("diskguard.daemon")
 WARM_HEADS_S = 0.1
 #: Scan warnings remembered (each is logged once); past this, the memory starts afresh.
 _WARNED_MAX = 10_000
+#: The last cycles whose longest wall time a quiet daemon's margin covers (``quiet_margins``).
+REACH_CYCLES = 8
 
 
 class Retention:
@@ -67,6 +71,8 @@ class Retention:
         self._locks_seen: dict[str, bool] = {}
         #: The CPU time of the last cycle (its thread's), set before its outcome is taken.
         self.cycle_cpu_s = 0.0
+        #: The wall time of the last ``REACH_CYCLES`` cycles (the worker appends).
+        self._walls: deque[float] = deque(maxlen=REACH_CYCLES)
         self.build(config)
 
     def build(self, config: Config) -> None:
@@ -93,13 +99,14 @@ class Retention:
         runtime = self.runtime
 
         def cycle() -> CycleOutcome:
-            started = time.thread_time()
+            started, wall = time.thread_time(), time.monotonic()
             runtime.inputs.cache.trust(trust)
             try:
                 return runtime.enforce(full=full)
             finally:
                 runtime.inputs.cache.trust(None)  # this cycle's first scan only
                 self.cycle_cpu_s = time.thread_time() - started
+                self._walls.append(time.monotonic() - wall)
 
         self._worker.submit(cycle)
 
@@ -165,13 +172,33 @@ class Retention:
             for d in hint.lock_dirs
         )
 
-    def quiet(self, usages: Mapping[str, FilesystemUsage], mounts: int, span_s: float) -> bool:
+    def quiet_margins(self, usages: Mapping[str, FilesystemUsage], poll_s: float) -> dict[str, int]:
+        """Per filesystem, the room a quiet daemon keeps below every limit
+        (``quiet_margin_bytes``): what the fastest growth seen lately writes before a
+        crossing could be seen (the quiet poll ``poll_s``, and the longest of the last
+        cycles: one started while quiet keeps a reacting one waiting), never less than
+        ``QUIET_MARGIN_FRACTION`` of the disk."""
+        reach_s = poll_s + max(tuple(self._walls), default=0.0)
+        forecaster = self.runtime.forecaster
+        return {
+            mount: quiet_margin_bytes(usage, forecaster.peak_rate(mount), reach_s)
+            for mount, usage in usages.items()
+        }
+
+    def quiet(
+        self,
+        usages: Mapping[str, FilesystemUsage],
+        mounts: int,
+        span_s: float,
+        margins: Mapping[str, int],
+    ) -> bool:
         """May the periodic cycle be skipped, as far as retention goes? The last cycle ran
         and acted on nothing, nothing it left is under way (pending reclaim, DeleteRecords
         the broker has not carried out, deletions that did not free their space, the
         ladder's changes), nothing is stuck, and every filesystem is well under its limits
-        for ``span_s`` (``Ceilings.well_under``). Whether the log dirs changed is the
-        hints' to say (the loop). Only while ``idle``."""
+        for ``span_s``, ``margins`` (mount -> bytes, ``quiet_margin_bytes``) left on top
+        (``Ceilings.well_under``). Whether the log dirs changed is the hints' to say (the
+        loop). Only while ``idle``."""
         last = self.last
         if last is None or last.results or last.rungs or self.stuck.states:
             return False
@@ -182,7 +209,7 @@ class Retention:
         if ceilings.all_unfreed() or runtime.requested.as_mapping() or runtime.ladder.in_flight():
             return False
         return all(
-            ceilings.pending(mount) == 0 and ceilings.well_under(usage, span_s)
+            ceilings.pending(mount) == 0 and ceilings.well_under(usage, span_s, margins.get(mount))
             for mount, usage in usages.items()
         )
 

@@ -22,7 +22,7 @@ from diskguard.flow.state import ALERT_DEGRADED, FlowState, Transition, step
 from diskguard.kafkalog.model import FilesystemUsage
 from diskguard.logs import get_logger
 from diskguard.metrics import Metrics
-from diskguard.retention.ceilings import quiet_margin_bytes
+from diskguard.retention.limits import quiet_margin_bytes
 
 log = get_logger("diskguard.daemon")
 
@@ -109,16 +109,18 @@ class FlowControl:
         self,
         usages: Mapping[str, FilesystemUsage],
         predicted: Callable[[FilesystemUsage], FilesystemUsage | None],
+        margins: Mapping[str, int],
     ) -> bool:
-        """Is every filesystem ``quiet_margin_bytes`` short of every flow
-        limit (overfull, low-space alert), on today's usage and on the one the forecast
-        predicts? Only then may the daemon be quiet (its usage poll slower): a limit set
-        below the retention ceiling must not be seen later for it."""
-        for usage in usages.values():
+        """Is every filesystem its margin (mount -> bytes, ``quiet_margin_bytes``) short of
+        every flow limit (overfull, low-space alert), on today's usage and on the one the
+        forecast predicts? Only then may the daemon be quiet (its usage poll slower): a
+        limit set below the retention ceiling must not be seen later for it."""
+        for mount, usage in usages.items():
             limits = flow_limits(self._config, usage.total_bytes)
             ahead = predicted(usage)
+            margin = margins.get(mount, quiet_margin_bytes(usage))
             for seen in (usage,) if ahead is None else (usage, ahead):
-                if not limits.well_under(seen, quiet_margin_bytes(usage)):
+                if not limits.well_under(seen, margin):
                     return False
         return True
 

@@ -39,15 +39,12 @@ from diskguard.kafkalog.model import Filesystem, FilesystemUsage
 from diskguard.retention.limits import (
     Limits,
     Standing,
+    quiet_margin_bytes,
     room_above_ceiling,
     stand,
     with_forecast,
 )
 from diskguard.retention.mode import BROKER, OFFLINE
-
-#: "Well under its limits" (``Ceilings.well_under``) leaves at least this share of the
-#: filesystem between the usage, grown as forecast, and the ceiling.
-QUIET_MARGIN_FRACTION = 0.01
 
 if TYPE_CHECKING:
     # Types only: status asks for the limits without importing the planner or the reclaim
@@ -79,12 +76,6 @@ def has_byte_budget(config: Config) -> bool:
     """Is a per-log-dir byte budget (``retention.max_bytes``) set? Only a full scan (a stat of
     every file) can check it; asked before the owner exists too (a plan's early listing)."""
     return config.retention.max_bytes is not None
-
-
-def quiet_margin_bytes(usage: FilesystemUsage) -> int:
-    """The room a quiet daemon keeps below every limit: ``QUIET_MARGIN_FRACTION`` of the
-    filesystem (its usage poll is slower while quiet)."""
-    return int((usage.used_bytes + usage.available_bytes) * QUIET_MARGIN_FRACTION)
 
 
 class Ceilings:
@@ -194,13 +185,16 @@ class Ceilings:
         scan measures, counts as none (errs towards yes)."""
         return self.standing(usage, mode, pending=0).over
 
-    def well_under(self, usage: FilesystemUsage, span_s: float) -> bool:
+    def well_under(
+        self, usage: FilesystemUsage, span_s: float, margin_bytes: int | None = None
+    ) -> bool:
         """Is ``usage`` so far under the ceiling that no cycle within ``span_s`` seconds could
         choose anything, even at the forecast's growth? Errs towards no: nothing counts as
         pending, the growth runs over the broker's reclaim latency plus ``span_s`` plus a
-        check period with no horizon and no deferral, and ``QUIET_MARGIN_FRACTION`` of the
-        filesystem is left on top. A byte budget (``max_bytes``) is never well under: only a
-        full scan measures it."""
+        check period with no horizon and no deferral, and ``margin_bytes`` are left on top
+        (default ``quiet_margin_bytes``' floor; the daemon's covers the fastest growth seen
+        lately too). A byte budget (``max_bytes``) is never well under: only a full scan
+        measures it."""
         if self.byte_budget:
             return False
         limits = self.limits(BROKER, usage.mount)
@@ -211,7 +205,9 @@ class Ceilings:
             forecast_horizon_s=math.inf,
             defer_forecast=False,
         )
-        return not stand(usage.after_writing(quiet_margin_bytes(usage)), ahead, 0).over
+        if margin_bytes is None:
+            margin_bytes = quiet_margin_bytes(usage)
+        return not stand(usage.after_writing(margin_bytes), ahead, 0).over
 
     def room_above_ceiling(self, usage: FilesystemUsage) -> int:
         """Bytes between the ceiling and a full disk."""

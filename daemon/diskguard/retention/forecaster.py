@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 
 from diskguard.config import Config
 from diskguard.logs import get_logger
+from diskguard.retention.growthpeak import GrowthPeak
 from diskguard.retention.reclaim import (
     PARTIAL_RATE_WINDOW_S,
     SEND_LEAD_S,
@@ -44,6 +45,8 @@ class Forecaster:
         self._rates = dict(rates or {})
         self._lock = threading.Lock()
         self._growth: dict[str, GrowthEstimator] = {}
+        #: mount -> the fastest growth seen lately (how far from a limit a quiet daemon stays).
+        self._peaks: dict[str, GrowthPeak] = {}
         # Settings now from server.properties/defaults, from the broker itself at the first
         # broker-mode cycle (``refresh_settings``). A forecast's requests are sent at least a
         # few polls before the check they feed: the loop notices the window only at a poll.
@@ -62,17 +65,30 @@ class Forecaster:
             if estimator is None:
                 estimator = self._growth[mount] = GrowthEstimator(self._model.rate_window_s)
             estimator.observe(t, used_bytes)
+            peak = self._peaks.get(mount)
+            if peak is None:
+                peak = self._peaks[mount] = GrowthPeak()
+            peak.observe(t, used_bytes)
+
+    def peak_rate(self, mount: str) -> float:
+        """The fastest growth of ``mount`` seen lately, a burst included (``GrowthPeak``):
+        bytes per second, 0 before two samples."""
+        with self._lock:
+            peak = self._peaks.get(mount)
+            return peak.rate() if peak is not None else 0.0
 
     def adopt_history(self, other: Forecaster) -> None:
         """Take over ``other``'s usage history (a config reload): the disk's growth does not
         start again with a new config, and without it no forecast would run for a whole rate
         window after every reload."""
         with other._lock:
-            growth = dict(other._growth)
+            growth, peaks = dict(other._growth), dict(other._peaks)
         with self._lock:
             for mount, estimator in growth.items():
                 estimator.window_s = self._model.rate_window_s
                 self._growth.setdefault(mount, estimator)
+            for mount, peak in peaks.items():
+                self._peaks.setdefault(mount, peak)
 
     def _rate(self, mount: str, window_s: float) -> float | None:
         with self._lock:

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 #: The offline headroom never asks for more than this share of a filesystem.
 HEADROOM_CAP_FRACTION = 0.05
+#: "Well under its limits" (a quiet daemon, whose usage poll is slower) leaves at least
+#: this share of the filesystem between the usage and every limit: the room for a burst out
+#: of nothing, which no growth seen before could announce.
+QUIET_MARGIN_FRACTION = 0.01
 
 
 @dataclass(frozen=True)
@@ -177,3 +181,16 @@ def dir_excess(fs: Filesystem, limits: Limits) -> Mapping[str, int]:
             if value > 0:
                 out[log_dir.path] = value
     return out
+
+
+def quiet_margin_bytes(
+    usage: FilesystemUsage, growth_bytes_per_s: float = 0.0, reach_s: float = 0.0
+) -> int:
+    """The room a quiet daemon keeps below every limit: ``QUIET_MARGIN_FRACTION`` of the
+    filesystem, or what the fastest growth seen lately (``growth_bytes_per_s``) writes within
+    ``reach_s``, whichever is more. ``reach_s``: how late a crossing may be seen while quiet
+    (the slow usage poll, plus the longest cycle a quiet daemon starts, which a cycle that
+    must act waits for). A disk that fills faster than 1 % a poll would otherwise cross
+    between two polls of a quiet daemon, and be seen a poll late."""
+    floor = int((usage.used_bytes + usage.available_bytes) * QUIET_MARGIN_FRACTION)
+    return max(floor, math.ceil(max(0.0, growth_bytes_per_s) * max(0.0, reach_s)))

@@ -209,7 +209,6 @@ class Daemon:
             hint = self._watch.take()
             self._changed = self._changed or hint.partitions or bool(hint.lock_dirs)
             over = self.forecast.over(usages, mounts)
-            schedule = self.schedule
             margins = retention.quiet_margins(usages, self._settings().quiet_poll_every_s)
             facts = {
                 "unchanged": retention.unchanged(usages, hint, mounts),
@@ -217,7 +216,7 @@ class Daemon:
                 # Only while every dir is watched can "no hint" mean "nothing changed".
                 "quiet": self._watch.complete
                 and not (self._changed or over or self.flow.engaged())
-                and retention.quiet(usages, mounts, schedule.rescan_s, margins)
+                and retention.quiet(usages, mounts, self.schedule.rescan_s, margins)
                 and self.flow.well_under(usages, self.forecast.predicted, margins),
                 "stuck": bool(retention.stuck.states),
                 # Never backed off while some dir is not watched (``Watcher.complete``): a

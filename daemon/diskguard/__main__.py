@@ -1,5 +1,5 @@
 """``python -m diskguard`` — the same as the ``diskguard`` console script."""
 
-from diskguard.cli import main
+from diskguard.launch import main
 
 main()

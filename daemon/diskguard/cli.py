@@ -202,7 +202,7 @@ def leave_process() -> None:
 
 
 def main() -> None:
-    """Console-script entry point (and ``python -m diskguard``)."""
+    """The command line (``launch.main``, the console script's entry point, runs it)."""
     global _COMMAND_PROCESS
     _COMMAND_PROCESS = True
     # Before any command module makes its dataclasses: their methods compile at first call

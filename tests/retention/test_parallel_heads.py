@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from diskguard.commands.plan import DATE_AHEAD
 from diskguard.host import forked
 from diskguard.host.forked import Worker
 from diskguard.kafkalog import parallellisting
@@ -21,6 +20,7 @@ from diskguard.kafkalog.listing import ListingCache
 from diskguard.kafkalog.model import Filesystem, FilesystemUsage
 from diskguard.kafkalog.scan import scan_log_dir
 from diskguard.kafkalog.topicpolicy import ProtectionRule
+from diskguard.planstart import DATE_AHEAD
 from diskguard.retention import parallelheads, planner
 from diskguard.retention.limits import Limits, Standing, stand
 from diskguard.retention.parallelheads import parallel_heads

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from diskguard import cli
+from diskguard import cli, planstart
 from diskguard.cli import config_option, load_or_exit, no_traceback
 from diskguard.host.forked import Worker
 from diskguard.kafkalog.listing import ListingCache
@@ -367,20 +367,20 @@ def plan_command(config_path: Path, as_json: bool) -> None:
     cli.leave_process()
 
 
-#: What the worker does once it has listed its share: date those partitions' heads ahead of
-#: the walk (named, not imported: the planner's modules load after the fork).
-DATE_AHEAD = ("diskguard.retention.parallelheads", "date_ahead")
-
-
 def _plan(config: Config) -> CycleOutcome:
     # Forked first, while this process has no other thread (the Kafka client's would make a
-    # fork unsafe); it starts listing before this process loads the cycle's modules. With a
-    # broker, a second child asks it what needs kafka-python (``earlylogdirs``).
-    worker = Worker.start()
+    # fork unsafe); it starts listing before this process loads the cycle's modules (from the
+    # command's first moment where ``launch.main`` started it: ``planstart``). With a broker, a
+    # second child asks it what needs kafka-python (``earlylogdirs``).
+    full = has_byte_budget(config)
+    early = planstart.take(config, full)
+    if early is not None:
+        worker: Worker | None
+        worker, listings = early
+    else:
+        worker = Worker.start()
+        listings = ListingCache.started(config.broker.log_dirs, full, worker, planstart.DATE_AHEAD)
     asker = Worker.start() if worker is not None and config.broker.bootstrap_servers else None
-    listings = ListingCache.started(
-        config.broker.log_dirs, has_byte_budget(config), worker, DATE_AHEAD
-    )
     log_dirs = None
     if asker is not None:
         from diskguard.retention.earlylogdirs import ask_in_child

@@ -49,6 +49,12 @@ class Claims:
         """The child's view of the counters the descriptor ``fd`` holds."""
         return cls(mmap.mmap(fd, 16))
 
+    def end_at(self, count: int) -> None:
+        """The child, before this process takes any item: there are ``count`` items, not the
+        number the counters were made for (a child that finds its list itself and sends it
+        first, ``planstart``)."""
+        self._counters[1] = count
+
     def front(self, i: int) -> bool:
         """The child: may it do item ``i`` (the next from the front)? Then it must."""
         if i >= self._counters[1]:

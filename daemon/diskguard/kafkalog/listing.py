@@ -428,13 +428,23 @@ class ListingCache:
             return
         from diskguard.kafkalog.parallellisting import EarlyListing
 
+        self._early = EarlyListing.start(self.live_paths(log_dirs), full, self.worker, then=then)
+
+    def live_paths(self, log_dirs: Iterable[str]) -> list[str]:
+        """The live partition dirs of ``log_dirs`` the scan will list, in order; a log dir
+        that cannot be listed is left to the scan, which says why."""
         paths: list[str] = []
         for log_dir in log_dirs:
             try:
                 paths.extend(live_partition_dirs(self.log_dir_entries(log_dir)))
             except OSError:
                 continue
-        self._early = EarlyListing.start(paths, full, self.worker, then=then)
+        return paths
+
+    def take_early(self, early: EarlyListing) -> None:
+        """The worker's listing of ``live_paths``, started by someone else (``planstart``:
+        before the config was loaded), is this cache's as if ``start_early`` had sent it."""
+        self._early = early
 
     def prefetch(self, paths: list[str], full: bool) -> None:
         """With a worker: list the dirs among ``paths`` never listed before, on two cores
@@ -585,7 +595,7 @@ class ListingCache:
         if cached is not None and cached[0] == key:
             self._log_dir_last[path] = cached[1]
             return cached[1]
-        entries = sorted(os.scandir(path), key=lambda e: e.name)
+        entries = log_dir_entries(path)
         self._keep(self._log_dirs, path, key, entries)
         # Whatever its mtime: the broker rewrites its checkpoints here every few seconds.
         self._log_dir_last[path] = entries
@@ -619,6 +629,11 @@ class ListingCache:
         self._trusted_but = None
         self._prefetched.clear()
         self._fresh.clear()
+
+
+def log_dir_entries(path: str) -> list[os.DirEntry[str]]:
+    """A log dir's entries, sorted by name (the order its partition dirs are listed in)."""
+    return sorted(os.scandir(path), key=lambda e: e.name)
 
 
 def live_partition_dirs(entries: Iterable[os.DirEntry[str]]) -> list[str]:

@@ -550,3 +550,76 @@ def test_placement_sent_before_a_request_that_hung_is_given_up_as_placement_woul
         client.delete_records([deletion("t", 0, 0, 10)])  # waits the whole timeout out
         assert early() == {} == client.placement(["t"])
         assert len(admin.describe_topics_calls) == 1  # placement did not ask again
+
+
+def _groups_admin() -> FakeAdmin:
+    admin = FakeAdmin()
+    admin.groups = ["billing", "audit", "broken"]
+    admin.group_offsets = {
+        "billing": [("orders", 0, 120), ("orders", 1, 7), ("other", 0, 5)],
+        "audit": [("orders", 0, 30), ("orders", 1, -1001), ("other", 0, -1001)],
+        "broken": kafka_error(KafkaError.GROUP_AUTHORIZATION_FAILED),
+    }
+    return admin
+
+
+@pytest.mark.parametrize("advanced", [False, True], ids=["taken", "advanced-then-taken"])
+def test_offsets_asked_for_every_topic_are_those_asked_for_the_chosen(advanced: bool) -> None:
+    """A one-shot plan asks the groups' offsets before its scan, knowing only the topics on
+    its disks (``committed_offsets_soon``): taken for the topics it chose, the answer and
+    the warnings are those of ``committed_offsets`` asked for them after the walk."""
+    client = BrokerClient("unused:9092", admin=_groups_admin())
+    with capture_logs() as later_logs:
+        later = client.committed_offsets(["orders"])
+    asked = client.committed_offsets_soon()
+    if advanced:
+        asked.advance()  # ListGroups answered: each group's OffsetFetch sent now
+        asked.advance()  # (once)
+    with capture_logs() as early_logs:
+        early = asked(["orders"])
+    assert (
+        early
+        == later
+        == {
+            ("orders", 0): {"billing": 120, "audit": 30},
+            ("orders", 1): {"billing": 7, "audit": NO_OFFSET},
+        }
+    )
+    assert early_logs == later_logs and [e["event"] for e in early_logs] == [
+        "consumer_offsets_unavailable"
+    ]
+
+
+def test_offsets_asked_early_from_a_broker_that_fails_say_so_only_when_taken() -> None:
+    admin = _groups_admin()
+    admin.groups = kafka_error(KafkaError._TIMED_OUT)
+    client = BrokerClient("unused:9092", admin=admin)
+    with capture_logs() as logs:
+        asked = client.committed_offsets_soon()
+        asked.advance()
+        assert logs == []  # a plan that chooses nothing asks for no facts, and says nothing
+        assert asked(["orders"]) == {}
+    assert [e["event"] for e in logs] == ["consumer_groups_unavailable"]
+
+
+def test_offsets_asked_before_a_request_that_hung_are_given_up_as_asking_then_would() -> None:
+    admin = _groups_admin()
+    admin.delete_answers = {("orders", 0): NEVER}
+    client = BrokerClient("127.0.0.1:1", {}, timeout=0.3, admin=admin)  # type: ignore[arg-type]
+    with client.one_timeout():
+        asked = client.committed_offsets_soon()
+        client.delete_records([deletion("orders", 0, 0, 10)])  # waits the whole timeout out
+        asked.advance()  # sends nothing more
+        with capture_logs() as logs:
+            assert asked(["orders"]) == {} == client.committed_offsets(["orders"])
+    assert [e["event"] for e in logs] == ["consumer_groups_unavailable"] * 2
+    assert logs[0] == logs[1]
+
+
+def test_placement_asked_for_every_topic_is_the_placement_of_the_chosen() -> None:
+    admin = FakeAdmin()
+    admin.leaders = {("t", 0): 1, ("t", 1): 2, ("u", 0): 1, ("v", 0): 3}
+    client = BrokerClient("127.0.0.1:1", {}, timeout=1.0, admin=admin)  # type: ignore[arg-type]
+    early = client.placement_soon(["u", "t", "v"])
+    assert early(["t", "u"]) == client.placement(["t", "u"]) != {}
+    assert early(["v"]) == client.placement(["v"]) and ("v", 0) not in early(["t"])

@@ -430,9 +430,11 @@ def test_plan_in_broker_mode_on_two_cores_says_what_one_core_says(
     topics' policies before its scan, and gives its walk a group's offsets and the leaders
     (``with_facts``, or a second walk where they could reorder a tie); its worker, forked
     before the client, lists and dates on the second core. The plan and its warnings are
-    those of ``taskset -c 0`` (one core, no worker) always walking twice and asking the
-    policies after the scan: every closed segment of a 300-partition topic chosen in the
-    same order, one partition stopped at a hard-linked segment."""
+    those of ``taskset -c 0`` (one core, no worker) always walking twice, asking the
+    policies after the scan and the leaders and offsets after the walk (of the chosen
+    topics only, not of every topic on the disk before the scan): every closed segment of a
+    300-partition topic chosen in the same order, one partition stopped at a hard-linked
+    segment."""
     from confluent_kafka.admin import AdminClient
 
     topic = "bm-wide-plan"
@@ -467,7 +469,9 @@ def test_plan_in_broker_mode_on_two_cores_says_what_one_core_says(
             protect_topics=only(topic),
         )
         two = counting_plan(config)
-        one = counting_plan(config, "taskset", "-c", "0", walk_twice=True, policies_after=True)
+        one = counting_plan(
+            config, "taskset", "-c", "0", walk_twice=True, policies_after=True, facts_after=True
+        )
     finally:
         linked.unlink()
         admin = AdminClient(real_kafka.client_config())

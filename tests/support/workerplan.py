@@ -16,7 +16,9 @@ from diskguard.host.forked import Worker
 #: argv[1] "one" puts the thresholds of both kinds of work out of reach; argv[2] the config;
 #: argv[3], comma-separated: "walk-twice": broker mode always walks again knowing the
 #: broker's facts (never ``with_facts``); "policies-after": the topics' policies are asked
-#: after the scan, never before it (``_policies_soon``), as before either existed.
+#: after the scan, never before it (``_policies_soon``), as before either existed;
+#: "facts-after": the leaders and the groups' offsets are asked after the walk, for the
+#: chosen topics only, never before the scan (``_broker_facts_soon``).
 _COUNTING_PLAN = """
 import sys
 from diskguard.host import forked
@@ -34,6 +36,8 @@ if "walk-twice" in sys.argv[3].split(","):
     cycle.with_facts = lambda *a, **kw: None
 if "policies-after" in sys.argv[3].split(","):
     cycle.RetentionCycle._policies_soon = lambda self: None
+if "facts-after" in sys.argv[3].split(","):
+    cycle.RetentionCycle._broker_facts_soon = lambda self: None
 from diskguard.cli import cli
 try:
     cli(["plan", "-c", sys.argv[2], "--json"], prog_name="diskguard")
@@ -60,17 +64,20 @@ def counting_plan(
     thresholds: bool = True,
     walk_twice: bool = False,
     policies_after: bool = False,
+    facts_after: bool = False,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
     """``plan --json`` with ``config`` under ``prefix`` (``taskset -c 0``, say); its stderr
     ends ``worker requests=N``. ``thresholds=False``: no work is worth the worker.
     ``walk_twice``: a broker-mode plan walks again knowing the broker's facts, always.
-    ``policies_after``: it asks the topics' policies after its scan (and scans again)."""
+    ``policies_after``: it asks the topics' policies after its scan (and scans again).
+    ``facts_after``: it asks the leaders and the groups' offsets after its walk."""
     how = "two" if thresholds else "one"
     walks = ",".join(
         ["as-it-will"]
         + (["walk-twice"] if walk_twice else [])
         + (["policies-after"] if policies_after else [])
+        + (["facts-after"] if facts_after else [])
     )
     return subprocess.run(
         [*prefix, sys.executable, "-c", _COUNTING_PLAN, how, str(config), walks],

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from diskguard.broker.authz import Authorized, authorized_operations, describe_acls_error
 from diskguard.broker.errors import describe_error, is_lasting, rdkafka_logger
-from diskguard.broker.patience import OneTimeout
+from diskguard.broker.patience import BrokerHung, OneTimeout
 from diskguard.broker.placement import (
     Placement,
     ask_log_start_offsets,
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 # confluent_kafka (librdkafka) is imported where a broker is really asked: ``plan``, ``status``
 # and ``check-config`` without a broker never pay for loading it.
 
-__all__ = ["MODE", "AdminApi", "BrokerClient", "DeletionResult", "describe_error"]
+__all__ = ["MODE", "AdminApi", "AskedOffsets", "BrokerClient", "DeletionResult", "describe_error"]
 
 log = get_logger("diskguard.broker")
 
@@ -301,15 +301,16 @@ class BrokerClient:
         out (no preference there); {} with a warning when nothing could be asked."""
         return self.placement_soon(topics)()
 
-    def placement_soon(self, topics: Iterable[str]) -> Callable[[], Placement]:
-        """``placement``'s request sent now; the function returned waits for its answer.
-        A one-shot plan sends it before asking the consumer groups' offsets, so that both
-        round trips overlap. If a request of this cycle waited out the timeout meanwhile,
-        the answer is given up as ``placement`` would not have asked (``OneTimeout``)."""
+    def placement_soon(self, topics: Iterable[str]) -> Callable[..., Placement]:
+        """``placement``'s request sent now; the function returned waits for its answer
+        (given topics, for those only: as if only they had been asked). A one-shot plan sends
+        it before its scan, for every topic on its disks, so that no round trip waits after
+        its walk. If a request of this cycle waited out the timeout meanwhile, the answer is
+        given up as ``placement`` would not have asked (``OneTimeout``)."""
         wanted = sorted(set(topics))
         out: Placement = {}
         if not wanted:
-            return lambda: out
+            return lambda _topics=None: out
         from confluent_kafka import TopicCollection
 
         started = time.monotonic()
@@ -322,8 +323,15 @@ class BrokerClient:
         except Exception as exc:
             error = describe_error(exc)
             self._patience.waited_out(started, error)
-            return lambda: self._no_placement(error)
-        return lambda: self._placement(futures, started)
+            return lambda _topics=None: self._no_placement(error)
+
+        def answer(only: Iterable[str] | None = None) -> Placement:
+            if only is None:
+                return self._placement(futures, started)
+            keep = set(only)
+            return self._placement({t: f for t, f in futures.items() if t in keep}, started)
+
+        return answer
 
     def _no_placement(self, error: str) -> Placement:
         log.warning("metadata_unavailable", error=error)
@@ -403,30 +411,35 @@ class BrokerClient:
         partition of it) but not on this partition. Errors give what could be read (possibly
         ``{}``) plus a warning: the planner then just cannot prefer consumed segments."""
         wanted = set(topics)
-        out: dict[tuple[str, int], dict[str, int]] = {}
         if not wanted:
-            return out
+            return {}
+        return self.committed_offsets_soon()(wanted)
+
+    def committed_offsets_soon(self) -> AskedOffsets:
+        """``committed_offsets``' requests sent from now on (ListGroups now, each group's
+        OffsetFetch once it answered: ``AskedOffsets.advance``); calling the object returned
+        with the topics takes the answer. A one-shot plan sends them before it scans, so
+        that its walk does not wait for two round trips after it. What went wrong is said
+        (logged) when the answer is taken, as ``committed_offsets`` says it."""
         started = time.monotonic()
-        deadline = started + self.timeout + min(2.0, self.timeout)
         try:
             self._patience.check()
-            listing = self._admin.list_consumer_groups(request_timeout=self.timeout).result(
-                timeout=max(0.0, deadline - time.monotonic())
-            )
+            listing = self._admin.list_consumer_groups(request_timeout=self.timeout)
         except Exception as exc:
-            error = describe_error(exc)
-            self._patience.waited_out(started, error)
-            log.warning("consumer_groups_unavailable", error=error)
-            return out
-        for err in getattr(listing, "errors", None) or []:
-            # A listing cut short by the timeout comes back partial, not raised: it waited
-            # the timeout out all the same, and the cycle's later calls would too.
-            self._patience.waited_out(started, describe_error(err))
-            log.warning("consumer_groups_partial", error=describe_error(err))
+            return AskedOffsets(self, started, None, exc)
+        return AskedOffsets(self, started, listing)
+
+    def _offsets_sent(
+        self, listing: Any
+    ) -> tuple[list[Any], dict[str, concurrent.futures.Future[Any]], list[tuple[str, str]]]:
+        """Each group's OffsetFetch sent, for ListGroups' answer ``listing``: the listing's
+        errors, the futures and the groups that could not be asked (with why)."""
+        errors = list(getattr(listing, "errors", None) or [])
         groups = sorted({g.group_id for g in getattr(listing, "valid", None) or []})
         from confluent_kafka import ConsumerGroupTopicPartitions
 
         futures: dict[str, concurrent.futures.Future[Any]] = {}
+        unsent: list[tuple[str, str]] = []
         for group in groups:
             # The API takes one group per request.
             try:
@@ -436,18 +449,8 @@ class BrokerClient:
                     )
                 )
             except Exception as exc:
-                log.warning("consumer_offsets_unavailable", group=group, error=describe_error(exc))
-        for group, future in futures.items():
-            try:
-                answer = future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception as exc:
-                self._patience.waited_out(started, describe_error(exc))
-                log.warning("consumer_offsets_unavailable", group=group, error=describe_error(exc))
-                continue
-            for key, offset in _group_offsets(answer, wanted).items():
-                out.setdefault(key, {})[group] = offset
-        self._serve_logs()
-        return out
+                unsent.append((group, describe_error(exc)))
+        return errors, futures, unsent
 
     # -- topic configs -------------------------------------------------------------------
     def describe_topic_configs(
@@ -535,6 +538,88 @@ class AskedLogStart:
         self.started = started
         self.futures = futures
         self.error = error
+
+
+class AskedOffsets:
+    """The consumer groups' committed offsets asked (``BrokerClient.committed_offsets_soon``):
+    ListGroups sent, then each group's OffsetFetch (``advance``: as soon as ListGroups has
+    answered, without waiting; else when taken). Calling it with the topics wanted waits for
+    the rest, within one client timeout from the first request, and logs what failed."""
+
+    def __init__(
+        self,
+        client: BrokerClient,
+        started: float,
+        listing: concurrent.futures.Future[Any] | None,
+        error: Exception | None = None,
+    ) -> None:
+        self._client = client
+        self._started = started
+        self._listing = listing
+        self._error = error
+        self._sent: (
+            tuple[list[Any], dict[str, concurrent.futures.Future[Any]], list[tuple[str, str]]]
+            | None
+        ) = None
+
+    def _deadline(self) -> float:
+        timeout = self._client.timeout
+        return self._started + timeout + min(2.0, timeout)
+
+    def advance(self) -> None:
+        """Each group's OffsetFetch sent now if ListGroups has answered (never waits)."""
+        listing = self._listing
+        if self._sent is not None or listing is None or not listing.done():
+            return
+        try:
+            self._client.patience.check()
+        except BrokerHung:
+            return  # taken, it says so (as ``committed_offsets`` would have)
+        if listing.exception() is None:
+            self._sent = self._client._offsets_sent(listing.result())
+
+    def __call__(self, topics: Iterable[str]) -> dict[tuple[str, int], dict[str, int]]:
+        client = self._client
+        patience = client.patience
+        wanted = set(topics)
+        out: dict[tuple[str, int], dict[str, int]] = {}
+        try:
+            # A request since they were sent waited out the timeout: nothing more is asked.
+            patience.check()
+        except BrokerHung as exc:
+            log.warning("consumer_groups_unavailable", error=describe_error(exc))
+            return out
+        try:
+            if self._error is not None:
+                raise self._error
+            assert self._listing is not None
+            listing = self._listing.result(timeout=max(0.0, self._deadline() - time.monotonic()))
+        except Exception as exc:
+            error = describe_error(exc)
+            patience.waited_out(self._started, error)
+            log.warning("consumer_groups_unavailable", error=error)
+            return out
+        if self._sent is None:
+            self._sent = client._offsets_sent(listing)
+        errors, futures, unsent = self._sent
+        for err in errors:
+            # A listing cut short by the timeout comes back partial, not raised: it waited
+            # the timeout out all the same, and the cycle's later calls would too.
+            patience.waited_out(self._started, describe_error(err))
+            log.warning("consumer_groups_partial", error=describe_error(err))
+        for group, error in unsent:
+            log.warning("consumer_offsets_unavailable", group=group, error=error)
+        for group, future in futures.items():
+            try:
+                answer = future.result(timeout=max(0.0, self._deadline() - time.monotonic()))
+            except Exception as exc:
+                patience.waited_out(self._started, describe_error(exc))
+                log.warning("consumer_offsets_unavailable", group=group, error=describe_error(exc))
+                continue
+            for key, offset in _group_offsets(answer, wanted).items():
+                out.setdefault(key, {})[group] = offset
+        client._serve_logs()
+        return out
 
 
 def _group_offsets(answer: Any, wanted: set[str]) -> dict[tuple[str, int], int]:

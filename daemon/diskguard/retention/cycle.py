@@ -67,7 +67,7 @@ from diskguard.retention.stuck import DELETE_FAILED, StuckTracker
 from diskguard.retention.unfreed import UnfreedSpace
 
 if TYPE_CHECKING:
-    from diskguard.broker.client import AskedLogStart, BrokerClient
+    from diskguard.broker.client import AskedLogStart, AskedOffsets, BrokerClient
     from diskguard.broker.ladderapi import EarlyAnswer
     from diskguard.broker.placement import Placement
     from diskguard.host.forked import Worker
@@ -75,6 +75,10 @@ if TYPE_CHECKING:
     from diskguard.retention.offline.fileexecutor import FileExecutor
 
 log = get_logger("diskguard.retention")
+
+#: The topics asked about, the leaders' answer to come and the groups' offsets (None where
+#: ``consumer_aware`` is off): ``RetentionCycle._broker_facts_soon``.
+FactsAsked = tuple[frozenset[str], Callable[..., "Placement"], "AskedOffsets | None"]
 
 
 class RetentionCycle:
@@ -129,6 +133,8 @@ class RetentionCycle:
         #: A one-shot broker-mode plan's last walk knowing no broker facts, and its warnings:
         #: what ``with_facts`` needs to spare it the second walk.
         self._traced: tuple[WalkTrace, list[str]] | None = None
+        #: A one-shot broker-mode plan's leaders and offsets, asked before its scan.
+        self._facts_soon: FactsAsked | None = None
         # Before the Kafka client: its module's import and the broker's answers overlap it.
         cache = listings
         if cache is None:
@@ -315,6 +321,8 @@ class RetentionCycle:
         self.forecaster.reclaim.check(time.monotonic())
         if mode.mode == BROKER:
             policies = self._policies_soon() if self.read_only else None
+            if self.read_only:
+                self._facts_soon = self._broker_facts_soon()
             self.refresh_reclaim_settings()
             if policies is not None:
                 policies()
@@ -344,6 +352,8 @@ class RetentionCycle:
                 for d in fs.log_dirs
                 for p in d.partitions
             )
+            if self._facts_soon is not None and self._facts_soon[2] is not None:
+                self._facts_soon[2].advance()  # each group's OffsetFetch, if ListGroups answered
         chosen, warnings = self._plan(_uncovered(result, ladder), mode.mode)
         if chosen.deletions and mode.mode == BROKER:
             rescanned = self._with_cluster_log_start(result, chosen, full, asked)
@@ -544,12 +554,20 @@ class RetentionCycle:
         """
         assert self.broker is not None
         topics = sorted({d.topic for d in chosen.deletions})
-        # A one-shot plan sends the leaders' request first: both round trips overlap.
-        placement_of = self.broker.placement_soon(topics) if self.read_only else None
-        committed: CommittedOffsets = {}
-        if self.config.retention.consumer_aware:
-            committed = self.broker.committed_offsets(topics)
-        placement = placement_of() if placement_of else self.broker.placement(topics)
+        soon, self._facts_soon = self._facts_soon, None
+        if soon is not None and soon[0].issuperset(topics):
+            # A one-shot plan asked for every topic on its disks before its scan: the answers
+            # for these (``_broker_facts_soon``).
+            _asked, leaders_of, offsets_of = soon
+            committed: CommittedOffsets = offsets_of(topics) if offsets_of is not None else {}
+            placement = leaders_of(topics)
+        else:
+            # A one-shot plan sends the leaders' request first: both round trips overlap.
+            placement_of = self.broker.placement_soon(topics) if self.read_only else None
+            committed = {}
+            if self.config.retention.consumer_aware:
+                committed = self.broker.committed_offsets(topics)
+            placement = placement_of() if placement_of else self.broker.placement(topics)
         led_here = self._led_here(placement)
         traced, self._traced = self._traced, None
         if committed or led_here is not None:
@@ -585,6 +603,22 @@ class RetentionCycle:
                 )
             with_placement.append(placed(d, *known))
         return replace(chosen, deletions=tuple(with_placement))
+
+    def _broker_facts_soon(self) -> FactsAsked | None:
+        """A one-shot plan asks the leaders (DescribeTopics) and the consumer groups' offsets
+        (ListGroups, then OffsetFetch per group) for every topic of the live partition dirs
+        the scan will list, before it scans: only the plan says which topics it needs
+        (``_plan_with_broker_facts``), and asked after its walk they were two round trips it
+        waited for. Each answer is taken for the chosen topics only, as if only they had been
+        asked (a topic only the scan finds: they are asked after the walk, as before)."""
+        broker = self.broker
+        if broker is None:
+            return None
+        topics = self.inputs.topics_on_disk()
+        if not topics:
+            return None
+        offsets = broker.committed_offsets_soon() if self.config.retention.consumer_aware else None
+        return frozenset(topics), broker.placement_soon(topics), offsets
 
     def _policies_soon(self) -> Callable[[], bool] | None:
         """A one-shot plan asks the topics' policies before it scans (DescribeConfigs, sent

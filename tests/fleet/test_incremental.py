@@ -349,3 +349,72 @@ def test_kafka_offsets_are_the_watermark(
     manifest = json.loads(sorted((summaries / "_manifest").glob("*.json"))[-1].read_text())
     (mark,) = manifest["kafka"].values()
     assert sum(mark["offsets"].values()) == sum(len(by_day[d]) for d in range(DAYS))
+
+
+def _rows(columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    found = [
+        dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)
+    ]
+    return sorted(found, key=repr)
+
+
+def test_summaries_read_through_spark_are_the_rows_pyarrow_reads(
+    spark: Any, day_by_day: DayByDay, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local summaries directory is read on the driver with pyarrow; one on hdfs:// or
+    s3a:// through Spark. Both readers give the same columns, points and days."""
+    from diskguard.fleet import window
+
+    store = SummaryStore(spark, str(day_by_day.summaries))
+    chosen = [("broker-1", "/data1"), ("broker-2", "/data1")]
+    days = sorted(store.manifest.days)[-2:]
+
+    def read_all() -> list[dict[str, list[Any]]]:
+        return [
+            store.columns("disks", window.DISK_DAY_COLUMNS),
+            store.columns("topics", window.TOPIC_DAY_COLUMNS, days),
+            store.points(chosen),
+        ]
+
+    by_pyarrow = read_all()
+    monkeypatch.setattr(store.storage, "remote", True)
+    by_spark = read_all()
+    for local, remote in zip(by_pyarrow, by_spark, strict=True):
+        assert local["host"], "nothing read"
+        assert _rows(local) == _rows(remote)
+    assert set(by_pyarrow[0]["day"]) == set(store.manifest.days)
+    assert set(zip(by_pyarrow[2]["host"], by_pyarrow[2]["mount"], strict=True)) == set(chosen)
+
+
+def test_outputs_written_through_spark_are_those_pyarrow_writes(
+    spark: Any, day_by_day: DayByDay, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outputs to a local directory are written by the driver with pyarrow; to hdfs:// or
+    s3a:// through Spark: the same tables either way, one part file each."""
+    import pyarrow.parquet as pq
+
+    from diskguard.fleet import outputs
+
+    spec = resolve_input(str(day_by_day.spool / "day0-*.jsonl"), allow_empty=True)
+    local = run_aggregation(spark, spec, tmp_path / "local", summaries=day_by_day.summaries)
+    monkeypatch.setattr(outputs, "is_remote", lambda location: location.startswith(str(tmp_path)))
+    remote = run_aggregation(spark, spec, tmp_path / "remote", summaries=day_by_day.summaries)
+    for name in ("disks", "topics", "hosts"):
+        a, b = Path(local.paths[name]), Path(remote.paths[name])
+        assert len(list(a.glob("part-*.parquet"))) == len(list(b.glob("part-*.parquet"))) == 1
+        assert pq.read_table(a).to_pylist() == pq.read_table(b).to_pylist(), name
+        assert spark.read.parquet(str(a)).schema == spark.read.parquet(str(b)).schema, name
+
+
+def test_an_unreadable_summaries_file_is_one_line(
+    spark: Any, day_by_day: DayByDay, tmp_path: Path
+) -> None:
+    """The driver reads the summaries itself: a damaged file is named, not a traceback."""
+    from diskguard.errors import FailedError
+
+    summaries = tmp_path / "summaries"
+    shutil.copytree(day_by_day.summaries, summaries)
+    part = next((summaries / "disks").glob("day=2026-09-22/v=*/part-*.parquet"))
+    part.write_bytes(b"not parquet")
+    with pytest.raises(FailedError, match=r"cannot read the summaries in \S*day=2026-09-22"):
+        _run(spark, str(day_by_day.spool / "day0-*.jsonl"), tmp_path / "out", summaries)

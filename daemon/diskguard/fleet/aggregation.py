@@ -1,9 +1,10 @@
 """Fleet aggregation math on plain Python data: the reference for what the Spark job computes.
 
-The Spark job (:mod:`diskguard.fleet.transforms`) expresses the same rules with Spark SQL
-functions so that raw snapshots never travel to the driver; this module states the rules
-once, in a form a unit test can check exactly, and the Spark tests compare the distributed
-results against it.
+The Spark job reduces the snapshots to per-disk daily summaries (:mod:`diskguard.fleet.daily`)
+so that raw snapshots never travel to the driver, and the driver computes the report from
+them (:mod:`diskguard.fleet.window`, with this module's rules where a rule applies to one
+disk or host); this module states the rules once, over raw snapshots, in a form a unit test
+can check exactly, and the Spark tests compare the job's results against it.
 
 Conventions shared with the Spark job:
 
@@ -28,6 +29,7 @@ Conventions shared with the Spark job:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -367,13 +369,19 @@ def summarize_disks(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str
     return {key: summarize_disk(rows) for key, rows in sorted(by_disk.items())}
 
 
+def fleet_mean_ratio(ratios: Iterable[float | None]) -> float | None:
+    """The mean of the hosts' used ratios (None without any); ``math.fsum``, so that it does
+    not depend on the order the hosts come in."""
+    known = [r for r in ratios if r is not None]
+    return math.fsum(known) / len(known) if known else None
+
+
 def fleet_skew(ratios: Mapping[str, float | None]) -> dict[str, float | None]:
     """Each host's used ratio divided by the fleet mean ratio (1.0 = average, 2.0 = twice).
 
     The mean is over hosts, not bytes: one huge host must not define "normal" for the rest.
     """
-    known = [r for r in ratios.values() if r is not None]
-    mean = sum(known) / len(known) if known else 0.0
+    mean = fleet_mean_ratio(ratios.values()) or 0.0
     return {host: (r / mean if r is not None and mean > 0 else None) for host, r in ratios.items()}
 
 

@@ -16,8 +16,8 @@ A *disk-day* row (``DISK_DAY_SCHEMA``) holds, for one ``(host, mount, day)`` (UT
 - the day's overfull runs and overfull time, computed from ``points`` (:func:`with_order`).
 
 A *topic-day* row (``TOPIC_DAY_SCHEMA``) holds a topic's exact sums on one disk that day
-and its latest bytes and partitions. The report (:mod:`diskguard.fleet.transforms`) combines
-the days of a window; nothing in here depends on more than one day.
+and its latest bytes and partitions. The report (:mod:`diskguard.fleet.window`, on the driver)
+combines the days of a window; nothing in here depends on more than one day.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def exact_fit(sums: Sums) -> LineFit:
 def disk_row(window: Mapping[str, Any]) -> dict[str, Any]:
     """One row of ``disks.parquet`` from a disk's window of daily summaries.
 
-    ``window`` holds what :func:`diskguard.fleet.transforms.disk_windows` collects: counts,
+    ``window`` holds what :func:`diskguard.fleet.window.disk_windows` adds up: counts,
     the latest snapshot (``last``), overfull time and episodes, and exact sums (x: ms from
     any origin; y: used bytes, and ``Σ(y − used_origin)²`` so that no sum holds squares of
     whole disks); the line fits, forecast and ratios are computed here, exactly.

@@ -8,11 +8,12 @@ its cost follows the number of disks and days, not of snapshots. Without ``--sum
 summaries are held in Spark's cache for the run (:class:`ScratchStore`): a full
 recompute is the same two steps over all the input, which is why both give the same report.
 
-Raw snapshots never travel to the driver: it collects per-disk sums (one row per disk), the
-topic and host rows, the bad-record counts and, for the report, a downsampled series of the
-chosen disks and the most recent overfull episodes. Outputs go to a local directory or any
-URI Hadoop can write; the small text ones (summary.json, report.html) through the same
-FileSystem as the Parquet ones.
+Raw snapshots never travel to the driver: it reads the window's summaries (not their points:
+a row per disk and day, one per topic, disk and day) and the points of the dozen disks the
+report charts, and computes every output itself (:mod:`diskguard.fleet.window`): no Spark
+job for the report. Outputs go to a local directory or any URI Hadoop can write
+(:mod:`diskguard.fleet.outputs`); the small text ones (summary.json, report.html) through
+the same FileSystem as the Parquet ones.
 """
 
 from __future__ import annotations
@@ -23,84 +24,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    DoubleType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql import SparkSession
 
-from diskguard.fleet import daily, exactfit, report
+from diskguard.fleet import exactfit, report, window
 from diskguard.fleet.filesystem import Storage, is_remote, local_path
 from diskguard.fleet.fillorder import fill_order
-from diskguard.fleet.folding import FoldResult, Store, fold, rows
+from diskguard.fleet.folding import FoldResult, Store, fold
 from diskguard.fleet.inputs import (
     InputSpec,
     NoInputError,
     resolve_input,
 )
 from diskguard.fleet.manifest import Counts
+from diskguard.fleet.outputs import DISKS_SCHEMA, HOSTS_SCHEMA, TOPICS_SCHEMA, write_parquet
 from diskguard.fleet.session import DEFAULT_MASTER, build_session, spark_errors, stop_session
 from diskguard.fleet.store import ScratchStore, SummaryStore
-from diskguard.fleet.transforms import (
-    disk_windows,
-    downsampled_series,
-    host_aggregates,
-    overfull_episodes,
-    topic_aggregates,
-    topic_windows,
-)
 
 REPORT_DISKS = 12
 POINTS_PER_DISK = 120
 REPORT_EPISODES = 2000
-_DRIVER_BATCH_ROWS = 1000
-
-# disks.parquet: the columns, their order and types are a contract (docs/aggregate.md)
-DISKS_SCHEMA = StructType(
-    [
-        StructField("host", StringType()),
-        StructField("mount", StringType()),
-        StructField("device", StringType()),
-        StructField("snapshots", LongType(), nullable=False),
-        *[
-            StructField(name, LongType())
-            for name in (
-                "first_ts_ms",
-                "last_ts_ms",
-                "total_bytes",
-                "used_bytes",
-                "available_bytes",
-                "kafka_bytes",
-                "pending_reclaim_bytes",
-            )
-        ],
-        *[
-            StructField(name, DoubleType())
-            for name in (
-                "growth_bytes_per_hour",
-                "kafka_growth_bytes_per_hour",
-                "non_kafka_growth_bytes_per_hour",
-            )
-        ],
-        StructField("overfull_episodes", LongType()),
-        StructField("overfull_seconds", DoubleType()),
-        StructField("deleted_bytes", LongType()),
-        StructField("peak_alert_level", IntegerType()),
-        StructField("flow_state", StringType()),
-        StructField("alert_level", IntegerType()),
-        *[
-            StructField(name, DoubleType())
-            for name in ("hours_to_full", "used_ratio", "growth_r2", "growth_residual_bytes")
-        ],
-        StructField("forecast_status", StringType(), nullable=False),
-        StructField("first_overfull_ts_ms", LongType()),
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -155,13 +97,6 @@ class JobResult:
         return head + list(self.paths.values())
 
 
-def _in_order(df: DataFrame, *order: Column | str) -> DataFrame:
-    """A small result sorted in one partition: ``orderBy`` would range-partition it, which
-    first runs a sampling job that computes the whole aggregate (and its input) a second
-    time. The sort keys are unique per row, so the order is the same."""
-    return df.repartition(1).sortWithinPartitions(*order)
-
-
 def _closest_to_full(disks: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     """The ``n`` most urgent disks, in the report's order (:func:`report.urgency_key`)."""
     return sorted(disks, key=report.urgency_key)[:n]
@@ -177,32 +112,6 @@ def _output_location(output: str | Path) -> str:
     return str(local.resolve())
 
 
-def _driver_frame(
-    spark: SparkSession, found: list[dict[str, Any]], schema: StructType
-) -> DataFrame:
-    """Rows computed on the driver as a DataFrame, handed to the JVM as Arrow batches.
-
-    From a list of dicts Spark would pickle the rows and have Python workers re-serialise
-    them each time the frame is computed (the topics' join, the hosts, the write): worker
-    start-ups that cost seconds apiece on a busy machine. Arrow data is decoded in the JVM.
-    """
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow = to_arrow_schema(schema)
-    # one partition per batch: batches small enough that no task carries a megabyte
-    batches = [
-        pa.RecordBatch.from_pylist(found[i : i + _DRIVER_BATCH_ROWS], schema=arrow)
-        for i in range(0, len(found), _DRIVER_BATCH_ROWS)
-    ]
-    return spark.createDataFrame(pa.Table.from_batches(batches, arrow), schema)
-
-
-def _disk_rows(disk_days: DataFrame) -> list[dict[str, Any]]:
-    found = [exactfit.disk_row(r) for r in rows(disk_windows(disk_days))]
-    return sorted(found, key=lambda d: (d["host"], d["mount"]))
-
-
 def _report(
     spark: SparkSession,
     store: Store,
@@ -213,15 +122,21 @@ def _report(
     report_disks: int,
     points_per_disk: int,
 ) -> JobResult:
-    """Every output from the summaries of the window (the last ``days`` days, or all)."""
+    """Every output from the summaries of the window (the last ``days`` days, or all).
+
+    The window's rows (not their points) are read onto the driver and every figure is
+    computed there (:mod:`diskguard.fleet.window`): a few MB for thousands of disks and
+    weeks, where Spark spent a dozen jobs and their JIT warm-up. Only the chosen disks'
+    points are read besides, for the charts.
+    """
     manifest = store.manifest
-    window = sorted(manifest.days)[-days:] if days else None
-    disk_days = store.read("disks", window)
-    topic_days = store.read("topics", window)
+    shown_days = sorted(manifest.days)[-days:] if days else None
     totals = manifest.totals()
     bad = BadRecords.of(totals)
-    if disk_days is None:
+    disk_days = store.columns("disks", window.DISK_DAY_COLUMNS, shown_days)
+    if not disk_days["host"]:
         raise NoInputError(f"no valid snapshot records in {spec.source} ({bad.text()})")
+    topic_days = store.columns("topics", window.TOPIC_DAY_COLUMNS, shown_days)
     paths = {
         "disks": f"{out}/disks.parquet",
         "topics": f"{out}/topics.parquet",
@@ -229,32 +144,21 @@ def _report(
         "summary": f"{out}/summary.json",
         "report": f"{out}/report.html",
     }
-    disk_rows = _disk_rows(disk_days)
-    disks = _driver_frame(spark, disk_rows, DISKS_SCHEMA)
-    if topic_days is None:
-        topic_days = spark.createDataFrame([], daily.TOPIC_DAY_SCHEMA)
-    topics = _in_order(
-        topic_aggregates(topic_windows(topic_days), disks), F.col("bytes").desc(), "topic"
-    ).persist()
-    hosts = _in_order(host_aggregates(disks), "host").persist()
-    try:
-        topic_rows = rows(topics)
-        host_rows = rows(hosts)
-        # sorted in one partition: coalesce(1) would ship every batch of the frame to one task
-        for name, df in (
-            ("disks", _in_order(disks, "host", "mount")),
-            ("topics", topics),
-            ("hosts", hosts),
-        ):
-            df.write.mode("overwrite").parquet(paths[name])
-    finally:
-        topics.unpersist()
-        hosts.unpersist()
+    disk_rows = [exactfit.disk_row(w) for w in window.disk_windows(disk_days)]
+    topic_rows = window.topic_rows(window.topic_windows(topic_days), disk_rows)
+    host_rows = window.host_rows(disk_rows)
+    for name, found, schema in (
+        ("disks", disk_rows, DISKS_SCHEMA),
+        ("topics", topic_rows, TOPICS_SCHEMA),
+        ("hosts", host_rows, HOSTS_SCHEMA),
+    ):
+        write_parquet(spark, paths[name], found, schema)
     unique = sum(int(d["snapshots"]) for d in disk_rows)
     duplicates = totals.ok - manifest.snapshots
     chosen = _closest_to_full(disk_rows, report_disks)
-    series = downsampled_series(_points(disk_days, chosen), chosen, points_per_disk)
-    episodes = overfull_episodes(disk_days, REPORT_EPISODES)
+    points = store.points([(d["host"], d["mount"]) for d in chosen], shown_days)
+    series = window.downsampled_series(points, chosen, points_per_disk)
+    episodes = window.overfull_episodes(disk_days, REPORT_EPISODES)
     episode_total = sum(int(d["overfull_episodes"]) for d in disk_rows)
     generated_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     order = fill_order(disk_rows)
@@ -272,7 +176,7 @@ def _report(
     }
     source = spec.source
     if fold is not None:
-        shown = window or sorted(manifest.days)
+        shown = shown_days or sorted(manifest.days)
         summary["summaries"] = {
             "location": store.location,
             "version": manifest.version,
@@ -315,20 +219,6 @@ def _report(
     )
 
 
-def _points(disk_days: DataFrame, chosen: list[dict[str, Any]]) -> DataFrame:
-    """The chosen disks' snapshots (time, used, available), from their days' points."""
-    match: Column = F.lit(False)
-    for disk in chosen:
-        match = match | (
-            (F.col("host") == F.lit(disk["host"])) & (F.col("mount") == F.lit(disk["mount"]))
-        )
-    return (
-        disk_days.where(match)
-        .select("host", "mount", F.explode("points").alias("p"))
-        .select("host", "mount", "p.ts_ms", "p.used_bytes", "p.available_bytes")
-    )
-
-
 def summaries_location(output: str, summaries: str | None, incremental: bool) -> str | None:
     """Where ``--summaries`` / ``--incremental`` keep the daily summaries (None: nowhere)."""
     if summaries is not None:
@@ -360,6 +250,8 @@ def run_aggregation(
             if summaries is not None
             else ScratchStore(spark)
         )
+        if isinstance(store, SummaryStore):
+            store.read_ahead({"disks": window.DISK_DAY_COLUMNS, "topics": window.TOPIC_DAY_COLUMNS})
         try:
             folded = fold(spark, store, spec, persistent)
             return _report(
@@ -375,6 +267,8 @@ def run_aggregation(
         finally:
             if isinstance(store, ScratchStore):
                 store.destroy()
+            else:
+                store.drop_read_ahead()
 
 
 def aggregate(

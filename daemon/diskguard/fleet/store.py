@@ -14,15 +14,27 @@ names; what no manifest names (a run that died, or lost the race) is removed lat
 
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import chain
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
 from diskguard.errors import FailedError, UsageError
+from diskguard.fleet.columns import (
+    POINT_COLUMNS,
+    Disk,
+    columns_of,
+    points_of,
+    spark_columns,
+    unreadable,
+)
 from diskguard.fleet.daily import DISK_DAY_SCHEMA, TOPIC_DAY_SCHEMA
-from diskguard.fleet.filesystem import Storage
+from diskguard.fleet.filesystem import Storage, local_path
 from diskguard.fleet.manifest import DayMark, Manifest, ManifestError
 
 MANIFESTS = "_manifest"
@@ -68,6 +80,7 @@ class SummaryStore:
                 f" but {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
             )
         self.manifest = self._newest_manifest()
+        self._ahead: dict[tuple[str, tuple[str, ...], str, str], Future[dict[str, list[Any]]]] = {}
 
     def _newest_manifest(self) -> Manifest:
         names = [
@@ -93,6 +106,125 @@ class SummaryStore:
         paths = [f"{base}/day={d}/v={self.manifest.days[d].version}" for d in chosen]
         df = self.spark.read.schema(_read_schema(table)).option("basePath", base).parquet(*paths)
         return df.select(*_SCHEMAS[table].fieldNames())
+
+    def _files(self, table: str, days: Collection[str] | None) -> tuple[str, list[str]]:
+        """The base directory and the Parquet files of ``days`` (all when None), local."""
+        marks = self.manifest.days
+        chosen = sorted(marks if days is None else set(days) & set(marks))
+        base = local_path(f"{self.location}/{table}")
+        files = []
+        for day in chosen:
+            directory = f"{base}/day={day}/v={marks[day].version}"
+            if table == "topics" and not marks[day].topics:
+                continue
+            with unreadable(directory):
+                files += [
+                    f"{directory}/{name}"
+                    for name in sorted(os.listdir(directory))
+                    if name.endswith(".parquet") and not name.startswith(("_", "."))
+                ]
+        return base, files
+
+    def _day_columns(
+        self, table: str, names: tuple[str, ...], day: str, version: str
+    ) -> dict[str, list[Any]]:
+        """One day's columns (``day`` among them if asked for), read with pyarrow."""
+        import pyarrow.dataset as ds
+
+        directory = local_path(f"{self.location}/{table}/day={day}/v={version}")
+        with unreadable(directory):
+            table_read = ds.dataset(directory, format="parquet").to_table(
+                columns=[n for n in names if n != "day"]
+            )
+        found = columns_of(table_read)
+        if "day" in names:
+            found["day"] = [day] * table_read.num_rows
+        return found
+
+    def read_ahead(self, wanted: Mapping[str, Sequence[str]], last: int | None = None) -> None:
+        """Start reading ``wanted`` (table -> columns) of every day published so far, in a
+        thread of the driver's, which otherwise waits on Spark while the fold runs: the
+        report reads them after it (:meth:`columns`). A day the fold rewrites is read again
+        then (its version changed); a read-ahead nobody asks for is dropped. ``last``: only
+        the last N days (the report's window)."""
+        if self.storage.remote or not self.manifest.days:
+            return
+        pool = ThreadPoolExecutor(1, thread_name_prefix="diskguard-read-ahead")
+        for table, names in wanted.items():
+            for day, mark in sorted(self.manifest.days.items())[-last if last else 0 :]:
+                if table == "topics" and not mark.topics:
+                    continue
+                key = (table, tuple(names), day, mark.version)
+                self._ahead[key] = pool.submit(self._day_columns, *key)
+        pool.shutdown(wait=False)
+
+    def drop_read_ahead(self) -> None:
+        """Forget (and cancel what has not started of) the read-ahead."""
+        for future in self._ahead.values():
+            future.cancel()
+        self._ahead.clear()
+
+    def columns(
+        self, table: str, names: Sequence[str], days: Collection[str] | None = None
+    ) -> dict[str, list[Any]]:
+        """Columns of the rows of ``days`` (all when None), in day order, on the driver.
+
+        A local directory is read with pyarrow, no Spark job at all: a window's summaries
+        (not their points) are a few MB. Elsewhere (hdfs://, s3a://) through Spark.
+        """
+        if self.storage.remote:
+            return spark_columns(self.read(table, days), names)
+        marks = self.manifest.days
+        parts = []
+        for day in sorted(marks if days is None else set(days) & set(marks)):
+            if table == "topics" and not marks[day].topics:
+                continue
+            key = (table, tuple(names), day, marks[day].version)
+            ahead = self._ahead.pop(key, None)
+            parts.append(ahead.result() if ahead is not None else self._day_columns(*key))
+        return {name: list(chain.from_iterable(p[name] for p in parts)) for name in names}
+
+    def points(
+        self, chosen: Sequence[Disk], days: Collection[str] | None = None
+    ) -> dict[str, list[Any]]:
+        """The chosen disks' snapshots in ``days`` (``POINT_COLUMNS``), on the driver.
+
+        The day files are sorted by disk in small row groups: a local read skips the row
+        groups of other disks by their statistics.
+        """
+        if not chosen:
+            return {name: [] for name in POINT_COLUMNS}
+        if self.storage.remote:
+            disk_days = self.read("disks", days)
+            if disk_days is None:
+                return {name: [] for name in POINT_COLUMNS}
+            return spark_columns(points_of(disk_days, chosen), POINT_COLUMNS)
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        base, files = self._files("disks", days)
+        if not files:
+            return {name: [] for name in POINT_COLUMNS}
+        match = None
+        for host, mount in chosen:
+            this = (ds.field("host") == host) & (ds.field("mount") == mount)
+            match = this if match is None else match | this
+        with unreadable(base):
+            found = ds.dataset(files, format="parquet").to_table(
+                columns=["host", "mount", "points"], filter=match
+            )
+        points = found.column("points").combine_chunks()
+        parents = pc.list_parent_indices(points)
+        flat = pc.list_flatten(points)
+        exploded = pa.table(
+            {
+                "host": pc.take(found.column("host"), parents),
+                "mount": pc.take(found.column("mount"), parents),
+                **{name: pc.struct_field(flat, name) for name in POINT_COLUMNS[2:]},
+            }
+        )
+        return columns_of(exploded)
 
     def new_version(self) -> str:
         """The directory name (``v=`` value) for this run's days."""
@@ -127,10 +259,21 @@ class SummaryStore:
             ]
 
         base = f"{self.location}/disks"
-        paths = [f"{base}/day={day}/v={version}" for day in days_of("disks")]
-        if not paths:
+        days = days_of("disks")
+        if not days:
             return {}
         with_topics = set(days_of("topics"))
+        if not self.storage.remote:  # read on the driver: a Spark job costs more than this
+            import pyarrow.dataset as ds
+
+            def snapshots(day: str) -> int:
+                table = ds.dataset(local_path(f"{base}/day={day}/v={version}")).to_table(
+                    ["snapshots"]
+                )
+                return sum(columns_of(table)["snapshots"])
+
+            return {d: DayMark(version, snapshots(d), d in with_topics) for d in days}
+        paths = [f"{base}/day={day}/v={version}" for day in days]
         rows = (
             self.spark.read.schema(_read_schema("disks"))
             .option("basePath", base)
@@ -197,6 +340,19 @@ class ScratchStore:
         if df is None or days is None:
             return df
         return df.where(F.col("day").isin(sorted(days)))
+
+    def columns(
+        self, table: str, names: Sequence[str], days: Collection[str] | None = None
+    ) -> dict[str, list[Any]]:
+        return spark_columns(self.read(table, days), names)
+
+    def points(
+        self, chosen: Sequence[Disk], days: Collection[str] | None = None
+    ) -> dict[str, list[Any]]:
+        disk_days = self.read("disks", days)
+        if disk_days is None or not chosen:
+            return {name: [] for name in POINT_COLUMNS}
+        return spark_columns(points_of(disk_days, chosen), POINT_COLUMNS)
 
     def new_version(self) -> str:
         return f"{self.manifest.version + 1:010d}"

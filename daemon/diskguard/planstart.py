@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from diskguard.config import Config
     from diskguard.kafkalog.listing import ListingCache
 
-__all__ = ["DATE_AHEAD", "config_path", "listed_from_config", "start", "take"]
+__all__ = ["DATE_AHEAD", "MIN_DIRS", "config_path", "listed_from_config", "start", "take"]
 
 #: What the worker does once it has listed its share: date those partitions' heads ahead of
 #: the walk (named, not imported: the planner's modules load after the fork).
@@ -42,6 +42,9 @@ _UNKNOWN = 1 << 62
 #: importing the config's modules before the fork would cost what forking first saves.
 DEFAULT_CONFIG = "/etc/diskguard/diskguard.toml"
 _CONFIG_LIMIT = 1024 * 1024
+#: ``parallellisting.MIN_DIRS`` (held equal by the same test): fewer dirs are listed by the
+#: command itself.
+MIN_DIRS = 256
 
 #: The worker started by ``start`` and its listing, until ``take``.
 _started: tuple[Worker, WorkStream] | None = None
@@ -112,7 +115,9 @@ def take(config: Config, full: bool) -> tuple[Worker, ListingCache] | None:
     log_dirs = [os.fspath(d) for d in config.broker.log_dirs]
     paths = cache.live_paths(log_dirs)
     theirs: Any = None
-    if not full:
+    # Below ``MIN_DIRS`` this process lists them itself, as it would have: it does not wait
+    # for the worker's first word (its imports, on a busy machine ~0.1 s of a small plan).
+    if not full and len(paths) >= MIN_DIRS:
         try:
             theirs = next(iter(stream), None)
         except (OSError, ChildFailed):
@@ -128,7 +133,12 @@ def take(config: Config, full: bool) -> tuple[Worker, ListingCache] | None:
 def listed_from_config(path: str, then: tuple[str, str] | None, claims: Claims) -> Iterator[Any]:
     """The worker's side: the live partition dirs of the log dirs the config file ``path``
     names, as the checked config spells them (real paths), first as one list, then each
-    listed as ``parallellisting.listed_plain`` does from the first on."""
+    listed as ``parallellisting.listed_plain`` does from the first on. Nothing where they
+    are too few for the command to take them (``take``): a small plan's worker loads nothing
+    more (its imports took the core a busy machine's command needed)."""
+    log_dirs = _log_dirs(path)
+    if sum(_subdirs(d) for d in log_dirs) < MIN_DIRS:
+        return
     from diskguard.lazydataclasses import install
 
     install()  # the command's process does too (``cli.main``): the listing's modules load here
@@ -136,7 +146,7 @@ def listed_from_config(path: str, then: tuple[str, str] | None, claims: Claims) 
     from diskguard.kafkalog.parallellisting import listed_plain
 
     paths: list[str] = []
-    for log_dir in _log_dirs(path):
+    for log_dir in log_dirs:
         try:
             paths.extend(live_partition_dirs(log_dir_entries(log_dir)))
         except OSError:
@@ -144,6 +154,15 @@ def listed_from_config(path: str, then: tuple[str, str] | None, claims: Claims) 
     claims.end_at(len(paths))
     yield paths
     yield from listed_plain(paths, False, then, claims)
+
+
+def _subdirs(log_dir: str) -> int:
+    """How many directories ``log_dir`` holds (at least its live partition dirs)."""
+    try:
+        with os.scandir(log_dir) as entries:
+            return sum(1 for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return 0
 
 
 def _log_dirs(path: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,9 +20,11 @@ from diskguard import planstart
 from diskguard.cli import cli
 from diskguard.config import DEFAULT_CONFIG_PATH, MAX_CONFIG_BYTES, load_config
 from diskguard.kafkalog.listing import list_partition
+from diskguard.kafkalog.parallellisting import MIN_DIRS
 from support.kafkagen import SegmentSpec, write_partition
 
-PARTITIONS = 12
+#: Enough partition dirs for the worker to list them (``parallellisting.MIN_DIRS``).
+PARTITIONS = MIN_DIRS
 
 
 @pytest.mark.parametrize(
@@ -48,6 +51,7 @@ def test_the_config_path_is_read_as_click_reads_it(args: list[str], path: str | 
 def test_the_defaults_are_the_config_s() -> None:
     assert str(DEFAULT_CONFIG_PATH) == planstart.DEFAULT_CONFIG
     assert planstart._CONFIG_LIMIT == MAX_CONFIG_BYTES
+    assert planstart.MIN_DIRS == MIN_DIRS
 
 
 def _config(tmp_path: Path, log_dir: Path, extra: str = "") -> Path:
@@ -60,9 +64,10 @@ def _config(tmp_path: Path, log_dir: Path, extra: str = "") -> Path:
     return config
 
 
-@pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    logs = tmp_path / "logs"
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shared by the module's tests: each leaves it as it found it."""
+    logs = tmp_path_factory.mktemp("planstart") / "logs"
     for p in range(PARTITIONS):
         write_partition(logs, "orders", p, [SegmentSpec(records=3)] * (2 + p % 3))
     return logs
@@ -80,14 +85,14 @@ def _nothing_left_started() -> Iterator[None]:
 def _taken_listings(config: Path, full: bool = False) -> tuple[dict[str, object], bool]:
     """What ``take`` hands the scan for each dir, and whether it was the early worker's."""
     checked = load_config(config, writes=False)
+    assert planstart._started is not None
+    first = planstart._started[1]  # the worker's stream of what it listed from the start
     taken = planstart.take(checked, full)
     assert taken is not None
     worker, cache = taken
     try:
         early = cache._early
-        adopted = early is not None and early._paths == cache.live_paths(
-            [os.fspath(d) for d in checked.broker.log_dirs]
-        )
+        adopted = early is not None and early._stream is first
         paths = cache.live_paths([os.fspath(d) for d in checked.broker.log_dirs])
         cache.prefetch(paths, full)
         return {p: cache.listing(p, full) for p in paths}, adopted
@@ -117,12 +122,28 @@ def test_a_dir_made_meanwhile_sends_the_usual_request(tmp_path: Path, tree: Path
         stream.drain()
         time.sleep(0.01)
     assert stream._ready, "the worker sent nothing in 60 s"
-    write_partition(tree, "late", 0, [SegmentSpec(records=3)] * 2)
+    late = write_partition(tree, "late", 0, [SegmentSpec(records=3)] * 2).path
+    try:
+        got, adopted = _taken_listings(config)
+        assert not adopted
+        assert len(got) == PARTITIONS + 1
+        for path, listing in got.items():
+            assert listing == list_partition(path, False)
+    finally:
+        shutil.rmtree(late)
+
+
+def test_a_few_dirs_are_listed_here_without_waiting_for_the_worker(tmp_path: Path) -> None:
+    logs = tmp_path / "few"
+    for p in range(3):
+        write_partition(logs, "orders", p, [SegmentSpec(records=3)] * 2)
+    config = _config(tmp_path, logs)
+    planstart.start(["-c", str(config)], force=True)
     got, adopted = _taken_listings(config)
     assert not adopted
-    assert len(got) == PARTITIONS + 1
     for path, listing in got.items():
         assert listing == list_partition(path, False)
+    assert len(got) == 3
 
 
 def test_a_byte_budget_lists_every_file_again(tmp_path: Path, tree: Path) -> None:

@@ -153,6 +153,11 @@ def test_a_log_dir_whose_watch_went_is_no_longer_complete(tmp_path: Path, how: s
         else:
             os.replace(log_dir, tmp_path / "elsewhere")
         assert _hints(watcher, woken).partitions
+        # The log dir's own IN_DELETE_SELF / IN_MOVE_SELF may come in a later batch than the
+        # first events of the removal (a loaded machine).
+        deadline = time.monotonic() + 30
+        while watcher.complete and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert not watcher.complete
         log_dir.mkdir()  # a new dir at the old path: not watched
         watcher.verify([log_dir])
@@ -433,3 +438,34 @@ def test_while_lazy_appends_alone_wake_nobody_but_are_still_named(tmp_path: Path
             _hints(watcher, woken)
     finally:
         os.close(fd)
+
+
+def test_while_lazy_a_log_dirs_own_checkpoints_wake_nobody_but_are_still_said(
+    tmp_path: Path,
+) -> None:
+    """A broker rewrites ``replication-offset-checkpoint`` every 5 s whether or not anything
+    changed: while quiet that alone does not wake the loop (its usage poll comes within a
+    second); the hint still says it (structural, not a partition's), and a partition dir's
+    change wakes the loop at once; once not lazy, a checkpoint wakes it again."""
+    log_dir = tmp_path / "kafka"
+    (log_dir / "orders-0").mkdir(parents=True)
+
+    def checkpoint() -> None:
+        tmp = log_dir / "replication-offset-checkpoint.tmp"
+        tmp.write_text("0\n1\norders 0 5\n")
+        os.replace(tmp, log_dir / "replication-offset-checkpoint")
+
+    with _watching(log_dir) as (watcher, woken):
+        watcher.take_touched()
+        watcher.lazy = True
+        checkpoint()
+        assert _touched_until(watcher, {"replication-offset-checkpoint"}) is not None
+        assert not woken.wait(0.5), "a checkpoint woke the loop while lazy"
+        hint = watcher.take()
+        assert hint.structural and not hint.partitions, hint
+        (log_dir / "orders-0" / f"{9:020d}.log").write_bytes(b"")  # a roll
+        assert _hints(watcher, woken).partitions
+        watcher.lazy = False
+        checkpoint()
+        hint = _hints(watcher, woken)
+        assert hint.structural and not hint.partitions, hint

@@ -56,9 +56,10 @@ QUIET_RESCAN_S = 60.0
 #: 300 s by default.
 QUIET_RESCAN_MAX_S = 300.0
 #: While quiet, the usage poll runs at most this often (seconds; ``usage_poll_interval`` if
-#: longer), and appends alone wake the loop no earlier: every filesystem then has 1 % of its
-#: size to spare beyond the growth forecast until the next rescan, and whatever else
-#: changes (a roll, a deletion, a partition made) still wakes it at once.
+#: longer), and appends and the broker's checkpoints alone wake the loop no earlier: every
+#: filesystem then has 1 % of its size to spare beyond the growth forecast until the next
+#: rescan, and whatever else changes (a roll, a deletion, a partition made) still wakes it
+#: at once.
 QUIET_POLL_S = 1.0
 #: The share of one core the consistency rescan may take while quiet: the interval is its
 #: last CPU time divided by this, within the two bounds above (0.25 s of CPU: 250 s).

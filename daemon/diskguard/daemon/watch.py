@@ -166,8 +166,9 @@ class _Reader:
         self._closing = threading.Lock()
         self._done = False
         self._abandoned = False
-        #: A batch of appends only (``IN_MODIFY``) is recorded but wakes nobody (the loop's
-        #: usage poll sees their bytes): set by the loop while quiet (``Watcher.lazy``).
+        #: A batch of appends only (``IN_MODIFY``) and of the log dirs' own files (the
+        #: broker's checkpoints) is recorded but wakes nobody (the loop's usage poll sees
+        #: their bytes): set by the loop while quiet (``Watcher.lazy``).
         self.lazy_appends = False
 
     def watch_tree(self, top: str) -> None:
@@ -253,8 +254,12 @@ class _Reader:
             time.sleep(_BATCH_S)
 
     def _handle(self, events: Iterable[tuple[int, int, int, str]]) -> bool:
-        """Take a batch of events into the hint; True if it held more than appends (lost
-        events included: the loop is woken even while quiet)."""
+        """Take a batch of events into the hint; True if it held more than appends and the
+        log dirs' own files (lost events, ``.lock`` and partition dirs' changes: the loop is
+        woken even while quiet). A broker rewrites its checkpoints in the log dir every few
+        seconds (``replication-offset-checkpoint`` every 5 s: five events each), changed or
+        not; while quiet they only woke the loop to poll usage early, which its own poll
+        does within a second."""
         now = time.monotonic()
         hint = self._hint
         structural = partitions = lost = False
@@ -314,7 +319,7 @@ class _Reader:
                     hint.touched.update(touched)
         for kind, src, dest in reclaim:
             self._on_reclaim(kind, src, dest, now)
-        return structural or lost or bool(locks)
+        return partitions or lost or bool(locks)
 
     def _new_dir(self, parent: str, path: str) -> None:
         """A dir made in a log dir (a new partition): watched too (its files made before the
@@ -517,7 +522,8 @@ class Watcher:
 
     @property
     def lazy(self) -> bool:
-        """Appends alone wake nobody (the loop while quiet: its usage poll sees them)."""
+        """Appends and the log dirs' own files (checkpoints) alone wake nobody (the loop
+        while quiet: its usage poll sees their bytes)."""
         return self._reader is not None and self._reader.lazy_appends
 
     @lazy.setter

@@ -21,6 +21,10 @@ checkout; ``--baseline REV`` the daemon code of REV, in the same run, on the sam
   metrics (``diskguard_scan_duration_seconds``). An idle daemon's consistency rescan comes
   every 60–300 s: a window shorter than that may hold none of them.
 
+Before measuring, the bench waits until the broker is at rest (``--broker-rest`` s without
+an event in any partition dir): a broker just started rewrites every partition's
+``leader-epoch-checkpoint`` for a minute or more.
+
 ``--measure-at HH:MM`` prepares every size's broker first (topics, prefill, group), stops
 them with their data, and at that UTC time starts each again in turn to measure it: for a
 quiet window set in advance. ``--rev REV`` runs the daemon code of REV (a branch: its tip when
@@ -526,6 +530,30 @@ def prepared(
     return result, broker, mount, topics, work
 
 
+def at_rest(log_dir: Path, quiet_s: float, timeout_s: float = 900.0) -> float:
+    """Wait until no partition dir of ``log_dir`` has had an event for ``quiet_s`` (the
+    KRaft metadata log's appends and the log dir's own checkpoints aside: a broker at rest
+    writes those forever); returns the seconds waited. A broker just (re)started rewrites
+    every partition's ``leader-epoch-checkpoint`` as it takes leadership, for minutes on a
+    loaded machine: an idle daemon measured meanwhile measures that, not rest."""
+    from inotify_simple import INotify
+    from inotify_simple import flags as f
+
+    mask = f.CREATE | f.DELETE | f.MOVED_FROM | f.MOVED_TO | f.MODIFY | f.CLOSE_WRITE
+    started = time.monotonic()
+    with INotify() as ino:
+        for entry in os.scandir(log_dir):
+            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("__cluster"):
+                ino.add_watch(entry.path, mask)
+        last = time.monotonic()
+        while time.monotonic() - last < quiet_s:
+            if time.monotonic() - started > timeout_s:
+                break
+            if ino.read(timeout=1000):
+                last = time.monotonic()
+    return round(time.monotonic() - started, 1)
+
+
 def measured(
     args: argparse.Namespace,
     result: dict[str, Any],
@@ -540,6 +568,8 @@ def measured(
     variants = [this] + ([f"baseline:{args.baseline}"] if args.baseline else [])
     result["burst"] = []
     result["idle"] = []
+    result["broker_rest_s"] = at_rest(broker.log_dir, args.broker_rest)
+    print(f"  broker at rest after {result['broker_rest_s']} s", flush=True)
     for variant in variants if args.only in (None, "burst") else ():
         res = burst(args, broker, mount, topics, variant, work)
         print(json.dumps(summary_of_burst(res)), flush=True)
@@ -637,6 +667,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the idle window, s; comma-separated: one per size (the last for the rest)",
     )
     ap.add_argument("--idle-settle", type=float, default=20.0)
+    ap.add_argument(
+        "--broker-rest",
+        type=float,
+        default=30.0,
+        help="before measuring, s without an event in any partition dir (0: do not wait)",
+    )
     ap.add_argument("--baseline", metavar="REV", help="also run the daemon code of REV")
     ap.add_argument(
         "--rev",

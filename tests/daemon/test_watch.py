@@ -469,3 +469,26 @@ def test_while_lazy_a_log_dirs_own_checkpoints_wake_nobody_but_are_still_said(
         checkpoint()
         hint = _hints(watcher, woken)
         assert hint.structural and not hint.partitions, hint
+
+
+def test_a_partitions_leader_epoch_checkpoint_is_not_a_change_of_it(tmp_path: Path) -> None:
+    """A broker starting (or leaders moving) rewrites every partition's
+    ``leader-epoch-checkpoint``, for minutes at thousands of partitions: no plan reads it, so
+    the quiet daemon stays quiet and is not woken; the dir is still named (its listing is
+    read again by the next snapshot). Any other file made there still is a change."""
+    log_dir = tmp_path / "kafka"
+    part = log_dir / "orders-0"
+    part.mkdir(parents=True)
+    (part / f"{0:020d}.log").write_bytes(b"x")
+    with _watching(log_dir) as (watcher, woken):
+        watcher.take_touched()
+        watcher.lazy = True
+        tmp = part / "leader-epoch-checkpoint.tmp"
+        tmp.write_text("0\n1\n0 0\n")
+        os.replace(tmp, part / "leader-epoch-checkpoint")
+        assert _touched_until(watcher, {"orders-0"}) == {"orders-0"}
+        assert not woken.wait(0.5), "a leader-epoch-checkpoint woke the loop while lazy"
+        assert watcher.take() == HintSummary()
+        (part / f"{9:020d}.log").write_bytes(b"")  # a roll
+        hint = _hints(watcher, woken)
+        assert hint.structural and hint.partitions, hint

@@ -75,6 +75,10 @@ _BATCH_S = 0.005
 #: ``IN_MOVED_FROM`` halves waiting for their ``IN_MOVED_TO`` (same cookie), at most this
 #: many: a rename out of the watched tree never gets one.
 _PAIRS_MAX = 4096
+#: A partition's leader epochs, rewritten (a temporary file renamed over) whenever its
+#: leadership changes: for every partition as a broker starts, or as leaders move in a
+#: cluster. No plan reads it: like an append, it names the dir and changes nothing else.
+_EPOCH_CHECKPOINTS = frozenset({"leader-epoch-checkpoint", "leader-epoch-checkpoint.tmp"})
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,8 @@ class HintSummary:
     """What the hints since the last iteration said, in the categories a plan cares about.
 
     ``structural``: a name appeared, went or moved, or a file written to was closed (a roll,
-    a deletion, a checkpoint rewritten): the plan's inputs changed. Appends (``modified``, the
+    a deletion, a checkpoint rewritten): the plan's inputs changed. A partition's
+    ``leader-epoch-checkpoint`` is not among them (no plan reads it). Appends (``modified``, the
     active segment growing) still wake the loop but change only sizes, which usage shows.
     ``partitions``: a structural change in a partition dir or of one (a dir made, removed or
     renamed in a log dir), rather than a log dir's own files (its checkpoints, which a
@@ -291,6 +296,8 @@ class _Reader:
                 continue
             if mask == _MODIFY:
                 continue  # an append: a size, which usage shows
+            if name in _EPOCH_CHECKPOINTS and parent not in hint.log_dirs:
+                continue
             structural = True
             is_dir = bool(mask & _ISDIR)
             if is_dir or parent not in hint.log_dirs:

@@ -4,7 +4,7 @@ Why: a warm ``plan`` of a large log dir is its listing and its walk on two cores
 worker (``host.forked.Worker``) forked once the config was loaded started listing ~85 ms
 into a ~0.4 s command: the interpreter, click, the command's modules and the config came
 first, on one core, while the other had nothing to do. Forked before any of that
-(:func:`start`, from ``cli.main``), the worker reads the config file's ``broker.log_dirs``
+(:func:`start`, from ``launch.main``), the worker reads the config file's ``broker.log_dirs``
 itself, finds their live partition dirs as the scan will and lists them from the first on,
 sending their paths first. What the command then validates is the authority: its worker's
 listing is taken (:func:`take`) only where those paths are exactly the ones the checked
@@ -12,7 +12,8 @@ config's log dirs hold now (``ListingCache.live_paths``) and the plan lists name
 anywhere else (another spelling, ``server.properties`` naming the log dirs, a dir made or
 removed meanwhile, a byte budget, an unreadable file) the worker is sent the usual request
 and nothing it listed is used. Listing reads names only, so a guess costs time, never a
-different plan.
+different plan. Below ``MIN_DIRS`` dirs the command lists them itself, as it always did,
+without waiting for the worker.
 
 Only for the plain ``plan [-c PATH] [--json]`` command line (click would read it the same
 way); anything else (``--help``, an option given twice) starts the worker where it always did.

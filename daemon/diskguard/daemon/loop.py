@@ -158,8 +158,7 @@ class Daemon:
         }
         seen = self._seen(now, hinted, finished, bool(transitions), usages)
         self.schedule, actions = tick(self.schedule, settings, seen)
-        # Quiet, appends and checkpoints alone wait for the (slower) usage poll; anything
-        # else wakes at once.
+        # Quiet, appends and checkpoints alone wait for the (slower) usage poll.
         self._watch.lazy = self.schedule.quiet
         if transitions:
             self.flow.act(transitions, self.retention.topics_by_mount())

@@ -573,13 +573,15 @@ class ListingCache:
         if kept is not None and kept[0] is listing and self._trusted(path):
             return kept[1], kept[2]
         stats = active_stats(path, listing)
-        if all(st.st_nlink <= 1 for st in stats):
-            single: int | None = sum(allocated_bytes(st) for st in stats)
-            stats = []
-        else:
-            single = None
-        self._active[path] = (listing, stats, single)
-        return stats, single
+        # One loop, no generator: a consistency check runs this for every partition.
+        single = 0
+        for st in stats:
+            if st.st_nlink > 1:
+                self._active[path] = (listing, stats, None)
+                return stats, None
+            single += st.st_blocks * 512  # allocated_bytes, inline
+        self._active[path] = (listing, [], single)
+        return [], single
 
     def log_dir_entries(self, path: str) -> list[os.DirEntry[str]]:
         """A log dir's entries sorted by name, kept while the dir is unchanged, by the same
@@ -652,10 +654,14 @@ def live_partition_dirs(entries: Iterable[os.DirEntry[str]]) -> list[str]:
 
 
 def active_stats(path: str, listing: PartitionListing) -> list[os.stat_result]:
+    """``lstat`` of the active segment's files (vanished ones skipped). The path joined by
+    hand: ``os.path.join`` was a third of a consistency check's time (four files a
+    partition, every partition)."""
     out = []
+    prefix = path + "/"
     for name in listing.active_files:
         try:
-            out.append(os.lstat(os.path.join(path, name)))
+            out.append(os.lstat(prefix + name))
         except FileNotFoundError:
             continue
     return out

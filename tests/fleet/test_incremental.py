@@ -363,7 +363,7 @@ def test_summaries_read_through_spark_are_the_rows_pyarrow_reads(
 ) -> None:
     """A local summaries directory is read on the driver with pyarrow; one on hdfs:// or
     s3a:// through Spark. Both readers give the same columns, points and days."""
-    from diskguard.fleet import window
+    from diskguard.fleet import daily
 
     store = SummaryStore(spark, str(day_by_day.summaries))
     chosen = [("broker-1", "/data1"), ("broker-2", "/data1")]
@@ -371,8 +371,8 @@ def test_summaries_read_through_spark_are_the_rows_pyarrow_reads(
 
     def read_all() -> list[dict[str, list[Any]]]:
         return [
-            store.columns("disks", window.DISK_DAY_COLUMNS),
-            store.columns("topics", window.TOPIC_DAY_COLUMNS, days),
+            store.columns("disks", daily.DISK_DAY_COLUMNS),
+            store.columns("topics", daily.TOPIC_DAY_COLUMNS, days),
             store.points(chosen),
         ]
 

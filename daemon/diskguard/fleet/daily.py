@@ -134,6 +134,11 @@ TOPIC_DAY_SCHEMA = StructType(
     ]
 )
 
+# what the report reads of the rows (all but a disk-day's points: its charts read those of
+# a few disks only)
+DISK_DAY_COLUMNS = tuple(name for name in DISK_DAY_SCHEMA.fieldNames() if name != "points")
+TOPIC_DAY_COLUMNS = tuple(TOPIC_DAY_SCHEMA.fieldNames())
+
 
 def _exact(column: Column) -> Column:
     return column.cast(EXACT)

@@ -26,7 +26,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from diskguard.fleet import exactfit, report, window
+from diskguard.fleet import daily, exactfit, report, window
 from diskguard.fleet.filesystem import Storage, is_remote, local_path
 from diskguard.fleet.fillorder import fill_order
 from diskguard.fleet.folding import FoldResult, Store, fold
@@ -133,10 +133,10 @@ def _report(
     shown_days = sorted(manifest.days)[-days:] if days else None
     totals = manifest.totals()
     bad = BadRecords.of(totals)
-    disk_days = store.columns("disks", window.DISK_DAY_COLUMNS, shown_days)
+    disk_days = store.columns("disks", daily.DISK_DAY_COLUMNS, shown_days)
     if not disk_days["host"]:
         raise NoInputError(f"no valid snapshot records in {spec.source} ({bad.text()})")
-    topic_days = store.columns("topics", window.TOPIC_DAY_COLUMNS, shown_days)
+    topic_days = store.columns("topics", daily.TOPIC_DAY_COLUMNS, shown_days)
     paths = {
         "disks": f"{out}/disks.parquet",
         "topics": f"{out}/topics.parquet",
@@ -251,7 +251,7 @@ def run_aggregation(
             else ScratchStore(spark)
         )
         if isinstance(store, SummaryStore):
-            store.read_ahead({"disks": window.DISK_DAY_COLUMNS, "topics": window.TOPIC_DAY_COLUMNS})
+            store.read_ahead({"disks": daily.DISK_DAY_COLUMNS, "topics": daily.TOPIC_DAY_COLUMNS})
         try:
             folded = fold(spark, store, spec, persistent)
             return _report(

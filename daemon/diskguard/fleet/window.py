@@ -9,7 +9,8 @@ the rows come from (Spark's cache, or Parquet files read on the driver); both en
 their reports are the same by construction.
 
 Pure: columns of plain values in (``Columns``: a name -> a list, one entry per row, as read
-from Parquet), plain rows out. Sums of integers are exact; sums of doubles (a topic's or a
+from Parquet: :data:`diskguard.fleet.daily.DISK_DAY_COLUMNS` and ``TOPIC_DAY_COLUMNS``),
+plain rows out. Sums of integers are exact; sums of doubles (a topic's or a
 host's growth) are ``math.fsum``, whose result does not depend on the order of the rows.
 """
 
@@ -29,48 +30,11 @@ from diskguard.fleet.aggregation import (
 DAY_MS = 86_400_000
 Columns = Mapping[str, Sequence[Any]]
 
-# the columns of a disk-day row the windows read (all but the points)
-DISK_DAY_COLUMNS = (
-    "host",
-    "mount",
-    "day",
-    "snapshots",
-    "first_ts_ms",
-    "last_ts_ms",
-    "last",
-    "sum_x",
-    "sum_xx",
-    "sum_y",
-    "sum_xy",
-    "sum_yy",
-    "kafka_snapshots",
-    "sum_k",
-    "sum_xk",
-    "unk_sum_x",
-    "unk_sum_xx",
-    "unk_sum_y",
-    "unk_sum_xy",
-    "deleted_bytes",
-    "min_used",
-    "peak_alert_level",
-    "first_overfull",
-    "last_overfull",
-    "overfull_ms",
-    "inner_episode_starts",
-    "runs",
-)
-
-
 # what disk_windows adds up over a disk's days
 _WINDOW_SUMS = (
     *("snapshots", "deleted_bytes", "overfull_ms", "overfull_episodes"),
     *("s_x", "s_xx", "s_y", "s_xy", "s_yy0"),
     *("k_n", "k_x", "k_xx", "k_k", "k_xk", "k_y", "k_xy"),
-)
-
-TOPIC_DAY_COLUMNS = (
-    *("host", "mount", "topic", "snapshots", "sum_x", "sum_xx", "sum_y", "sum_xy"),
-    *("min_bytes", "seen_ts_ms", "seen_bytes", "seen_partitions"),
 )
 
 

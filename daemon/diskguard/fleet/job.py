@@ -251,7 +251,11 @@ def run_aggregation(
             else ScratchStore(spark)
         )
         if isinstance(store, SummaryStore):
-            store.read_ahead({"disks": daily.DISK_DAY_COLUMNS, "topics": daily.TOPIC_DAY_COLUMNS})
+            # The report's window only: the summaries keep every day (``--days`` bounds the
+            # report), and the read-ahead goes oldest first.
+            store.read_ahead(
+                {"disks": daily.DISK_DAY_COLUMNS, "topics": daily.TOPIC_DAY_COLUMNS}, last=days
+            )
         try:
             folded = fold(spark, store, spec, persistent)
             return _report(

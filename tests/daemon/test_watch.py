@@ -492,3 +492,40 @@ def test_a_partitions_leader_epoch_checkpoint_is_not_a_change_of_it(tmp_path: Pa
         (part / f"{9:020d}.log").write_bytes(b"")  # a roll
         hint = _hints(watcher, woken)
         assert hint.structural and hint.partitions, hint
+
+
+def test_verify_counts_the_dirs_the_scan_listed_and_lists_again_only_on_a_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With each checked snapshot ``verify`` needs only the log dir's dir count while it stays
+    the same: the scan listed 9,000 dirs a moment before, so it takes that listing's count;
+    a count that changed (a partition made since) lists the log dir again and asks the
+    kernel, as does a listing that is not there."""
+    log_dir = tmp_path / "kafka"
+    for p in range(2):
+        (log_dir / f"orders-{p}").mkdir(parents=True)
+    (log_dir / "replication-offset-checkpoint").write_text("0\n0\n")
+    listings: list[Path] = []
+    fresh = watch._dirs_of
+
+    def counted(path: Path) -> list[tuple[str, int]]:
+        listings.append(path)
+        return fresh(path)
+
+    def scanned(key: str) -> list[os.DirEntry[str]]:
+        assert key == str(log_dir)
+        return sorted(os.scandir(log_dir), key=lambda e: e.name)
+
+    with _watching(log_dir) as (watcher, woken):
+        assert watcher.complete
+        monkeypatch.setattr(watch, "_dirs_of", counted)
+        watcher.verify([log_dir], scanned)
+        assert listings == [] and watcher.complete
+        watcher.verify([log_dir], lambda _key: None)  # not listed: listed here
+        assert listings == [log_dir] and watcher.complete
+        (log_dir / "orders-2").mkdir()
+        assert _hints(watcher, woken).partitions  # watched as it came
+        watcher.verify([log_dir], scanned)
+        assert listings == [log_dir, log_dir] and watcher.complete
+        watcher.verify([log_dir], scanned)
+        assert len(listings) == 2

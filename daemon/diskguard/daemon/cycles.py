@@ -10,6 +10,7 @@ changed, ``facts`` says so and the schedule skips cycles and backs off.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -132,6 +133,10 @@ class Retention:
             return
         if done:
             log.info("offline_recovered", segments=len(done))
+
+    def log_dir_listing(self, log_dir: str) -> list[os.DirEntry[str]] | None:
+        """The log dir's entries as the last cycle's scan listed them (the watcher's count)."""
+        return self.runtime.inputs.cache.last_log_dir_entries(log_dir)
 
     def topics_by_mount(self) -> dict[str, list[str]]:
         """The topics with a partition on each filesystem, as the last cycle saw them."""

@@ -256,7 +256,7 @@ class Daemon:
             # reader skips them): say so, and keep the rescans at check_interval. A dir made
             # is an event, so a snapshot that took the hints' word has nothing new to verify.
             if self._snapshot_checked:
-                self._watch.verify(self.config.broker.log_dirs)
+                self._watch.verify(self.config.broker.log_dirs, self.retention.log_dir_listing)
             last = self.retention.last
             if last is not None:
                 self.snapshots.record(

@@ -25,7 +25,7 @@ import os
 import select
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -393,6 +393,16 @@ def _dirs_of(log_dir: Path) -> list[tuple[str, int]]:
     return out
 
 
+def _dir_count(entries: Sequence[os.DirEntry[str]] | None) -> int | None:
+    """The log dir and the dirs in ``entries`` (as ``_dirs_of`` counts them); None if unknown."""
+    if entries is None:
+        return None
+    try:
+        return 1 + sum(1 for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return None  # a type the listing did not give, and the entry gone since
+
+
 class Watcher:
     """The loop's inotify watches over the log dirs; ``take`` what they saw since last asked.
     ``wake``: called on every hint (the loop's wake-up)."""
@@ -461,13 +471,21 @@ class Watcher:
         self._hint = hint
         self.verify(log_dirs)
 
-    def verify(self, log_dirs: Iterable[Path]) -> None:
+    def verify(
+        self,
+        log_dirs: Iterable[Path],
+        listed: Callable[[str], Sequence[os.DirEntry[str]] | None] | None = None,
+    ) -> None:
         """Ask the kernel which dirs are really watched; say once per log dir when some are
         not (``watch_failed``), and set ``complete``.
 
         A dir past the watch limit cannot be watched (``ENOSPC``), at start or when made
         later, so this runs at start and with each snapshot's full rescan (re-reading the
-        watch list only when a log dir's dir count changed).
+        watch list only when a log dir's dir count changed). ``listed``: the log dir's
+        entries as that rescan listed them a moment ago (None: not listed), which give the
+        count without listing 9,000 dirs again; a dir made since is either watched or
+        counted as failed (then every count is checked afresh), and only a count that
+        changed lists the log dir again and asks the kernel.
         """
         if self._reader is None:
             return  # no inotify at all: said at start, ``complete`` stays False
@@ -479,6 +497,9 @@ class Watcher:
         watched: set[int] | None = None
         for log_dir in log_dirs:
             key = str(log_dir)
+            known = self._verified.get(key)
+            if known is not None and listed is not None and _dir_count(listed(key)) == known:
+                continue
             try:
                 dirs = _dirs_of(log_dir)
                 if self._verified.get(key) == len(dirs):

@@ -591,17 +591,25 @@ class ListingCache:
         ``lstat`` a file afresh rather than use a cached entry's ``stat()``."""
         if self._trusted_but is not None and (last := self._log_dir_last.get(path)):
             return last  # a partition dir made, removed or renamed is an event (``trust``)
-        st = os.stat(path)
-        key = (st.st_ino, st.st_mtime_ns)
-        cached = self._log_dirs.get(path)
-        if cached is not None and cached[0] == key:
-            self._log_dir_last[path] = cached[1]
-            return cached[1]
-        entries = log_dir_entries(path)
+        try:
+            st = os.stat(path)
+            key = (st.st_ino, st.st_mtime_ns)
+            cached = self._log_dirs.get(path)
+            if cached is not None and cached[0] == key:
+                self._log_dir_last[path] = cached[1]
+                return cached[1]
+            entries = log_dir_entries(path)
+        except OSError:
+            self._log_dir_last.pop(path, None)  # nothing listed now: ``last_log_dir_entries``
+            raise
         self._keep(self._log_dirs, path, key, entries)
         # Whatever its mtime: the broker rewrites its checkpoints here every few seconds.
         self._log_dir_last[path] = entries
         return entries
+
+    def last_log_dir_entries(self, path: str) -> list[os.DirEntry[str]] | None:
+        """The log dir's entries as the last scan took them (None: not listed, or it failed)."""
+        return self._log_dir_last.get(path)
 
     def _keep(
         self,

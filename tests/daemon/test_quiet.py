@@ -176,7 +176,7 @@ def test_never_quiet_near_a_flow_limit_below_the_ceiling(tmp_path: Path) -> None
         assert flow.well_under(usages, lambda _u: None, {}) is quiet, section
         # The loop's margin, when the growth seen lately asks for more than 1 % of the disk.
         (mount,) = usages
-        wide = {mount: usage.available_bytes // 2}
+        wide = {mount: usage.available_bytes}
         assert not flow.well_under(usages, lambda _u: None, wide), section
         # The usage the forecast predicts counts as much as today's.
         (now,) = usages.values()

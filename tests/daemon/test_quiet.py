@@ -23,14 +23,24 @@ from support import kafkagen
 from support.configs import write_config
 
 
-def _retention(tmp_path: Path, percent: float) -> tuple[Retention, Filesystems]:
-    log_dir = tmp_path / "kafka"
-    kafkagen.write_partition(log_dir, "orders", 0, [kafkagen.SegmentSpec()] * 3)
+def _retention(
+    tmp_path: Path, percent: float, log_dir: Path | None = None
+) -> tuple[Retention, Filesystems]:
+    """Offline retention at ``percent`` over ``log_dir`` (default: one partition written
+    under ``tmp_path``)."""
+    if log_dir is None:
+        log_dir = _log_dir(tmp_path)
     config = load_config(
         write_config(tmp_path, log_dir, mode="offline", disk_usage_percent=percent)
     )
     probe = BrokerProbe(lambda: False, 1.0, lambda: None)
     return Retention(config, Metrics(), probe, lambda: None), Filesystems(config.broker.log_dirs)
+
+
+def _log_dir(root: Path) -> Path:
+    log_dir = root / "kafka"
+    kafkagen.write_partition(log_dir, "orders", 0, [kafkagen.SegmentSpec()] * 3)
+    return log_dir
 
 
 def _cycle(retention: Retention, full: bool = False, trust: frozenset[str] | None = None) -> None:
@@ -61,10 +71,13 @@ def test_quiet_only_after_a_cycle_and_while_well_under(tmp_path: Path) -> None:
     assert not retention.quiet(usages, len(filesystems), 60.0, {})
 
 
-def test_never_quiet_near_the_ceiling(tmp_path: Path) -> None:
-    (usage,) = Filesystems([tmp_path]).usage().values()
+def test_never_quiet_near_the_ceiling(disk: Path, tmp_path: Path) -> None:
+    # A disk of its own: others' writes and deletions on a shared one would move the usage
+    # by more than the half point between the two reads.
+    log_dir = _log_dir(disk)
+    (usage,) = Filesystems([log_dir]).usage().values()
     # A ceiling half a point above today's usage: under it, but not well under.
-    retention, filesystems = _retention(tmp_path / "b", round(usage.usage_percent + 0.5, 3))
+    retention, filesystems = _retention(tmp_path, round(usage.usage_percent + 0.5, 3), log_dir)
     _cycle(retention)
     assert not retention.quiet(filesystems.usage(), len(filesystems), 60.0, {})
     retention.close()
@@ -154,23 +167,24 @@ def test_a_stuck_cycle_is_skipped_until_a_change_or_the_broker_answers(tmp_path:
         retention.close()
 
 
-def test_never_quiet_near_a_flow_limit_below_the_ceiling(tmp_path: Path) -> None:
+def test_never_quiet_near_a_flow_limit_below_the_ceiling(disk: Path, tmp_path: Path) -> None:
     """An overfull or low-space limit set below the retention ceiling engages flow control
     or an alert first: the daemon is quiet (its usage poll slower) only while every one of
-    them is far off too, on today's usage and on the forecast's."""
-    (tmp_path / "kafka").mkdir()
-    (usage,) = Filesystems([tmp_path]).usage().values()
+    them is far off too, on today's usage and on the forecast's. On a disk of its own, whose
+    usage nobody else moves between the reads."""
+    (disk / "kafka").mkdir()
+    (usage,) = Filesystems([disk]).usage().values()
     near = round(usage.usage_percent + 0.5, 3)
     far = round(usage.usage_percent + 5.0, 3)
     cases: list[tuple[str, dict[str, float | int], bool]] = [
         ("flow_control", {"overfull_percent": far, "underfull_percent": far - 1}, True),
-        ("flow_control", {"overfull_percent": near, "underfull_percent": near - 1}, False),
+        ("flow_control", {"overfull_percent": near, "underfull_percent": near / 2}, False),
         ("alerts", {"low_space_percent": near}, False),
         ("alerts", {"low_space_bytes": usage.available_bytes - 1024}, False),
     ]
     for n, (key, section, quiet) in enumerate(cases):
         (tmp_path / str(n)).mkdir()
-        config = load_config(write_config(tmp_path / str(n), tmp_path / "kafka", **{key: section}))
+        config = load_config(write_config(tmp_path / str(n), disk / "kafka", **{key: section}))
         flow = FlowControl(config, tmp_path / "state", Metrics())
         usages = Filesystems(config.broker.log_dirs).usage()
         assert flow.well_under(usages, lambda _u: None, {}) is quiet, section

@@ -37,6 +37,7 @@ from support.daemonproc import DaemonProc
 from support.disks import ceiling_under, df_percent
 from support.fsfixtures import fill
 from support.kafka.cluster import KafkaCluster as RealBroker
+from support.kafka.groups import commit_offsets
 from support.net import Gate, free_port
 from support.workerplan import counting_plan
 
@@ -448,10 +449,7 @@ def test_plan_in_broker_mode_on_two_cores_says_what_one_core_says(
     assert producer.flush(60) == 0
     group = Consumer({**real_kafka.client_config(), "group.id": "bm-plan-readers"})
     try:
-        group.commit(
-            offsets=[TopicPartition(topic, p, 30) for p in range(0, partitions, 2)],
-            asynchronous=False,
-        )
+        commit_offsets(group, [TopicPartition(topic, p, 30) for p in range(0, partitions, 2)])
     finally:
         group.close()
     linked = real_kafka.log_dir.parent / "bm-wide-plan-backup.log"

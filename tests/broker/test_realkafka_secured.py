@@ -34,6 +34,7 @@ from support.disks import ceiling_under
 from support.kafka import Target
 from support.kafka.broker import acl_settings, fast_retention, sasl_client_settings
 from support.kafka.cluster import KafkaCluster, running_broker
+from support.kafka.groups import commit_offsets
 from support.kafka.guarded import wait_until
 
 pytestmark = pytest.mark.realkafka
@@ -161,7 +162,7 @@ def test_diskguard_with_only_its_documented_acls_on_a_secured_broker(
     consumer = Consumer(
         {**broker.client_config("app"), "group.id": GROUP, "enable.auto.commit": False}
     )
-    consumer.commit(offsets=[TopicPartition(TOPIC, 0, 100)], asynchronous=False)
+    commit_offsets(consumer, [TopicPartition(TOPIC, 0, 100)])
     consumer.close()
 
     client = sasl_client_settings("diskguard", USERS["diskguard"])

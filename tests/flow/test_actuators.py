@@ -736,10 +736,9 @@ def test_real_broker_without_quota_or_acl_support(tmp_path: Path, logs: io.Strin
             acl_permissive=False,  # a topic without ACLs gets the DENY alone
         )
         try:
+            # apply only queues (its worker meets the broker; that it never blocks the caller
+            # is test_hung_hook_is_killed_and_never_blocks_the_caller's): no clock read here.
             acts.apply(transition("overfull"), topics=["orders"])
-            # apply only queues: the broker's refusals (a round trip, a child that aborts)
-            # come after it returned.
-            assert not events(logs, "actuator_failed"), "apply waited for the broker"
             assert acts.wait_idle(60)
             assert not acts.converged
             failed = {f["actuator"]: f["error"] for f in events(logs, "actuator_failed")}

@@ -111,19 +111,17 @@ class DaemonProc:
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self._dump_stacks()
+            # Did not stop: every thread's stack to stderr first (``kill -USR2``,
+            # faulthandler), printed below, so the failure says where it hung.
+            self.proc.send_signal(signal.SIGUSR2)
+            time.sleep(1.0)
             self.proc.kill()
             rc = self.proc.wait()
+            self._print_stacks()
         self._reader.join(timeout=5)
         return rc
 
-    def _dump_stacks(self) -> None:
-        """A daemon that did not stop: every thread's stack (``kill -USR2``, faulthandler)
-        goes to stderr, and it is printed, so the failure says where it hung."""
-        self.proc.send_signal(signal.SIGUSR2)
-        time.sleep(1.0)
-        self.proc.kill()
-        self.proc.wait()
+    def _print_stacks(self) -> None:
         if self.proc.stderr is not None:
             print("daemon did not stop; its stderr (stacks last):", file=sys.stderr)
             print(self.proc.stderr.read()[-20000:], file=sys.stderr)

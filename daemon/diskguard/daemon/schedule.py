@@ -57,9 +57,9 @@ QUIET_RESCAN_S = 60.0
 QUIET_RESCAN_MAX_S = 300.0
 #: While quiet, the usage poll runs at most this often (seconds; ``usage_poll_interval`` if
 #: longer), and appends and the broker's checkpoints alone wake the loop no earlier: every
-#: filesystem then has 1 % of its size to spare beyond the growth forecast until the next
-#: rescan, and whatever else changes (a roll, a deletion, a partition made) still wakes it
-#: at once.
+#: filesystem then keeps ``limits.quiet_margin_bytes`` below every limit beyond the growth
+#: forecast (1 % of it, or the fastest growth seen lately over a poll and a cycle), and
+#: whatever else changes (a roll, a deletion, a partition made) still wakes it at once.
 QUIET_POLL_S = 1.0
 #: The share of one core the consistency rescan may take while quiet: the interval is its
 #: last CPU time divided by this, within the two bounds above (0.25 s of CPU: 250 s).

@@ -38,9 +38,6 @@ class Wakeup:
         ms = None if timeout is None else max(0, int(timeout * 1000.0 + 0.999))
         return bool(self._poll.poll(ms))
 
-    def is_set(self) -> bool:
-        return bool(self._poll.poll(0))
-
     def settle(self, seconds: float, stopping: Callable[[], bool]) -> None:
         """Wait ``seconds`` whatever else wakes it meanwhile (what woke it is read again
         after), unless ``stopping()``."""

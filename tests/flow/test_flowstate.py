@@ -234,3 +234,8 @@ def test_well_under_every_limit_by_a_margin() -> None:
     assert not FlowLimits(low_space_bytes=40 * GiB).well_under(usage, 1)
     assert not FlowLimits(min_free_bytes=39 * GiB + 1).well_under(usage, 1 * GiB)
     assert FlowLimits().well_under(usage, 30 * GiB)
+    # A margin that fills the disk: not well under, even with no limit that says so.
+    assert not FlowLimits().well_under(usage, 40 * GiB)
+    assert not FlowLimits(overfull_bytes=200 * GiB, underfull_bytes=150 * GiB).well_under(
+        usage, 41 * GiB
+    )

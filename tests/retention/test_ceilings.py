@@ -225,6 +225,10 @@ def test_well_under_leaves_a_margin_and_the_growth_until_the_next_rescan(tmp_pat
     # Under the ceiling today, but within the margin (1 % of the disk) of it: not quiet.
     assert not plain.standing(_usage(695 * MiB), OFFLINE).over
     assert not plain.well_under(_usage(695 * MiB), span_s=60.0)
+    # A margin as large as the free space would fill the disk: never quiet, whatever the ceiling.
+    everything = _ceilings(tmp_path, disk_usage_percent=100, target_percent=60)
+    assert everything.well_under(_usage(600 * MiB), span_s=0.0, margin_bytes=399 * MiB)
+    assert not everything.well_under(_usage(600 * MiB), span_s=0.0, margin_bytes=400 * MiB)
     # At 4 MiB/s the next rescan (60 s), the reclaim latency (10 s) and a check period (15 s)
     # are 340 MiB of growth: 400 MiB is not over today nor by the forecast, yet not quiet.
     slow = Forecast(4 * MiB, 10.0, 15.0, "settings", horizon_s=5.0, send_in_s=30.0)

@@ -194,8 +194,12 @@ class Ceilings:
         check period with no horizon and no deferral, and ``margin_bytes`` are left on top
         (default ``quiet_margin_bytes``' floor; the daemon's covers the fastest growth seen
         lately too). A byte budget (``max_bytes``) is never well under: only a full scan
-        measures it."""
+        measures it. Nor is a disk the margin would fill, whatever the ceiling."""
         if self.byte_budget:
+            return False
+        if margin_bytes is None:
+            margin_bytes = quiet_margin_bytes(usage)
+        if margin_bytes >= usage.available_bytes:
             return False
         limits = self.limits(BROKER, usage.mount)
         ahead = replace(
@@ -205,8 +209,6 @@ class Ceilings:
             forecast_horizon_s=math.inf,
             defer_forecast=False,
         )
-        if margin_bytes is None:
-            margin_bytes = quiet_margin_bytes(usage)
         return not stand(usage.after_writing(margin_bytes), ahead, 0).over
 
     def room_above_ceiling(self, usage: FilesystemUsage) -> int:

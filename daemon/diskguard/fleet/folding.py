@@ -127,7 +127,7 @@ class _Tally:
         return total
 
 
-def fold(spark: SparkSession, store: Store, spec: InputSpec, persistent: bool) -> FoldResult:
+def fold(spark: SparkSession, store: Store, spec: InputSpec) -> FoldResult:
     """Fold what ``spec`` holds that the summaries do not into them; publish the result.
 
     A persistent directory is folded into with a first pass over the new input (cached):
@@ -136,6 +136,7 @@ def fold(spark: SparkSession, store: Store, spec: InputSpec, persistent: bool) -
     that: the counts ride along the one pass, as an observed metric.
     """
     manifest = store.manifest
+    persistent = isinstance(store, SummaryStore)
     pending, stats, notes = _pending(spec, store) if persistent else (spec, {}, [])
     if not pending.has_input:
         return FoldResult(store.location, days=len(manifest.days), notes=tuple(notes))
@@ -152,7 +153,7 @@ def fold(spark: SparkSession, store: Store, spec: InputSpec, persistent: bool) -
         classified = classify(read_records(spark, pending))
         stored_disks = stored_topics = None
         observation = None
-        if persistent:
+        if isinstance(store, SummaryStore):  # (persistent)
             # parsed once: the first pass below and the fold both read it
             classified = parsed = classified.persist(StorageLevel.MEMORY_AND_DISK)
             day = F.when(status == F.lit(STATUS_OK), F.col("day")).alias("day")

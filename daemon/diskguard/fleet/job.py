@@ -257,7 +257,7 @@ def run_aggregation(
                 {"disks": daily.DISK_DAY_COLUMNS, "topics": daily.TOPIC_DAY_COLUMNS}, last=days
             )
         try:
-            folded = fold(spark, store, spec, persistent)
+            folded = fold(spark, store, spec)
             return _report(
                 spark,
                 store,

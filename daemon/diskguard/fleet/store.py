@@ -323,35 +323,50 @@ class SummaryStore:
 
 
 class ScratchStore:
-    """Daily summaries held in Spark's cache for one run: a full recompute (no
-    ``--summaries``). The same calls as :class:`SummaryStore`, without the round trip
-    through Parquet files and a manifest nobody will read again."""
+    """Daily summaries of one run, a full recompute (no ``--summaries``): the same calls as
+    :class:`SummaryStore`, without the round trip through Parquet files and a manifest
+    nobody will read again.
+
+    Each table is collected onto the driver as Arrow the moment it is written (one Spark job
+    each, while the new snapshots it is computed from are still cached), but for the
+    disk-days' points: those stay in Spark's cache, and only the charted disks' are read.
+    Counting the days and reading the report's columns then need no further Spark job.
+    """
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self.location = "(this run only)"
         self.manifest = Manifest()
-        self._tables: dict[str, DataFrame] = {}
+        self._tables: dict[str, Any] = {}  # table -> pyarrow.Table (no points)
+        self._points: DataFrame | None = None  # the disk-days, cached, for their points
 
-    def read(self, table: str, days: Collection[str] | None = None) -> DataFrame | None:
-        from pyspark.sql import functions as F
+    def _rows(self, table: str, days: Collection[str] | None) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-        df = self._tables.get(table)
-        if df is None or days is None:
-            return df
-        return df.where(F.col("day").isin(sorted(days)))
+        found = self._tables.get(table)
+        if found is None or days is None:
+            return found
+        return found.filter(pc.is_in(found.column("day"), pa.array(sorted(days), pa.string())))
 
     def columns(
         self, table: str, names: Sequence[str], days: Collection[str] | None = None
     ) -> dict[str, list[Any]]:
-        return spark_columns(self.read(table, days), names)
+        rows = self._rows(table, days)
+        if rows is None:
+            return {name: [] for name in names}
+        return columns_of(rows.select(list(names)))
 
     def points(
         self, chosen: Sequence[Disk], days: Collection[str] | None = None
     ) -> dict[str, list[Any]]:
-        disk_days = self.read("disks", days)
+        from pyspark.sql import functions as F
+
+        disk_days = self._points
         if disk_days is None or not chosen:
             return {name: [] for name in POINT_COLUMNS}
+        if days is not None:
+            disk_days = disk_days.where(F.col("day").isin(sorted(days)))
         return spark_columns(points_of(disk_days, chosen), POINT_COLUMNS)
 
     def new_version(self) -> str:
@@ -360,30 +375,30 @@ class ScratchStore:
     def write(self, table: str, rows: DataFrame, version: str) -> None:
         from pyspark import StorageLevel
 
-        kept = rows.persist(StorageLevel.MEMORY_AND_DISK)
-        kept.count()  # computed now, while what it is computed from is still cached
-        self._tables[table] = kept
+        if table == "disks":
+            # the points stay in Spark's cache; collecting the other columns computes it
+            self._points = rows.persist(StorageLevel.MEMORY_AND_DISK)
+            rows = self._points.drop("points")
+        self._tables[table] = rows.toArrow()
 
     def written(self, version: str) -> dict[str, DayMark]:
-        from pyspark.sql import functions as F
-
         disks = self._tables.get("disks")
-        topics = self._tables.get("topics")
         if disks is None:
             return {}
-        with_topics = (
-            {r["day"] for r in topics.select("day").distinct().collect()} if topics else set()
-        )
-        rows = disks.groupBy("day").agg(F.sum("snapshots").alias("snapshots")).collect()
-        return {
-            str(r["day"]): DayMark(version, int(r["snapshots"]), r["day"] in with_topics)
-            for r in rows
-        }
+        topics = self._tables.get("topics")
+        with_topics = set(topics.column("day").to_pylist()) if topics is not None else set()
+        snapshots: dict[str, int] = {}
+        for day, count in zip(
+            disks.column("day").to_pylist(), disks.column("snapshots").to_pylist(), strict=True
+        ):
+            snapshots[day] = snapshots.get(day, 0) + count
+        return {d: DayMark(version, n, d in with_topics) for d, n in snapshots.items()}
 
     def publish(self, manifest: Manifest) -> None:
         self.manifest = manifest
 
     def destroy(self) -> None:
-        for df in self._tables.values():
-            df.unpersist()
+        if self._points is not None:
+            self._points.unpersist()
+            self._points = None
         self._tables.clear()

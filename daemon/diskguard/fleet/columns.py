@@ -2,7 +2,8 @@
 
 The report reads a window's summaries onto the driver: from local Parquet files with pyarrow
 (:class:`diskguard.fleet.store.SummaryStore`), or from Spark as Arrow batches (a remote
-directory, or a full recompute's summaries in Spark's cache). Both end as the same columns.
+directory, or a full recompute's summaries as the fold writes them). Both end as the same
+columns.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ per-disk daily summaries (:mod:`diskguard.fleet.daily`) and publishes them as th
 version of a summaries directory (:mod:`diskguard.fleet.store`). The *report* reads the
 summaries of the window (every day, or the last N) and computes every output from them, so
 its cost follows the number of disks and days, not of snapshots. Without ``--summaries`` the
-summaries are held in Spark's cache for the run (:class:`ScratchStore`): a full
+summaries are held for the run only (:class:`ScratchStore`, on the driver): a full
 recompute is the same two steps over all the input, which is why both give the same report.
 
 Raw snapshots never travel to the driver: it reads the window's summaries (not their points:
@@ -238,7 +238,7 @@ def run_aggregation(
     """Fold ``spec`` into the daily summaries and write every output into ``output``.
 
     ``summaries``: a directory that keeps the daily summaries from run to run (only input
-    not folded before is read); None for summaries held in Spark's cache, dropped at
+    not folded before is read); None for summaries held for this run only, dropped at
     the end (a full recompute). ``days``: report on the last N days summarised (default:
     all). ``output`` is a local directory or any URI Hadoop can write (hdfs://, s3a://).
     """

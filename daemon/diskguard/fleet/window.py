@@ -5,8 +5,8 @@ snapshots they stand for (one row per disk and day, one per topic, disk and day)
 driver computes every figure from them itself: each disk's window (its exact sums shifted
 to a common origin and added, overfull time and episodes across midnight), the topics'
 growth and the hosts' totals. A full recompute and an incremental run differ only in where
-the rows come from (Spark's cache, or Parquet files read on the driver); both end here, so
-their reports are the same by construction.
+the rows come from (collected from Spark as the fold writes them, or Parquet files read on
+the driver); both end here, so their reports are the same by construction.
 
 Pure: columns of plain values in (``Columns``: a name -> a list, one entry per row, as read
 from Parquet: :data:`diskguard.fleet.daily.DISK_DAY_COLUMNS` and ``TOPIC_DAY_COLUMNS``),

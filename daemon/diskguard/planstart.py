@@ -42,6 +42,8 @@ _UNKNOWN = 1 << 62
 #: ``config.DEFAULT_CONFIG_PATH`` and ``config.MAX_CONFIG_BYTES`` (a test holds them equal):
 #: importing the config's modules before the fork would cost what forking first saves.
 DEFAULT_CONFIG = "/etc/diskguard/diskguard.toml"
+#: ``config.DaemonConfig``'s default ``state_dir`` (held equal by the same test).
+DEFAULT_STATE_DIR = "/var/lib/diskguard"
 _CONFIG_LIMIT = 1024 * 1024
 #: ``parallellisting.MIN_DIRS`` (held equal by the same test): fewer dirs are listed by the
 #: command itself.
@@ -137,14 +139,20 @@ def listed_from_config(path: str, then: tuple[str, str] | None, claims: Claims) 
     listed as ``parallellisting.listed_plain`` does from the first on. Nothing where they
     are too few for the command to take them (``take``): a small plan's worker loads nothing
     more (its imports took the core a busy machine's command needed)."""
-    log_dirs = _log_dirs(path)
+    log_dirs, state_dir = _from_config(path)
     if sum(_subdirs(d) for d in log_dirs) < MIN_DIRS:
         return
     from diskguard.lazydataclasses import install
 
     install()  # the command's process does too (``cli.main``): the listing's modules load here
+    from diskguard.kafkalog import listingstore
     from diskguard.kafkalog.listing import live_partition_dirs, log_dir_entries
-    from diskguard.kafkalog.parallellisting import listed_plain
+    from diskguard.kafkalog.parallellisting import listed_plain, use_store
+
+    # What the last plan listed: a dir unchanged since is not listed again. Kept in the state
+    # dir the file names (the command saves there: ``plan``); another is no store, never a
+    # different listing (each dir's own ``stat`` decides).
+    use_store(listingstore.load(state_dir))
 
     paths: list[str] = []
     for log_dir in log_dirs:
@@ -166,16 +174,20 @@ def _subdirs(log_dir: str) -> int:
         return 0
 
 
-def _log_dirs(path: str) -> list[str]:
-    """``broker.log_dirs`` of the TOML file ``path`` as the checked config resolves them, or []
-    where they are not simply given there."""
+def _from_config(path: str) -> tuple[list[str], str]:
+    """``broker.log_dirs`` of the TOML file ``path`` as the checked config resolves them ([]
+    where they are not simply given there), and its ``daemon.state_dir``."""
     import tomllib
 
     from diskguard.host import safeopen
 
     data = tomllib.loads(safeopen.read_bytes(path, limit=_CONFIG_LIMIT, follow=True).decode())
+    daemon = data.get("daemon")
+    state_dir = daemon.get("state_dir") if isinstance(daemon, dict) else None
+    if not isinstance(state_dir, str):
+        state_dir = DEFAULT_STATE_DIR
     broker = data.get("broker")
     dirs = broker.get("log_dirs") if isinstance(broker, dict) else None
     if not isinstance(dirs, list) or not all(isinstance(d, str) and os.path.isabs(d) for d in dirs):
-        return []
-    return [os.path.realpath(d) for d in dirs]
+        return [], state_dir
+    return [os.path.realpath(d) for d in dirs], state_dir

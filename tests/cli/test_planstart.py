@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from diskguard import planstart
 from diskguard.cli import cli
-from diskguard.config import DEFAULT_CONFIG_PATH, MAX_CONFIG_BYTES, load_config
+from diskguard.config import DEFAULT_CONFIG_PATH, MAX_CONFIG_BYTES, DaemonConfig, load_config
 from diskguard.kafkalog.listing import list_partition
 from diskguard.kafkalog.parallellisting import MIN_DIRS
 from support.kafkagen import SegmentSpec, write_partition
@@ -52,6 +52,7 @@ def test_the_defaults_are_the_config_s() -> None:
     assert str(DEFAULT_CONFIG_PATH) == planstart.DEFAULT_CONFIG
     assert planstart._CONFIG_LIMIT == MAX_CONFIG_BYTES
     assert planstart.MIN_DIRS == MIN_DIRS
+    assert str(DaemonConfig().state_dir) == planstart.DEFAULT_STATE_DIR
 
 
 def _config(tmp_path: Path, log_dir: Path, extra: str = "") -> Path:
@@ -241,3 +242,60 @@ def _running_with(arg: str) -> list[int]:
         if arg.encode() in cmdline and state != "Z":
             found.append(int(pid))
     return found
+
+
+def test_a_plan_after_a_plan_takes_its_listings_and_says_what_plan_says(
+    tmp_path: Path, tree: Path
+) -> None:
+    """The first plan keeps what it listed in the state dir (``listingstore``); the next
+    takes each unchanged dir's listing from there and lists a changed one afresh: each says
+    what click's runner (no early start, no store) says, byte for byte."""
+    from diskguard.kafkalog.listingstore import SETTLE_S, STORE_NAME, load
+
+    config = _config(tmp_path, tree)
+    (tmp_path / "state").mkdir()
+    store = tmp_path / "state" / STORE_NAME
+    newest = max(os.stat(p).st_ctime for p in tree.iterdir())
+    time.sleep(max(0.0, newest + SETTLE_S + 0.1 - time.time()))  # dirs changed just now: not kept
+
+    def plan() -> tuple[str, str]:
+        got = subprocess.run(
+            [sys.executable, "-m", "diskguard", "plan", "-c", str(config), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert got.returncode == 0, got.stderr
+        return got.stdout, got.stderr
+
+    def clicks() -> tuple[str, str]:
+        result = CliRunner().invoke(cli, ["plan", "-c", str(config), "--json"])
+        assert result.exit_code == 0, result.output
+        return result.stdout, result.stderr
+
+    def same(ours: str, theirs: str) -> None:
+        a, b = _steady(json.loads(ours)), _steady(json.loads(theirs))
+        for key in ("deletions", "protected", "not_live", "mode", "scope"):
+            assert a[key] == b[key], key
+
+    first = plan()
+    assert len(load(tmp_path / "state")) == PARTITIONS
+    kept_at = store.stat().st_mtime_ns
+    second = plan()
+    assert store.stat().st_mtime_ns == kept_at  # nothing listed afresh: nothing to keep
+    reference = clicks()
+    same(first[0], reference[0])
+    same(second[0], reference[0])
+    assert first[1] == second[1] == reference[1]
+
+    extra = tree / "orders-0" / f"{1000:020d}.log"
+    extra.write_bytes(b"")
+    try:
+        third, reference = plan(), clicks()
+        same(third[0], reference[0])
+        assert third[1] == reference[1]
+        chosen = {(d["partition"], d["base_offset"]) for d in json.loads(third[0])["deletions"]}
+        assert len(chosen) == 1 + sum(1 + p % 3 for p in range(PARTITIONS))  # one more closed
+    finally:
+        extra.unlink()

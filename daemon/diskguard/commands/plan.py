@@ -348,7 +348,7 @@ def plan_command(config_path: Path, as_json: bool) -> None:
     # The collector off (in the worker too): what a plan makes lives until it exits and holds
     # no cycles; ~200 passes over it cost ~25 ms of a warm 100k-segment plan.
     with cli.collector_paused():
-        outcome = _plan(config)
+        outcome, listings = _plan(config)
         if as_json:
             data = plan_json(outcome.plan)
             data["ladder"] = ladder_json(outcome.ladder, outcome.plan)
@@ -364,14 +364,20 @@ def plan_command(config_path: Path, as_json: bool) -> None:
             scanned, warnings = outcome.scan.filesystems, list(outcome.warnings)
             mode = outcome.mode
             render_plan(outcome.plan, mode.mode, mode.reason, warnings, scanned, outcome.ladder)
+        # After the output: what this plan listed afresh, for the next one (``listingstore``).
+        if listings is not None and listings.to_keep is not None:
+            from diskguard.kafkalog import listingstore
+
+            listingstore.save(config.daemon.state_dir, listings.to_keep)
     cli.leave_process()
 
 
-def _plan(config: Config) -> CycleOutcome:
+def _plan(config: Config) -> tuple[CycleOutcome, ListingCache | None]:
     # Forked first, while this process has no other thread (the Kafka client's would make a
     # fork unsafe); it starts listing before this process loads the cycle's modules (from the
     # command's first moment where ``launch.main`` started it: ``planstart``). With a broker, a
-    # second child asks it what needs kafka-python (``earlylogdirs``).
+    # second child asks it what needs kafka-python (``earlylogdirs``). Also the listings, for
+    # the next plan to take where their dirs are unchanged.
     full = has_byte_budget(config)
     early = planstart.take(config, full)
     if early is not None:
@@ -405,7 +411,7 @@ def _plan(config: Config) -> CycleOutcome:
                 log_dirs=log_dirs,
             ) as retention,
         ):
-            return retention.plan()
+            return retention.plan(), listings
     finally:
         for child in (worker, asker):
             if child is not None:

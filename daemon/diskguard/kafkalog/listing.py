@@ -33,6 +33,7 @@ from diskguard.kafkalog.model import (
 
 if TYPE_CHECKING:
     from diskguard.host.forked import Worker
+    from diskguard.kafkalog.listingstore import Stamp
     from diskguard.kafkalog.parallellisting import EarlyListing
 
 _T = TypeVar("_T")
@@ -375,6 +376,8 @@ class ListingCache:
         self._early: EarlyListing | None = None
         #: The partition dirs the worker listed (their listings are also the worker's).
         self.listed_by_worker: frozenset[str] = frozenset()
+        #: What of the early listing the next plan may take (``EarlyListing.to_keep``).
+        self.to_keep: list[tuple[str, Stamp, PartitionListing]] | None = None
         self._prefetched: dict[str, tuple[tuple[int, int], PartitionListing] | OSError] = {}
         self._entries: dict[str, tuple[tuple[int, int], PartitionListing]] = {}
         #: Listings of dirs changed within ``settle_s``, made since the last ``prune`` (the
@@ -459,6 +462,7 @@ class ListingCache:
         if early is not None and (early.full or not full):
             self._prefetched.update(early.take(wanted))
             self.listed_by_worker = early.listed_by_worker
+            self.to_keep = early.to_keep()
         else:
             if early is not None:
                 early.close()  # names only, where this scan stats every file

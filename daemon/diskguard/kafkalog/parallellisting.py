@@ -19,18 +19,32 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from diskguard.host.forked import ChildFailed, Claims, Worker, WorkStream, meanwhile
 from diskguard.kafkalog.listing import LinkedFile, PartitionListing, list_partition
+from diskguard.kafkalog.listingstore import ListingStore, Stamp, stamp, storable
 
-__all__ = ["MIN_DIRS", "EarlyListing", "Listed", "list_in_parallel"]
+__all__ = ["MIN_DIRS", "EarlyListing", "Listed", "list_in_parallel", "use_store"]
 
 #: Below this many dirs to list, sending them to the worker costs more than it saves.
 MIN_DIRS = 256
 #: A dir's ``(inode, mtime_ns)`` when it was listed, and its listing or why there is none.
 Listed = tuple[tuple[int, int], PartitionListing] | OSError
+#: What a plan may keep of a dir's listing for the next (``listingstore``): the stamp it was
+#: listed under (None: not to be kept), and whether it was listed now (not taken from there).
+Kept = tuple[Stamp | None, bool]
+
+#: The listings this process may take instead of listing a dir (``use_store``).
+_STORE: ListingStore | None = None
+
+
+def use_store(store: ListingStore | None) -> None:
+    """From now on a dir unchanged since ``store`` kept its listing is not listed again."""
+    global _STORE
+    _STORE = store
 
 
 def list_in_parallel(
@@ -56,6 +70,9 @@ class EarlyListing:
         self._stream: WorkStream | None = stream
         #: Once taken: the dirs the worker listed (and holds the listings of).
         self.listed_by_worker: frozenset[str] = frozenset()
+        #: Once taken: what the next plan may take of these listings (``to_keep``).
+        self._kept: dict[str, tuple[Stamp, PartitionListing]] = {}
+        self._fresh = False
 
     @classmethod
     def start(
@@ -104,7 +121,7 @@ class EarlyListing:
             if not claims.back(j):
                 break
             if early[j] in wanted:
-                out[early[j]] = _listed(early[j], self.full)
+                out[early[j]] = self._note(early[j], *_listed(early[j], self.full))
             if j <= drain_at:
                 stream.drain()
                 drain_at = j - self.DRAIN_EVERY
@@ -114,15 +131,30 @@ class EarlyListing:
                 for path, item in zip(early, stream, strict=False):
                     theirs.append(path)
                     if path not in out:  # where the two met, both may have listed it
-                        out[path] = _from_plain(item)
+                        out[path] = self._note(path, *_from_plain(item))
             except ChildFailed:
                 pass  # the rest are listed one by one where the scan asks for them
         self.listed_by_worker = frozenset(theirs)
         given = set(early)
         for path in paths:
             if path not in given:
-                out[path] = _listed(path, self.full)
+                out[path] = self._note(path, *_listed(path, self.full))
         return out
+
+    def _note(self, path: str, got: Listed, kept: Kept) -> Listed:
+        """``got``, noting what of it the next plan may take (``to_keep``)."""
+        at, fresh = kept
+        self._fresh = self._fresh or fresh
+        if at is not None and not isinstance(got, OSError):
+            self._kept[path] = (at, got[1])
+        return got
+
+    def to_keep(self) -> list[tuple[str, Stamp, PartitionListing]] | None:
+        """Once taken: the listings the next plan may take (``listingstore.save``), or None
+        where every one was taken from the store already (it holds them as they are)."""
+        if not self._fresh:
+            return None
+        return [(path, at, listing) for path, (at, listing) in self._kept.items()]
 
 
 def listed_plain(
@@ -137,10 +169,10 @@ def listed_plain(
     for i, path in enumerate(paths):
         if not claims.front(i):
             break
-        got = _listed(path, full)
+        got, kept = _listed(path, full)
         if not isinstance(got, OSError):
             listed.append((path, got[1]))
-        yield _plain(got)
+        yield _plain(got, kept)
     if then is not None:
         meanwhile(_then(then, listed))
 
@@ -152,15 +184,21 @@ def _then(then: tuple[str, str], listed: list[tuple[str, PartitionListing]]) -> 
     yield from getattr(importlib.import_module(module), name)(listed)
 
 
-def _listed(path: str, full: bool) -> Listed:
+def _listed(path: str, full: bool) -> tuple[Listed, Kept]:
+    """``path``'s listing (from the store where its dir is unchanged since it was kept)."""
     try:
+        now = time.time()  # before the ``stat``: see ``listingstore.stamp``
         st = os.stat(path, follow_symlinks=False)
-        return (st.st_ino, st.st_mtime_ns), list_partition(path, full)
+        key = (st.st_ino, st.st_mtime_ns)
+        if _STORE is not None and not full and (kept := _STORE.get(path, st)) is not None:
+            return (key, kept), ((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns), False)
+        listing = list_partition(path, full)
+        return (key, listing), (stamp(st, now) if storable(listing) else None, True)
     except OSError as exc:
-        return exc
+        return exc, (None, True)
 
 
-def _plain(got: Listed) -> tuple[Any, ...]:
+def _plain(got: Listed, kept: Kept) -> tuple[Any, ...]:
     """``_listed``'s result as plain data for ``marshal`` (the child's side)."""
     if isinstance(got, OSError):
         return (False, got.errno, got.strerror, got.filename)
@@ -181,15 +219,18 @@ def _plain(got: Listed) -> tuple[Any, ...]:
             lst.txn_indexes,
             lst.partition_metadata,
         ),
+        kept,
     )
 
 
-def _from_plain(item: tuple[Any, ...]) -> Listed:
+def _from_plain(item: tuple[Any, ...]) -> tuple[Listed, Kept]:
     if not item[0]:
         _ok, code, strerror, filename = item
-        return OSError(code, strerror, filename)  # FileNotFoundError for ENOENT, and so on
-    _ok, key, (bases, deleted, settled, active, full, linked, remote, n_deleted, txn, pmeta) = item
-    return tuple(key), PartitionListing(
+        # FileNotFoundError for ENOENT, and so on
+        return OSError(code, strerror, filename), (None, True)
+    _ok, key, fields, (at, fresh) = item
+    bases, deleted, settled, active, full, linked, remote, n_deleted, txn, pmeta = fields
+    listing = PartitionListing(
         bases,
         deleted,
         settled,
@@ -201,3 +242,4 @@ def _from_plain(item: tuple[Any, ...]) -> Listed:
         txn,
         pmeta,
     )
+    return (tuple(key), listing), (None if at is None else tuple(at), fresh)

@@ -1,0 +1,186 @@
+"""Names-only partition listings kept between one-shot plans, in the state dir (edge).
+
+Why: a warm ``plan`` of a large log dir spent a third of its CPU listing ~300 names in each
+partition dir, though a closed segment's dir changes only when the broker rolls, deletes,
+renames or cleans in it. A dir's ``st_ctime_ns`` changes with every entry made, removed or
+renamed in it (and with any ``utime``, so a restored ``mtime`` cannot bring an old listing
+back), and no process can set it: the same ``(st_dev, st_ino, st_mtime_ns, st_ctime_ns)`` as
+when it was listed means the same names, the rule ``ListingCache`` keeps listings by
+within one process, with ``ctime`` added for the time between two. So a plan keeps what it
+listed (:func:`save`) and the next one takes a dir's listing from there (:meth:`ListingStore.get`)
+where one ``stat`` of the dir shows it unchanged, and lists every other dir as before.
+
+What is kept: only a listing of names (never a full one, whose sizes change without the dir
+changing), only of a dir without ``*.deleted`` files (their sizes are part of the listing),
+and only where the dir had not changed for ``SETTLE_S`` when it was ``stat``ed before the
+listing: a change in the same clock tick as that ``stat`` could leave its ``ctime`` as it
+was. A store that cannot be read, or is not exactly this format, is no store: each dir is
+listed.
+
+Format (``STORE_NAME`` in ``daemon.state_dir``): ``MAGIC``, the CRC-32 of the rest in hex
+and a newline, a JSON header line (one
+``[path, st_dev, st_ino, st_mtime_ns, st_ctime_ns, flags, bases]`` per dir, ``bases`` a
+count), then every dir's base offsets as native 8-byte integers, in the header's order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import zlib
+from array import array
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from diskguard.host import safeopen
+from diskguard.kafkalog.listing import PartitionListing
+
+__all__ = [
+    "SETTLE_S",
+    "STORE_NAME",
+    "ListingStore",
+    "Stamp",
+    "load",
+    "save",
+    "stamp",
+    "storable",
+]
+
+STORE_NAME = "partition-listings.bin"
+MAGIC = b"diskguard partition listings 1\n"
+#: As ``ListingCache``'s ``settle_s``: a dir changed within this many seconds of its ``stat``
+#: is not kept.
+SETTLE_S = 2.0
+#: A store larger than this is not read (1M segments' bases are ~8 MB).
+MAX_STORE_BYTES = 256 * 1024 * 1024
+#: A dir's identity and state: ``(st_dev, st_ino, st_mtime_ns, st_ctime_ns)``.
+Stamp = tuple[int, int, int, int]
+
+_REMOTE, _TXN, _METADATA = 1, 2, 4
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def stamp(st: os.stat_result, now: float | None = None) -> Stamp | None:
+    """The stamp a listing made after ``st`` (the dir's ``stat``) may be kept under, or None
+    where the dir changed within ``SETTLE_S`` of ``now`` (default: now)."""
+    when = time.time() if now is None else now
+    if when - st.st_ctime_ns / 1e9 <= SETTLE_S or when - st.st_mtime_ns / 1e9 <= SETTLE_S:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def storable(listing: PartitionListing) -> bool:
+    """May ``listing`` be kept? Names only, and no ``*.deleted`` file (whose bytes it holds)."""
+    return not listing.full and not listing.deleted_files and not listing.linked
+
+
+class ListingStore:
+    """The listings a plan kept, by partition dir path."""
+
+    def __init__(self, entries: Mapping[str, tuple[Stamp, PartitionListing]]) -> None:
+        self._entries = dict(entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, path: str, st: os.stat_result) -> PartitionListing | None:
+        """``path``'s kept listing where ``st`` (its ``stat`` now) shows the dir unchanged."""
+        kept = self._entries.get(path)
+        if kept is None:
+            return None
+        (dev, ino, mtime_ns, ctime_ns), listing = kept
+        if (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) != (dev, ino, mtime_ns, ctime_ns):
+            return None
+        return listing
+
+
+def load(state_dir: str | os.PathLike[str]) -> ListingStore:
+    """The store in ``state_dir``; an empty one where there is none, or it cannot be read or
+    is not exactly this format."""
+    try:
+        data = safeopen.read_bytes(os.path.join(state_dir, STORE_NAME), limit=MAX_STORE_BYTES)
+        return ListingStore(_parse(data))
+    except (OSError, ValueError, TypeError, OverflowError):
+        return ListingStore({})
+
+
+def _parse(data: bytes) -> dict[str, tuple[Stamp, PartitionListing]]:
+    if not data.startswith(MAGIC):
+        raise ValueError("not a listing store")
+    body = memoryview(data)[len(MAGIC) + 9 :]
+    if data[len(MAGIC) : len(MAGIC) + 9] != b"%08x\n" % zlib.crc32(body):
+        raise ValueError("not a listing store")  # torn or damaged
+    end = data.index(b"\n", len(MAGIC) + 9)
+    header = json.loads(data[len(MAGIC) + 9 : end])
+    bases = array("q")
+    if bases.itemsize != 8:
+        raise ValueError("no 8-byte integers here")
+    bases.frombytes(data[end + 1 :])  # ValueError unless whole integers
+    if not isinstance(header, list):
+        raise ValueError("not a listing store")
+    out: dict[str, tuple[Stamp, PartitionListing]] = {}
+    at = 0
+    for path, dev, ino, mtime_ns, ctime_ns, flags, count in header:
+        numbers = (dev, ino, mtime_ns, ctime_ns, flags, count)
+        if not isinstance(path, str) or not all(type(n) is int for n in numbers) or count < 0:
+            raise ValueError("not a listing store")
+        mine = tuple(bases[at : at + count])
+        at += count
+        if len(mine) != count or mine != tuple(sorted(set(mine))):  # strictly increasing
+            raise ValueError("not a listing store")
+        listing = PartitionListing(
+            mine,
+            0,
+            0,
+            (),
+            False,
+            (),
+            bool(flags & _REMOTE),
+            0,
+            bool(flags & _TXN),
+            bool(flags & _METADATA),
+        )
+        out[path] = ((dev, ino, mtime_ns, ctime_ns), listing)
+    if at != len(bases):
+        raise ValueError("not a listing store")
+    return out
+
+
+def save(
+    state_dir: str | os.PathLike[str], entries: Iterable[tuple[str, Stamp, PartitionListing]]
+) -> None:
+    """Keep ``entries`` (each storable: see :func:`storable`) in ``state_dir``, replacing what
+    was kept there; nothing where ``state_dir`` is not there or not writable (a plan run by
+    someone else than the daemon's user)."""
+    header = []
+    bases = array("q")
+    for path, (dev, ino, mtime_ns, ctime_ns), listing in entries:
+        flags = (
+            (_REMOTE if listing.remote_log_state else 0)
+            | (_TXN if listing.txn_indexes else 0)
+            | (_METADATA if listing.partition_metadata else 0)
+        )
+        header.append([path, dev, ino, mtime_ns, ctime_ns, flags, len(listing.bases)])
+        bases.extend(listing.bases)
+    body = json.dumps(header, separators=(",", ":")).encode() + b"\n" + bases.tobytes()
+    data = MAGIC + b"%08x\n" % zlib.crc32(body) + body
+    # A name of this process's own: two plans at once never write into one file (what a
+    # killed one left under its pid is its own, rewritten).
+    tmp = Path(state_dir) / f".{STORE_NAME}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, _WRITE_FLAGS, 0o600)
+    except OSError:
+        return
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, Path(state_dir) / STORE_NAME)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

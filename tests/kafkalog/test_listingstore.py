@@ -1,0 +1,189 @@
+"""Listings kept between plans: taken only for a dir unchanged since, never damaged ones."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from diskguard.kafkalog import listingstore, parallellisting
+from diskguard.kafkalog.listing import PartitionListing, list_partition
+from diskguard.kafkalog.listingstore import SETTLE_S, STORE_NAME, ListingStore, stamp, storable
+from support.kafkagen import SegmentSpec, write_partition
+
+#: Past every coarse file-time tick: a change made after this sleep has a ``ctime`` of its own.
+TICK_S = 0.05
+
+
+def _settled(st: os.stat_result) -> listingstore.Stamp:
+    """The stamp of a dir as if it had not changed for longer than ``SETTLE_S``."""
+    got = stamp(st, st.st_ctime_ns / 1e9 + SETTLE_S + 1)
+    assert got is not None
+    return got
+
+
+def _dirs(root: Path) -> list[str]:
+    """Partition dirs of every kind a names-only listing tells apart."""
+    plain = str(write_partition(root, "plain", 0, [SegmentSpec(records=3)] * 5).path)
+    txn = str(write_partition(root, "txn", 0, [SegmentSpec(records=3)] * 3).path)
+    (Path(txn) / f"{0:020d}.txnindex").write_bytes(b"")
+    remote = str(write_partition(root, "remote", 0, [SegmentSpec(records=3)] * 2).path)
+    (Path(remote) / "remote_log_snapshot").mkdir()
+    odd = str(write_partition(root, "odd", 0, [SegmentSpec(records=3)] * 3).path)
+    (Path(odd) / f"{99:020d}.log").mkdir()  # a dir named like a segment is never one
+    os.symlink("/nowhere", Path(odd) / f"{98:020d}.log")
+    (Path(odd) / "partition.metadata").unlink()
+    empty = root / "empty-0"
+    empty.mkdir()
+    return [plain, txn, remote, odd, str(empty)]
+
+
+def _kept(paths: list[str]) -> list[tuple[str, listingstore.Stamp, PartitionListing]]:
+    return [(p, _settled(os.stat(p)), list_partition(p, False)) for p in paths]
+
+
+def test_a_kept_listing_is_the_dir_s_own_while_it_is_unchanged(tmp_path: Path) -> None:
+    paths = _dirs(tmp_path / "logs")
+    listingstore.save(tmp_path, _kept(paths))
+    store = listingstore.load(tmp_path)
+    assert len(store) == len(paths)
+    for path in paths:
+        assert store.get(path, os.stat(path)) == list_partition(path, False)
+
+
+@pytest.mark.parametrize("change", ["made", "removed", "renamed", "mtime put back", "replaced"])
+def test_any_change_to_a_dir_since_is_seen(tmp_path: Path, change: str) -> None:
+    path = str(write_partition(tmp_path / "logs", "orders", 0, [SegmentSpec(records=3)] * 4).path)
+    before = os.stat(path)
+    listingstore.save(tmp_path, _kept([path]))
+    time.sleep(TICK_S)
+    seg = Path(path) / f"{3:020d}.log"
+    if change == "made":
+        (Path(path) / f"{100:020d}.log").write_bytes(b"")
+    elif change == "removed":
+        seg.unlink()
+    elif change == "renamed":
+        seg.rename(seg.with_name(seg.name + ".deleted"))
+    elif change == "mtime put back":  # a restore that sets the dir's old mtime again
+        seg.unlink()
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert os.stat(path).st_mtime_ns == before.st_mtime_ns
+    else:  # removed and made again: inode numbers are reused
+        os.rename(path, path + ".old")
+        os.mkdir(path)
+    assert listingstore.load(tmp_path).get(path, os.stat(path)) is None
+
+
+def test_a_dir_changed_within_the_settle_time_is_not_kept(tmp_path: Path) -> None:
+    path = str(write_partition(tmp_path / "logs", "orders", 0, [SegmentSpec(records=3)] * 2).path)
+    st = os.stat(path)
+    assert stamp(st) is None  # just made
+    assert stamp(st, st.st_ctime_ns / 1e9 + SETTLE_S / 2) is None
+    assert stamp(st, st.st_ctime_ns / 1e9 - 60) is None  # a clock set back: not settled
+    assert stamp(st, st.st_ctime_ns / 1e9 + SETTLE_S + 0.1) == (
+        st.st_dev,
+        st.st_ino,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+    )
+
+
+def test_deleted_files_and_full_listings_are_not_kept(tmp_path: Path) -> None:
+    path = str(write_partition(tmp_path / "logs", "orders", 0, [SegmentSpec(records=3)] * 3).path)
+    assert storable(list_partition(path, False))
+    assert not storable(list_partition(path, True))
+    seg = Path(path) / f"{0:020d}.log"
+    seg.rename(seg.with_name(seg.name + ".deleted"))
+    assert not storable(list_partition(path, False))
+
+
+def _damaged(data: bytes) -> list[bytes]:
+    magic, rest = data[: len(listingstore.MAGIC)], data[len(listingstore.MAGIC) :]
+    flipped = bytearray(data)
+    flipped[-3] ^= 0x40
+    return [
+        b"",
+        data[:-1],
+        data[: len(data) // 2],
+        bytes(flipped),
+        b"something else\n" + rest,
+        magic + b"00000000\n" + rest[9:],
+    ]
+
+
+def _forged(header: bytes, bases: bytes) -> bytes:
+    """A store with a good checksum around a bad content."""
+    import zlib
+
+    body = header + b"\n" + bases
+    return listingstore.MAGIC + b"%08x\n" % zlib.crc32(body) + body
+
+
+def test_a_damaged_or_forged_store_is_no_store(tmp_path: Path) -> None:
+    paths = _dirs(tmp_path / "logs")
+    listingstore.save(tmp_path, _kept(paths))
+    good = (tmp_path / STORE_NAME).read_bytes()
+    q = (5).to_bytes(8, "little") + (3).to_bytes(8, "little")
+    bad = [
+        *_damaged(good),
+        _forged(b'{"a": 1}', b""),
+        _forged(b'[["/x", 1, 2, 3, 4, 0, 2]]', q),  # bases out of order
+        _forged(b'[["/x", 1, 2, 3, 4, 0, 3]]', q),  # more bases than there are
+        _forged(b'[["/x", 1, 2, 3, 4, 0, 1]]', q),  # bases left over
+        _forged(b'[["/x", 1, 2, 3, 4, 0, -1]]', q),
+        _forged(b'[["/x", 1, 2, 3.5, 4, 0, 0]]', b""),
+        _forged(b"[[7, 1, 2, 3, 4, 0, 0]]", b""),
+        _forged(b'[["/x", 1, 2, 3, 4, 0]]', b""),
+        _forged(b"[[", b""),
+        _forged(b"[]", b"\x00" * 7),
+    ]
+    for data in bad:
+        (tmp_path / STORE_NAME).write_bytes(data)
+        assert len(listingstore.load(tmp_path)) == 0, data[:80]
+    (tmp_path / STORE_NAME).unlink()
+    (tmp_path / STORE_NAME).symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").write_bytes(good)
+    assert len(listingstore.load(tmp_path)) == 0  # never followed
+
+
+def test_saving_where_it_cannot_be_written_does_nothing(tmp_path: Path) -> None:
+    paths = _dirs(tmp_path / "logs")
+    listingstore.save(tmp_path / "missing", _kept(paths))
+    assert not (tmp_path / "missing").exists()
+    in_the_way = tmp_path / "a"
+    in_the_way.mkdir()
+    (in_the_way / f".{STORE_NAME}.{os.getpid()}.tmp").mkdir()  # the temp file cannot be made
+    listingstore.save(in_the_way, _kept(paths))
+    assert not (in_the_way / STORE_NAME).exists()
+    taken = tmp_path / "b"
+    (taken / STORE_NAME / "x").mkdir(parents=True)  # the store's name is a dir's
+    listingstore.save(taken, _kept(paths))
+    assert sorted(os.listdir(taken)) == [STORE_NAME]  # no temp file left behind
+
+
+def test_a_listing_is_taken_from_the_store_where_the_dir_is_unchanged(tmp_path: Path) -> None:
+    """The plan's worker's way (``parallellisting._listed``): what the store holds for an
+    unchanged dir is taken as it is (a changed dir is listed afresh), and what is listed
+    afresh is offered for keeping under the stamp of its ``stat``."""
+    paths = _dirs(tmp_path / "logs")
+    plain = paths[0]
+    fake = PartitionListing((1, 2, 3), 0, 0, (), False)  # not what the dir holds
+    store = ListingStore({plain: (_settled(os.stat(plain)), fake)})
+    parallellisting.use_store(store)
+    try:
+        (got, kept) = parallellisting._listed(plain, False)
+        assert not isinstance(got, OSError)
+        assert got[1] == fake and kept == (_settled(os.stat(plain)), False)
+        (got, kept) = parallellisting._listed(plain, True)  # a full listing: never kept
+        assert not isinstance(got, OSError)
+        assert got[1] == list_partition(plain, True) and kept == (None, True)
+        time.sleep(TICK_S)
+        (Path(plain) / f"{100:020d}.log").write_bytes(b"")
+        (got, kept) = parallellisting._listed(plain, False)
+        assert not isinstance(got, OSError)
+        assert got[1] == list_partition(plain, False)
+        assert kept == (None, True)  # changed just now: not kept
+    finally:
+        parallellisting.use_store(None)

@@ -23,6 +23,7 @@ combines the days of a window; nothing in here depends on more than one day.
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -140,8 +141,58 @@ DISK_DAY_COLUMNS = tuple(name for name in DISK_DAY_SCHEMA.fieldNames() if name !
 TOPIC_DAY_COLUMNS = tuple(TOPIC_DAY_SCHEMA.fieldNames())
 
 
-def _exact(column: Column) -> Column:
-    return column.cast(EXACT)
+# An exact sum as 64-bit sums of 32-bit halves: a term (a non-negative long below 2^63)
+# is split into its high and low 32 bits, each summed as a long (no overflow before 2^31
+# rows of a group: a disk-day holds at most one snapshot per millisecond, 2^27), and the
+# halves are weighed and added as decimal(38,0) once per group. The result is the very
+# integer a decimal sum of every term gives, at a fraction of the cost: Spark computes a
+# decimal(38,0) sum with BigDecimal on every row, a long sum in generated code.
+_LOW_32 = 0xFFFFFFFF
+Term = tuple[Column, int]  # (a non-negative long below 2^63, the power of two it is worth)
+
+
+def _x_times(x: Column, v: Column) -> list[Term]:
+    """``x * v`` for 0 <= x < 2^27 (ms in a day) and 0 <= v <= 2^53 (bytes): each product
+    below 2^59."""
+    return [(x * v.bitwiseAND(F.lit(_LOW_32)), 0), (x * F.shiftright(v, 32), 32)]
+
+
+def _squared(v: Column) -> list[Term]:
+    """``v * v`` for 0 <= v <= 2^53 (bytes), as v = h * 2^31 + l: each product below 2^62."""
+    low, high = v.bitwiseAND(F.lit((1 << 31) - 1)), F.shiftright(v, 31)
+    return [(low * low, 0), (F.lit(2) * low * high, 31), (high * high, 62)]
+
+
+def _weight(power: int) -> Column:
+    return F.lit(Decimal(1 << power)).cast(EXACT)
+
+
+class _ExactSums:
+    """Exact sums over a grouping: :meth:`add` gives the aggregates (the halves' long sums),
+    :meth:`total` the decimal(38,0) column that adds them up after the grouping."""
+
+    def __init__(self) -> None:
+        self.aggregates: list[Column] = []
+        self._totals: dict[str, Column] = {}
+
+    def add(self, name: str, terms: list[Term], where: Column | None = None) -> None:
+        total: Column | None = None
+        for i, (term, power) in enumerate(terms):
+            value = term if where is None else F.when(where, term)
+            high, low = f"_{name}_{i}_high", f"_{name}_{i}_low"
+            self.aggregates += [
+                F.sum(F.shiftright(value, 32)).alias(high),
+                F.sum(value.bitwiseAND(F.lit(_LOW_32))).alias(low),
+            ]
+            weighed = F.col(high).cast(EXACT) * _weight(32 + power) + (
+                F.col(low).cast(EXACT) * _weight(power) if power else F.col(low).cast(EXACT)
+            )
+            total = weighed if total is None else total + weighed
+        assert total is not None
+        self._totals[name] = total.cast(EXACT)
+
+    def total(self, name: str) -> Column:
+        return self._totals[name]
 
 
 def _zero_if_null(column: Column, name: str) -> Column:
@@ -200,30 +251,46 @@ def disk_day_partials(snapshots: DataFrame) -> DataFrame:
         F.col("available_bytes").alias("available_bytes"),
         (F.col("flow_state") == F.lit(aggregation.OVERFULL)).alias("overfull"),
     )
-    sums = {
+    exact = _ExactSums()
+    exact.add("sum_xx", [(x * x, 0)])
+    exact.add("sum_y", [(y, 0)])
+    exact.add("sum_xy", _x_times(x, y))
+    exact.add("sum_yy", _squared(y))
+    exact.add("sum_k", [(k, 0)])
+    exact.add("sum_xk", _x_times(x, k))
+    exact.add("unk_sum_xx", [(x * x, 0)], where=unknown)
+    exact.add("unk_sum_y", [(y, 0)], where=unknown)
+    exact.add("unk_sum_xy", _x_times(x, y), where=unknown)
+    exact.add("deleted_bytes", [(F.col("deleted_bytes"), 0)])
+    longs = {
         "sum_x": F.sum(x),
-        "sum_xx": F.sum(_exact(x * x)),
-        "sum_y": F.sum(_exact(y)),
-        "sum_xy": F.sum(_exact(x) * _exact(y)),
-        "sum_yy": F.sum(_exact(y) * _exact(y)),
         "kafka_snapshots": F.count(k),
-        "sum_k": F.sum(_exact(k)),
-        "sum_xk": F.sum(_exact(x) * _exact(k)),
         "unk_sum_x": F.sum(F.when(unknown, x)),
-        "unk_sum_xx": F.sum(F.when(unknown, _exact(x * x))),
-        "unk_sum_y": F.sum(F.when(unknown, _exact(y))),
-        "unk_sum_xy": F.sum(F.when(unknown, _exact(x) * _exact(y))),
-        "deleted_bytes": F.sum(_exact(F.col("deleted_bytes"))),
     }
-    return snapshots.groupBy(*KEY).agg(
+    grouped = snapshots.groupBy(*KEY).agg(
         F.count(F.lit(1)).alias("snapshots"),
         F.min(ts).alias("first_ts_ms"),
         F.max(ts).alias("last_ts_ms"),
         F.max_by(last, ts).alias("last"),
-        *[_zero_if_null(sums[name], name) for name in DISK_SUMS],
+        *[longs[name].alias(name) for name in longs],
+        *exact.aggregates,
         F.min(y).alias("min_used"),
         F.max("alert_level").alias("peak_alert_level"),
         F.array_sort(F.collect_list(point)).alias("points"),
+    )
+    return grouped.select(
+        *KEY,
+        "snapshots",
+        "first_ts_ms",
+        "last_ts_ms",
+        "last",
+        *[
+            _zero_if_null(F.col(name) if name in longs else exact.total(name), name)
+            for name in DISK_SUMS
+        ],
+        "min_used",
+        "peak_alert_level",
+        "points",
     )
 
 
@@ -253,21 +320,28 @@ def with_order(disk_days: DataFrame) -> DataFrame:
     """
     p = F.col("points")
     n = F.size(p)
+    # Most days of most disks hold no overfull snapshot: for those every ordered fact is
+    # known without walking the points one by one (Spark interprets the lambdas below).
+    some = F.array_contains(p["overfull"], True)
+    none = F.array().cast(ArrayType(IntegerType()))
 
     def overfull(i: Column) -> Column:
         return p[i]["overfull"]
 
-    starts = F.filter(
-        F.sequence(F.lit(0), n - 1),
-        lambda i: overfull(i) & F.when(i == 0, F.lit(True)).otherwise(~overfull(i - 1)),
-    )
+    starts = F.when(
+        some,
+        F.filter(
+            F.sequence(F.lit(0), n - 1),
+            lambda i: overfull(i) & F.when(i == 0, F.lit(True)).otherwise(~overfull(i - 1)),
+        ),
+    ).otherwise(none)
     ends = F.when(
-        n > 1,
+        some & (n > 1),
         F.filter(F.sequence(F.lit(1), n - 1), lambda i: ~overfull(i) & overfull(i - 1)),
-    ).otherwise(F.array().cast(ArrayType(IntegerType())))
+    ).otherwise(none)
     zero = F.lit(0).cast(LongType())
     overfull_ms = F.when(
-        n > 1,
+        some & (n > 1),
         F.aggregate(
             F.sequence(F.lit(0), n - 2),
             zero,
@@ -308,46 +382,41 @@ def topic_day_partials(snapshots: DataFrame) -> DataFrame:
     )
     x = ts % F.lit(DAY_MS)
     b = F.col("bytes")
-    seen = F.max_by(
-        F.struct(b.alias("seen_bytes"), F.col("partitions").alias("seen_partitions")), ts
-    )
-    return _unpack_seen(
+    exact = _ExactSums()
+    exact.add("sum_xx", [(x * x, 0)])
+    exact.add("sum_y", [(b, 0)])
+    exact.add("sum_xy", _x_times(x, b))
+    # The latest sighting as one max_by per value, not one of a struct: a struct buffer
+    # makes Spark sort the exploded rows for an interpreted aggregation. Every max_by sees
+    # the rows in the same order, so all of them pick the same row.
+    grouped = (
         exploded.where(F.col("topic").isNotNull())
         .groupBy(*KEY, "topic")
         .agg(
             F.count(F.lit(1)).alias("snapshots"),
             F.sum(x).alias("sum_x"),
-            F.sum(_exact(x * x)).alias("sum_xx"),
-            F.sum(_exact(b)).alias("sum_y"),
-            F.sum(_exact(x) * _exact(b)).alias("sum_xy"),
+            *exact.aggregates,
             F.min(b).alias("min_bytes"),
             F.max(ts).alias("seen_ts_ms"),
-            seen.alias("_seen"),
+            F.max_by(b, ts).alias("seen_bytes"),
+            F.max_by("partitions", ts).alias("seen_partitions"),
         )
     )
-
-
-_SEEN = ("seen_bytes", "seen_partitions")
-
-
-def _unpack_seen(grouped: DataFrame) -> DataFrame:
-    """Topic-day rows in schema order, the latest sighting (``_seen``) unpacked."""
     return grouped.select(
-        *[c for c in TOPIC_DAY_SCHEMA.fieldNames() if c not in _SEEN],
-        *[F.col(f"_seen.{c}").alias(c) for c in _SEEN],
+        *[
+            exact.total(c).alias(c) if c in ("sum_xx", "sum_y", "sum_xy") else c
+            for c in TOPIC_DAY_SCHEMA.fieldNames()
+        ]
     )
 
 
 def combine_topic_days(rows: DataFrame) -> DataFrame:
     """Merge partial topic-day rows: sums add, the latest sighting wins."""
-    seen = F.max_by(F.struct(*_SEEN), "seen_ts_ms")
-    return _unpack_seen(
-        rows.groupBy(*KEY, "topic").agg(
-            *[F.sum(name).cast(TOPIC_DAY_SCHEMA[name].dataType).alias(name) for name in TOPIC_SUMS],
-            F.min("min_bytes").alias("min_bytes"),
-            F.max("seen_ts_ms").alias("seen_ts_ms"),
-            seen.alias("_seen"),
-        )
+    return rows.groupBy(*KEY, "topic").agg(
+        *[F.sum(name).cast(TOPIC_DAY_SCHEMA[name].dataType).alias(name) for name in TOPIC_SUMS],
+        F.min("min_bytes").alias("min_bytes"),
+        F.max("seen_ts_ms").alias("seen_ts_ms"),
+        *[F.max_by(name, "seen_ts_ms").alias(name) for name in ("seen_bytes", "seen_partitions")],
     )
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import time
 import zlib
@@ -128,7 +129,7 @@ def _parse(data: bytes) -> dict[str, tuple[Stamp, PartitionListing]]:
             raise ValueError("not a listing store")
         mine = tuple(bases[at : at + count])
         at += count
-        if len(mine) != count or mine != tuple(sorted(set(mine))):  # strictly increasing
+        if len(mine) != count or not all(map(operator.lt, mine, mine[1:])):  # increasing
             raise ValueError("not a listing store")
         listing = PartitionListing(
             mine,

@@ -50,7 +50,11 @@ from diskguard.retention.mode import BROKER, DRY_RUN, OFFLINE, REFUSED, ModeDeci
 from diskguard.retention.modechoice import ModeChooser
 from diskguard.retention.offline.sweeptargets import preview_sweep
 from diskguard.retention.outcome import CycleOutcome, log_cycle, measure_after
-from diskguard.retention.parallelheads import parallel_heads
+from diskguard.retention.parallelheads import (
+    OWN_SHARE_AT_LEAST,
+    OWN_SHARE_AT_LEAST_BROKER,
+    parallel_heads,
+)
 from diskguard.retention.planner import (
     CommittedOffsets,
     LocalHeads,
@@ -511,7 +515,12 @@ class RetentionCycle:
         else:
             reader = SegmentFileReader(self.inputs.ages)
         heads = (
-            parallel_heads(reader, self.worker, dated_ahead=self.inputs.cache.listed_by_worker)
+            parallel_heads(
+                reader,
+                self.worker,
+                dated_ahead=self.inputs.cache.listed_by_worker,
+                at_least=OWN_SHARE_AT_LEAST_BROKER if mode == BROKER else OWN_SHARE_AT_LEAST,
+            )
             if self.read_only
             else LocalHeads
         )

@@ -437,16 +437,24 @@ def warm_run(
         limit = 100.0 * (used - int((want - 0.5) * per_segment)) / (used + avail)
         work = Path(tempfile.mkdtemp(prefix="diskguard-bench-plan-"))
         config = work / "diskguard.toml"
+        # The state dir exists, as on a host where the daemon runs (it makes it): each plan
+        # keeps its listings there for the next (``listingstore``). "unkept": the same plan
+        # with a state dir that is not there, listing every dir as a first plan does.
+        (work / "state").mkdir()
         write_config(config, tree, limit, work / "state", bootstrap)
+        unkept = work / "unkept.toml"
+        write_config(unkept, tree, limit, work / "no-state", bootstrap)
         plan_args = ["-c", str(config), "--json"]
         commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
             "du": (["du", "-s", str(tree)], None)
         }
         if baseline is None:
             commands["plan"] = ([str(DISKGUARD), "plan", *plan_args], None)
+            commands["unkept"] = ([str(DISKGUARD), "plan", "-c", str(unkept), "--json"], None)
         else:
             cmd, env = checkout_plan(None, work)
             commands["plan"] = ([*cmd, *plan_args], env)
+            commands["unkept"] = ([*cmd, "-c", str(unkept), "--json"], env)
             cmd, env = checkout_plan(baseline, work)
             commands["baseline"] = ([*cmd, *plan_args], env)
         # One untimed run of each: the dentry/inode caches are warm for all.
@@ -486,6 +494,8 @@ def warm_run(
             }
             if which == "plan":
                 result.update(figures)
+            elif which == "unkept":
+                result["unkept"] = figures
             else:
                 result["baseline"] = {"commit": baseline, **figures}
         result.update(
@@ -521,6 +531,14 @@ def print_warm(r: dict[str, Any]) -> None:
         f"  CPU (user+sys) medians: du {r['du_cpu_median_s']:.2f} s,"
         f" plan {r['plan_cpu_median_s']:.2f} s, ratio {_ratio(r['cpu_ratio_plan_over_du'])}"
     )
+    unkept = r.get("unkept")
+    if unkept:
+        print(
+            f"  the same plan, no state dir (no kept listings), same run:"
+            f" {unkept['plan_median_s']:.2f} s, ratio plan/du ="
+            f" {unkept['ratio_plan_over_du']:.2f}; CPU {unkept['plan_cpu_median_s']:.2f} s;"
+            f" ok={unkept['plan_check']['ok']}"
+        )
     base = r.get("baseline")
     if base:
         print(

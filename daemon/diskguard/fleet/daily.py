@@ -23,14 +23,12 @@ combines the days of a window; nothing in here depends on more than one day.
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
-    DecimalType,
     IntegerType,
     LongType,
     StringType,
@@ -39,9 +37,9 @@ from pyspark.sql.types import (
 )
 
 from diskguard.fleet import aggregation
+from diskguard.fleet.exactsums import EXACT, ExactSums, squared, x_times
 
 DAY_MS = 86_400_000
-EXACT = DecimalType(38, 0)
 
 POINT = StructType(
     [
@@ -141,60 +139,6 @@ DISK_DAY_COLUMNS = tuple(name for name in DISK_DAY_SCHEMA.fieldNames() if name !
 TOPIC_DAY_COLUMNS = tuple(TOPIC_DAY_SCHEMA.fieldNames())
 
 
-# An exact sum as 64-bit sums of 32-bit halves: a term (a non-negative long below 2^63)
-# is split into its high and low 32 bits, each summed as a long (no overflow before 2^31
-# rows of a group: a disk-day holds at most one snapshot per millisecond, 2^27), and the
-# halves are weighed and added as decimal(38,0) once per group. The result is the very
-# integer a decimal sum of every term gives, at a fraction of the cost: Spark computes a
-# decimal(38,0) sum with BigDecimal on every row, a long sum in generated code.
-_LOW_32 = 0xFFFFFFFF
-Term = tuple[Column, int]  # (a non-negative long below 2^63, the power of two it is worth)
-
-
-def _x_times(x: Column, v: Column) -> list[Term]:
-    """``x * v`` for 0 <= x < 2^27 (ms in a day) and 0 <= v <= 2^53 (bytes): each product
-    below 2^59."""
-    return [(x * v.bitwiseAND(F.lit(_LOW_32)), 0), (x * F.shiftright(v, 32), 32)]
-
-
-def _squared(v: Column) -> list[Term]:
-    """``v * v`` for 0 <= v <= 2^53 (bytes), as v = h * 2^31 + l: each product below 2^62."""
-    low, high = v.bitwiseAND(F.lit((1 << 31) - 1)), F.shiftright(v, 31)
-    return [(low * low, 0), (F.lit(2) * low * high, 31), (high * high, 62)]
-
-
-def _weight(power: int) -> Column:
-    return F.lit(Decimal(1 << power)).cast(EXACT)
-
-
-class _ExactSums:
-    """Exact sums over a grouping: :meth:`add` gives the aggregates (the halves' long sums),
-    :meth:`total` the decimal(38,0) column that adds them up after the grouping."""
-
-    def __init__(self) -> None:
-        self.aggregates: list[Column] = []
-        self._totals: dict[str, Column] = {}
-
-    def add(self, name: str, terms: list[Term], where: Column | None = None) -> None:
-        total: Column | None = None
-        for i, (term, power) in enumerate(terms):
-            value = term if where is None else F.when(where, term)
-            high, low = f"_{name}_{i}_high", f"_{name}_{i}_low"
-            self.aggregates += [
-                F.sum(F.shiftright(value, 32)).alias(high),
-                F.sum(value.bitwiseAND(F.lit(_LOW_32))).alias(low),
-            ]
-            weighed = F.col(high).cast(EXACT) * _weight(32 + power) + (
-                F.col(low).cast(EXACT) * _weight(power) if power else F.col(low).cast(EXACT)
-            )
-            total = weighed if total is None else total + weighed
-        assert total is not None
-        self._totals[name] = total.cast(EXACT)
-
-    def total(self, name: str) -> Column:
-        return self._totals[name]
-
-
 def _zero_if_null(column: Column, name: str) -> Column:
     kind = _SUM_TYPES.get(name, EXACT)
     return F.coalesce(column, F.lit(0).cast(kind)).alias(name)
@@ -251,16 +195,16 @@ def disk_day_partials(snapshots: DataFrame) -> DataFrame:
         F.col("available_bytes").alias("available_bytes"),
         (F.col("flow_state") == F.lit(aggregation.OVERFULL)).alias("overfull"),
     )
-    exact = _ExactSums()
+    exact = ExactSums()
     exact.add("sum_xx", [(x * x, 0)])
     exact.add("sum_y", [(y, 0)])
-    exact.add("sum_xy", _x_times(x, y))
-    exact.add("sum_yy", _squared(y))
+    exact.add("sum_xy", x_times(x, y))
+    exact.add("sum_yy", squared(y))
     exact.add("sum_k", [(k, 0)])
-    exact.add("sum_xk", _x_times(x, k))
+    exact.add("sum_xk", x_times(x, k))
     exact.add("unk_sum_xx", [(x * x, 0)], where=unknown)
     exact.add("unk_sum_y", [(y, 0)], where=unknown)
-    exact.add("unk_sum_xy", _x_times(x, y), where=unknown)
+    exact.add("unk_sum_xy", x_times(x, y), where=unknown)
     exact.add("deleted_bytes", [(F.col("deleted_bytes"), 0)])
     longs = {
         "sum_x": F.sum(x),
@@ -382,10 +326,10 @@ def topic_day_partials(snapshots: DataFrame) -> DataFrame:
     )
     x = ts % F.lit(DAY_MS)
     b = F.col("bytes")
-    exact = _ExactSums()
+    exact = ExactSums()
     exact.add("sum_xx", [(x * x, 0)])
     exact.add("sum_y", [(b, 0)])
-    exact.add("sum_xy", _x_times(x, b))
+    exact.add("sum_xy", x_times(x, b))
     # The latest sighting as one max_by per value, not one of a struct: a struct buffer
     # makes Spark sort the exploded rows for an interpreted aggregation. Every max_by sees
     # the rows in the same order, so all of them pick the same row.

@@ -191,36 +191,45 @@ def _steady(plan: dict[str, Any]) -> dict[str, Any]:
     return plan
 
 
+def _console_plan(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``plan -c config`` the console script's way (``python -m diskguard``: ``launch``)."""
+    return subprocess.run(
+        [sys.executable, "-m", "diskguard", "plan", "-c", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _clicks_plan(config: Path) -> tuple[str, str]:
+    """``plan -c config --json`` through click's runner (no early start, no kept listing)."""
+    result = CliRunner().invoke(cli, ["plan", "-c", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    return result.stdout, result.stderr
+
+
+def _same_plan(ours: str, theirs: str) -> None:
+    a, b = _steady(json.loads(ours)), _steady(json.loads(theirs))
+    for key in ("deletions", "protected", "not_live", "mode", "scope"):
+        assert a[key] == b[key], key
+
+
 def test_plan_started_early_says_what_plan_says(tmp_path: Path, tree: Path) -> None:
     """The console script's way (``python -m diskguard``: ``launch``) against click's
     runner (no early start): the same JSON, the same warnings; a refused config is refused
     the same way and leaves no child behind."""
     config = _config(tmp_path, tree)
-    early = subprocess.run(
-        [sys.executable, "-m", "diskguard", "plan", "-c", str(config), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    early = _console_plan(config, "--json")
     assert early.returncode == 0, early.stderr
-    result = CliRunner().invoke(cli, ["plan", "-c", str(config), "--json"])
-    assert result.exit_code == 0, result.output
-    ours, theirs = _steady(json.loads(early.stdout)), _steady(json.loads(result.stdout))
-    for key in ("deletions", "protected", "not_live", "mode", "scope"):
-        assert ours[key] == theirs[key], key
-    assert len(ours["deletions"]) == sum(1 + p % 3 for p in range(PARTITIONS))
-    assert early.stderr == result.stderr
+    stdout, stderr = _clicks_plan(config)
+    _same_plan(early.stdout, stdout)
+    assert len(json.loads(early.stdout)["deletions"]) == sum(1 + p % 3 for p in range(PARTITIONS))
+    assert early.stderr == stderr
 
     bad = tmp_path / "bad.toml"
     bad.write_text(f'[broker]\nlog_dirs = ["{tree}"]\n\n[retention]\nmode = "sometimes"\n')
-    refused = subprocess.run(
-        [sys.executable, "-m", "diskguard", "plan", "-c", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    refused = _console_plan(bad)
     assert refused.returncode == 2
     assert "retention.mode" in refused.stderr and "Traceback" not in refused.stderr
     deadline = time.monotonic() + 30
@@ -245,55 +254,49 @@ def _running_with(arg: str) -> list[int]:
 
 
 def test_a_plan_after_a_plan_takes_its_listings_and_says_what_plan_says(
-    tmp_path: Path, tree: Path
+    tmp_path: Path, tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first plan keeps what it listed in the state dir (``listingstore``); the next
     takes each unchanged dir's listing from there and lists a changed one afresh: each says
     what click's runner (no early start, no store) says, byte for byte."""
-    from diskguard.kafkalog.listingstore import SETTLE_S, STORE_NAME, load
+    from diskguard.host.claims import Claims
+    from diskguard.kafkalog.listingstore import SETTLE_S, load
+    from diskguard.kafkalog.parallellisting import use_store
 
     config = _config(tmp_path, tree)
     (tmp_path / "state").mkdir()
-    store = tmp_path / "state" / STORE_NAME
     newest = max(os.stat(p).st_ctime for p in tree.iterdir())
     time.sleep(max(0.0, newest + SETTLE_S + 0.1 - time.time()))  # dirs changed just now: not kept
 
     def plan() -> tuple[str, str]:
-        got = subprocess.run(
-            [sys.executable, "-m", "diskguard", "plan", "-c", str(config), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        got = _console_plan(config, "--json")
         assert got.returncode == 0, got.stderr
         return got.stdout, got.stderr
 
-    def clicks() -> tuple[str, str]:
-        result = CliRunner().invoke(cli, ["plan", "-c", str(config), "--json"])
-        assert result.exit_code == 0, result.output
-        return result.stdout, result.stderr
-
-    def same(ours: str, theirs: str) -> None:
-        a, b = _steady(json.loads(ours)), _steady(json.loads(theirs))
-        for key in ("deletions", "protected", "not_live", "mode", "scope"):
-            assert a[key] == b[key], key
-
     first = plan()
     assert len(load(tmp_path / "state")) == PARTITIONS
-    kept_at = store.stat().st_mtime_ns
+    # The worker's side, here: it takes every listing from the config's state dir (and
+    # leaves this test runner's dataclasses as they are: ``lazydataclasses``).
+    monkeypatch.setattr("diskguard.lazydataclasses.install", lambda: False)
+    claims, fd = Claims.made(1 << 40)
+    os.close(fd)
+    try:
+        items = list(planstart.listed_from_config(str(config), None, claims))
+    finally:
+        use_store(None)
+    assert len(items[0]) == PARTITIONS
+    assert [item[3][1] for item in items[1:]] == [False] * PARTITIONS  # none listed afresh
     second = plan()
-    assert store.stat().st_mtime_ns == kept_at  # nothing listed afresh: nothing to keep
-    reference = clicks()
-    same(first[0], reference[0])
-    same(second[0], reference[0])
+    reference = _clicks_plan(config)
+    _same_plan(first[0], reference[0])
+    _same_plan(second[0], reference[0])
     assert first[1] == second[1] == reference[1]
 
     extra = tree / "orders-0" / f"{1000:020d}.log"
     extra.write_bytes(b"")
     try:
-        third, reference = plan(), clicks()
-        same(third[0], reference[0])
+        third, reference = plan(), _clicks_plan(config)
+        _same_plan(third[0], reference[0])
         assert third[1] == reference[1]
         chosen = {(d["partition"], d["base_offset"]) for d in json.loads(third[0])["deletions"]}
         assert len(chosen) == 1 + sum(1 + p % 3 for p in range(PARTITIONS))  # one more closed

@@ -155,20 +155,9 @@ def save(
     """Keep ``entries`` (each storable: see :func:`storable`) in ``state_dir``, replacing what
     was kept there; nothing where ``state_dir`` is not there or not writable (a plan run by
     someone else than the daemon's user)."""
-    header = []
-    bases = array("q")
-    for path, (dev, ino, mtime_ns, ctime_ns), listing in entries:
-        flags = (
-            (_REMOTE if listing.remote_log_state else 0)
-            | (_TXN if listing.txn_indexes else 0)
-            | (_METADATA if listing.partition_metadata else 0)
-        )
-        header.append([path, dev, ino, mtime_ns, ctime_ns, flags, len(listing.bases)])
-        bases.extend(listing.bases)
-    body = json.dumps(header, separators=(",", ":")).encode() + b"\n" + bases.tobytes()
-    data = MAGIC + b"%08x\n" % zlib.crc32(body) + body
     # A name of this process's own: two plans at once never write into one file (what a
-    # killed one left under its pid is its own, rewritten).
+    # killed one left under its pid is its own, rewritten). Opened first: where the state
+    # dir is not there (a first plan on a host without a daemon), nothing is built.
     tmp = Path(state_dir) / f".{STORE_NAME}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, _WRITE_FLAGS, 0o600)
@@ -176,7 +165,18 @@ def save(
         return
     try:
         try:
-            view = memoryview(data)
+            header = []
+            bases = array("q")
+            for path, (dev, ino, mtime_ns, ctime_ns), listing in entries:
+                flags = (
+                    (_REMOTE if listing.remote_log_state else 0)
+                    | (_TXN if listing.txn_indexes else 0)
+                    | (_METADATA if listing.partition_metadata else 0)
+                )
+                header.append([path, dev, ino, mtime_ns, ctime_ns, flags, len(listing.bases)])
+                bases.extend(listing.bases)
+            body = json.dumps(header, separators=(",", ":")).encode() + b"\n" + bases.tobytes()
+            view = memoryview(MAGIC + b"%08x\n" % zlib.crc32(body) + body)
             while view:
                 view = view[os.write(fd, view) :]
         finally:

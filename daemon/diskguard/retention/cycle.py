@@ -52,7 +52,7 @@ from diskguard.retention.offline.sweeptargets import preview_sweep
 from diskguard.retention.outcome import CycleOutcome, log_cycle, measure_after
 from diskguard.retention.parallelheads import (
     OWN_SHARE_AT_LEAST,
-    OWN_SHARE_AT_LEAST_BROKER,
+    OWN_SHARE_WORKER_LISTED,
     parallel_heads,
 )
 from diskguard.retention.planner import (
@@ -519,7 +519,7 @@ class RetentionCycle:
                 reader,
                 self.worker,
                 dated_ahead=self.inputs.cache.listed_by_worker,
-                at_least=OWN_SHARE_AT_LEAST_BROKER if mode == BROKER else OWN_SHARE_AT_LEAST,
+                at_least=OWN_SHARE_AT_LEAST if mode == BROKER else OWN_SHARE_WORKER_LISTED,
             )
             if self.read_only
             else LocalHeads

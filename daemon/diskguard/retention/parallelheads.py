@@ -47,7 +47,7 @@ from diskguard.retention.planner import (
 __all__ = [
     "MIN_PARTITIONS",
     "OWN_SHARE_AT_LEAST",
-    "OWN_SHARE_AT_LEAST_BROKER",
+    "OWN_SHARE_WORKER_LISTED",
     "date_ahead",
     "parallel_heads",
 ]
@@ -61,15 +61,17 @@ OWN_SHARE = (2, 5)
 #: The same where the worker has dated its own listings' heads ahead (``date_ahead``): this
 #: process walks at most this share, and only partitions it listed itself.
 OWN_SHARE_DATED_AHEAD = (2, 5)
-#: ... and at least this share, of the worker's partitions where it listed too few itself
-#: (with kept listings, ``listingstore``, the worker lists them all in a few ms). Offline this
-#: process comes to its walk ~0.15 s in, while the worker dated ahead since ~0.03 s; in
-#: broker mode it first waits on the broker's answers while the worker dates further, and
-#: each partition taken from the worker here wastes what it dated ahead (measured at
-#: SCHED_FIFO, medians of 9, 100k segments: offline 3/10 0.299 s, 2/5 0.297 s, 1/5
-#: 0.318 s, 1/2 0.312 s; broker mode 1/5 0.503 s, 3/10 0.562 s, 2/5 0.568 s).
-OWN_SHARE_AT_LEAST = (3, 10)
-OWN_SHARE_AT_LEAST_BROKER = (1, 5)
+#: ... and at least this share, of the worker's partitions where it listed too few itself.
+OWN_SHARE_AT_LEAST = (1, 5)
+#: ... or this, offline, where it listed next to none (under a tenth): with kept listings
+#: (``listingstore``) the worker lists every dir in a few ms and dates heads ahead while
+#: this process imports, which then comes to its walk with time to spare; in broker mode it
+#: waits on the broker meanwhile, and each partition taken from the worker wastes what it
+#: dated ahead. Measured at SCHED_FIFO, medians of 9, 100k segments: listings kept,
+#: offline 3/10 0.299 s, 2/5 0.297 s, 1/5 0.318 s, 1/2 0.312 s, broker mode 1/5 0.503 s,
+#: 3/10 0.562 s; not kept (this process listing ~1/4 of the dirs), offline 1/5 0.376 s,
+#: 3/10 0.392 s.
+OWN_SHARE_WORKER_LISTED = (3, 10)
 #: How far ``date_ahead`` goes: this many heads per partition on average. Beside a broker
 #: on two cores, dating further took the core the broker answered the plan's requests on
 #: (measured: 4 a partition 0.71 s, 16 0.89 s, 1 0.75 s); offline the walk's request stops
@@ -137,7 +139,8 @@ def _shares(
     block: partitions of one topic sit together and may be the oldest of all. Without
     ``dated_ahead``, every ``OWN_SHARE`` of them here; with it, the worker walks every
     partition it dated ahead and this process at most ``OWN_SHARE_DATED_AHEAD`` of all, of
-    the rest, and at least ``at_least``, topped up with the worker's. A protected
+    the rest, and at least ``OWN_SHARE_AT_LEAST`` (``at_least`` where it listed under a
+    tenth itself), topped up with the worker's. A protected
     partition has no head (``LocalHeads``): not sent."""
     if not dated_ahead:
         num, den = OWN_SHARE
@@ -151,7 +154,8 @@ def _shares(
     chosen = {rest[k * len(rest) // keep] for k in range(keep)} if keep else set()
     # Where the worker listed nearly all (a broker's round trips kept this process busy),
     # this process still walks some, of the worker's: it would otherwise only merge.
-    least = len(parts) * at_least[0] // at_least[1]
+    num, den = at_least if len(rest) * 10 < len(parts) else OWN_SHARE_AT_LEAST
+    least = len(parts) * num // den
     if len(chosen) < least:
         theirs_i = [i for i, p in enumerate(parts) if p.path in ahead]
         more = min(len(theirs_i), least - len(chosen))

@@ -149,11 +149,6 @@ def listed_from_config(path: str, then: tuple[str, str] | None, claims: Claims) 
     from diskguard.kafkalog.listing import live_partition_dirs, log_dir_entries
     from diskguard.kafkalog.parallellisting import listed_plain, use_store
 
-    # What the last plan listed: a dir unchanged since is not listed again. Kept in the state
-    # dir the file names (the command saves there: ``plan``); another is no store, never a
-    # different listing (each dir's own ``stat`` decides).
-    use_store(listingstore.load(state_dir))
-
     paths: list[str] = []
     for log_dir in log_dirs:
         try:
@@ -162,6 +157,11 @@ def listed_from_config(path: str, then: tuple[str, str] | None, claims: Claims) 
             continue  # as ``ListingCache.live_paths``: the scan says why
     claims.end_at(len(paths))
     yield paths
+    # What the last plan listed (after the paths: the command may be waiting for them): a
+    # dir unchanged since is not listed again. Kept in the state dir the file names (the
+    # command saves there: ``plan``); another is no store, never a different listing (each
+    # dir's own ``stat`` decides).
+    use_store(listingstore.load(state_dir))
     yield from listed_plain(paths, False, then, claims)
 
 

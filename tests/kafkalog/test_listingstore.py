@@ -163,6 +163,19 @@ def test_saving_where_it_cannot_be_written_does_nothing(tmp_path: Path) -> None:
     assert sorted(os.listdir(taken)) == [STORE_NAME]  # no temp file left behind
 
 
+def test_nothing_is_kept_on_a_filesystem_short_of_space(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = _dirs(tmp_path / "logs")
+    free = os.statvfs(tmp_path)
+    monkeypatch.setattr(listingstore, "MIN_FREE_BYTES", free.f_bavail * free.f_frsize * 2)
+    listingstore.save(tmp_path, _kept(paths))
+    assert not (tmp_path / STORE_NAME).exists()
+    monkeypatch.setattr(listingstore, "MIN_FREE_BYTES", 0)
+    listingstore.save(tmp_path, _kept(paths))
+    assert len(listingstore.load(tmp_path)) == len(paths)
+
+
 def test_a_listing_is_taken_from_the_store_where_the_dir_is_unchanged(tmp_path: Path) -> None:
     """The plan's worker's way (``parallellisting._listed``): what the store holds for an
     unchanged dir is taken as it is (a changed dir is listed afresh), and what is listed

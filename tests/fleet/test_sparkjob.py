@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from diskguard.fleet.aggregation import overfull_history, summarize_disks
+from diskguard.fleet.aggregation import MAX_BYTES, overfull_history, summarize_disks
 from diskguard.fleet.inputs import NoInputError, resolve_input
 from diskguard.fleet.job import JobResult, run_aggregation
 from support.cli import run_cli
@@ -544,6 +544,14 @@ def _skewed(record: dict[str, Any], **changes: Any) -> str:
     return json.dumps({**record, **changes})
 
 
+def _topics(p: int = 6, b: int = 5) -> list[dict[str, Any]]:
+    """A topic in range and one with ``p`` partitions and ``b`` bytes."""
+    return [
+        {"topic": "orders", "partitions": 6, "bytes": 5},
+        {"topic": "payments", "partitions": p, "bytes": b},
+    ]
+
+
 def test_a_skewed_host_is_counted_bad_and_the_report_is_written(
     spark: Any, fleet: Fleet, file_run: JobResult, tmp_path: Path
 ) -> None:
@@ -561,6 +569,9 @@ def test_a_skewed_host_is_counted_bad_and_the_report_is_written(
         _skewed(base, ts_ms=base["ts_ms"] + 8, available_bytes=-10),
         _skewed(base, ts_ms=base["ts_ms"] + 9, deleted_bytes=-1000),
         _skewed(base, ts_ms=base["ts_ms"] + 10, topics=topics),
+        # one topic of several out of range, beside a null entry; or past 8 PiB
+        _skewed(base, ts_ms=base["ts_ms"] + 11, topics=[None, *_topics(p=-1)]),
+        _skewed(base, ts_ms=base["ts_ms"] + 12, topics=_topics(b=MAX_BYTES + 1)),
     ]
     spool = tmp_path / "spool"
     write_spool(spool, fleet.lines + skewed)

@@ -191,10 +191,11 @@ def build_session(
         # to 200 small files per table and day. Coalesced, they follow the data's size.
         .config("spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "true")
         .config("spark.sql.debug.maxToStringFields", "200")
-        # Spark swaps a hash aggregation for an interpreted sort-based one when its input is
-        # already sorted by the keys (the disk aggregates: the history is sorted by disk);
-        # the generated hash aggregation is the cheaper of the two here.
-        .config("spark.sql.execution.replaceHashWithSortAgg", "false")
+        # An aggregation whose input is already sorted by its keys streams through it: the
+        # disk-day rows come out of the dedup window sorted by disk-day, and their
+        # aggregation (collect_list: an object hash aggregation, never generated code)
+        # would otherwise sort them again once a task holds more than 128 disk-days.
+        .config("spark.sql.execution.replaceHashWithSortAgg", "true")
     )
     local = (master or "").startswith("local")
     if local:

@@ -219,13 +219,14 @@ def _out_of_range(r: Column) -> Column:
     bad = (r["ts_ms"] < F.lit(aggregation.TS_MIN_MS)) | (r["ts_ms"] >= F.lit(aggregation.TS_MAX_MS))
     for name in aggregation.BYTE_FIELDS:
         bad = bad | outside(r[name], 0, aggregation.MAX_BYTES)
-    for name in ("bytes", "partitions"):
-        # a topic's values as one array: its least and greatest (nulls skipped) are in
-        # range or it is not; no lambda per topic, which Spark would interpret row by row
-        values = r["topics"][name]
-        bad = bad | outside(F.array_min(values), 0, aggregation.MAX_BYTES)
-        bad = bad | outside(F.array_max(values), 0, aggregation.MAX_BYTES)
-    return bad
+    topic_bad = F.exists(
+        F.coalesce(r["topics"], F.array().cast(ArrayType(TOPIC_SCHEMA))),
+        lambda t: (
+            outside(t["bytes"], 0, aggregation.MAX_BYTES)
+            | outside(t["partitions"], 0, aggregation.MAX_BYTES)
+        ),
+    )
+    return bad | topic_bad
 
 
 def classify(parsed: DataFrame) -> DataFrame:

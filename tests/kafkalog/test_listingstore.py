@@ -200,3 +200,25 @@ def test_a_listing_is_taken_from_the_store_where_the_dir_is_unchanged(tmp_path: 
         assert kept == (None, True)  # changed just now: not kept
     finally:
         parallellisting.use_store(None)
+
+
+def test_saving_never_writes_through_what_is_planted_under_the_temp_name(tmp_path: Path) -> None:
+    """Whoever can write in the state dir can make the temp file's name (the pid is no
+    secret) a hard link to another file, or a symlink: saving makes a file of its own and
+    leaves the other as it was."""
+    paths = _dirs(tmp_path / "logs")
+    state = tmp_path / "state"
+    state.mkdir()
+    other = tmp_path / "other"
+    other.write_bytes(b"someone else's\n")
+    tmp = state / f".{STORE_NAME}.{os.getpid()}.tmp"
+    os.link(other, tmp)
+    listingstore.save(state, _kept(paths))
+    assert other.read_bytes() == b"someone else's\n"
+    assert os.stat(other).st_nlink == 1
+    assert len(listingstore.load(state)) == len(paths)
+    assert (os.stat(state / STORE_NAME).st_mode & 0o777) == 0o600
+    os.symlink(other, tmp)
+    listingstore.save(state, _kept(paths))
+    assert other.read_bytes() == b"someone else's\n"
+    assert sorted(os.listdir(state)) == [STORE_NAME]

@@ -63,7 +63,7 @@ _REMOTE, _TXN, _METADATA = 1, 2, 4
 #: Nothing is kept on a filesystem with less free than this (a store of 1M segments' bases
 #: is ~9 MB).
 MIN_FREE_BYTES = 256 * 1024 * 1024
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def stamp(st: os.stat_result, now: float | None = None) -> Stamp | None:
@@ -159,15 +159,19 @@ def save(
     was kept there; nothing where ``state_dir`` is not there or not writable (a plan run by
     someone else than the daemon's user), or its filesystem has less than ``MIN_FREE_BYTES``
     free."""
-    # A name of this process's own: two plans at once never write into one file (what a
-    # killed one left under its pid is its own, rewritten). Opened first: where the state
-    # dir is not there (a first plan on a host without a daemon), nothing is built.
+    # A name of this process's own: two plans at once never write into one file. Made anew
+    # (``O_EXCL``): what is there under that name (a killed plan's, or a hard link to some
+    # other file planted there) is unlinked, never written through, and a name made again
+    # meanwhile leaves nothing kept. Opened first: where the state dir is not there (a first
+    # plan on a host without a daemon), nothing is built.
     tmp = Path(state_dir) / f".{STORE_NAME}.{os.getpid()}.tmp"
     try:
         fs = os.statvfs(state_dir)
         # An optimisation never takes the space the daemon's journal and audit log need.
         if fs.f_bavail * fs.f_frsize < MIN_FREE_BYTES:
             return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         fd = os.open(tmp, _WRITE_FLAGS, 0o600)
     except OSError:
         return

@@ -222,3 +222,13 @@ def test_saving_never_writes_through_what_is_planted_under_the_temp_name(tmp_pat
     listingstore.save(state, _kept(paths))
     assert other.read_bytes() == b"someone else's\n"
     assert sorted(os.listdir(state)) == [STORE_NAME]
+
+
+def test_a_store_another_user_made_is_no_store(tmp_path: Path) -> None:
+    paths = _dirs(tmp_path / "logs")
+    listingstore.save(tmp_path, _kept(paths))
+    assert len(listingstore.load(tmp_path)) == len(paths)
+    os.chown(tmp_path / STORE_NAME, os.geteuid() + 1, -1)
+    assert len(listingstore.load(tmp_path)) == 0
+    os.chown(tmp_path / STORE_NAME, os.geteuid(), -1)
+    assert len(listingstore.load(tmp_path)) == len(paths)

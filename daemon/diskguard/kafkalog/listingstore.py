@@ -102,9 +102,16 @@ class ListingStore:
 
 def load(state_dir: str | os.PathLike[str]) -> ListingStore:
     """The store in ``state_dir``; an empty one where there is none, or it cannot be read or
-    is not exactly this format."""
+    is not exactly this format, or another user made it (one who may write in the state
+    dir, a plan's only, could otherwise choose what a root plan sees of a dir)."""
     try:
-        data = safeopen.read_bytes(os.path.join(state_dir, STORE_NAME), limit=MAX_STORE_BYTES)
+        fd, st = safeopen.open_regular_stat(os.path.join(state_dir, STORE_NAME))
+        with os.fdopen(fd, "rb") as file:
+            if st.st_uid != os.geteuid():
+                return ListingStore({})
+            data = file.read(MAX_STORE_BYTES + 1)
+        if len(data) > MAX_STORE_BYTES:
+            return ListingStore({})
         return ListingStore(_parse(data))
     except (OSError, ValueError, TypeError, OverflowError):
         return ListingStore({})

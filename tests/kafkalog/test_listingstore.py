@@ -82,6 +82,14 @@ def test_a_dir_changed_within_the_settle_time_is_not_kept(tmp_path: Path) -> Non
     assert stamp(st) is None  # just made
     assert stamp(st, st.st_ctime_ns / 1e9 + SETTLE_S / 2) is None
     assert stamp(st, st.st_ctime_ns / 1e9 - 60) is None  # a clock set back: not settled
+
+    # Times in whole seconds (a filesystem without nanoseconds): never kept, since a clock
+    # set back could bring the same times again with other names in the dir.
+    def at(ns: int) -> os.stat_result:
+        return os.stat_result(st[:10], {"st_mtime_ns": ns, "st_ctime_ns": ns})
+
+    assert stamp(at(1_700_000_000 * 10**9), 1_700_000_100) is None
+    assert stamp(at(1_700_000_000 * 10**9 + 1), 1_700_000_100) is not None
     assert stamp(st, st.st_ctime_ns / 1e9 + SETTLE_S + 0.1) == (
         st.st_dev,
         st.st_ino,

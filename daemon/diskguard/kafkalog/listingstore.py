@@ -60,6 +60,7 @@ MAX_STORE_BYTES = 256 * 1024 * 1024
 Stamp = tuple[int, int, int, int]
 
 _REMOTE, _TXN, _METADATA = 1, 2, 4
+_SECOND_NS = 1_000_000_000
 #: Nothing is kept on a filesystem with less free than this (a store of 1M segments' bases
 #: is ~9 MB).
 MIN_FREE_BYTES = 256 * 1024 * 1024
@@ -71,6 +72,11 @@ def stamp(st: os.stat_result, now: float | None = None) -> Stamp | None:
     where the dir changed within ``SETTLE_S`` of ``now`` (default: now)."""
     when = time.time() if now is None else now
     if when - st.st_ctime_ns / 1e9 <= SETTLE_S or when - st.st_mtime_ns / 1e9 <= SETTLE_S:
+        return None
+    if st.st_ctime_ns % _SECOND_NS == 0 and st.st_mtime_ns % _SECOND_NS == 0:
+        # Whole seconds: a filesystem keeping its times in seconds (ext4 with 128-byte
+        # inodes, ext3). There, once the clock is set back, a change in the very second
+        # the dir was kept at leaves both times as they were; with nanoseconds it cannot.
         return None
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 

@@ -90,6 +90,11 @@ def test_a_dir_changed_within_the_settle_time_is_not_kept(tmp_path: Path) -> Non
 
     assert stamp(at(1_700_000_000 * 10**9), 1_700_000_100) is None
     assert stamp(at(1_700_000_000 * 10**9 + 1), 1_700_000_100) is not None
+    # ... nor taken from a store that kept one all the same (made before that rule)
+    listing = list_partition(path, False)
+    for ns in (1_700_000_000 * 10**9, 1_700_000_000 * 10**9 + 1):
+        store = ListingStore({path: ((st.st_dev, st.st_ino, ns, ns), listing)})
+        assert store.get(path, at(ns)) == (None if ns % 10**9 == 0 else listing)
     assert stamp(st, st.st_ctime_ns / 1e9 + SETTLE_S + 0.1) == (
         st.st_dev,
         st.st_ino,

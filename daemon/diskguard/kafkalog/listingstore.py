@@ -103,6 +103,8 @@ class ListingStore:
         (dev, ino, mtime_ns, ctime_ns), listing = kept
         if (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) != (dev, ino, mtime_ns, ctime_ns):
             return None
+        if mtime_ns % _SECOND_NS == 0 and ctime_ns % _SECOND_NS == 0:
+            return None  # never kept now (``stamp``): a store from before that rule
         return listing
 
 

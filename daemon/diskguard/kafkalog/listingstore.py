@@ -14,8 +14,9 @@ What is kept: only a listing of names (never a full one, whose sizes change with
 changing), only of a dir without ``*.deleted`` files (their sizes are part of the listing),
 and only where the dir had not changed for ``SETTLE_S`` when it was ``stat``ed before the
 listing: a change in the same clock tick as that ``stat`` could leave its ``ctime`` as it
-was. A store that cannot be read, or is not exactly this format, is no store: each dir is
-listed.
+was; nor where its times are whole seconds (a clock set back could bring them again). A
+store that cannot be read, is not exactly this format, or another user made, is no store:
+each dir is listed.
 
 Format (``STORE_NAME`` in ``daemon.state_dir``): ``MAGIC``, the CRC-32 of the rest in hex
 and a newline, a JSON header line (one

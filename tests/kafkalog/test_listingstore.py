@@ -245,3 +245,21 @@ def test_a_store_another_user_made_is_no_store(tmp_path: Path) -> None:
     assert len(listingstore.load(tmp_path)) == 0
     os.chown(tmp_path / STORE_NAME, os.geteuid(), -1)
     assert len(listingstore.load(tmp_path)) == len(paths)
+
+
+def test_a_base_past_eight_bytes_is_never_kept_nor_fails_the_save(tmp_path: Path) -> None:
+    """A stray ``99999999999999999999.log`` (20 digits, past 2^63) in a partition dir: its
+    listing is not kept, and one offered all the same leaves neither a store nor a temp
+    file behind, nor an error (``plan`` would exit 1 after its output)."""
+    paths = _dirs(tmp_path / "logs")
+    (Path(paths[0]) / f"{10**20 - 1}.log").write_bytes(b"")
+    odd = list_partition(paths[0], False)
+    assert odd.bases[-1] == 10**20 - 1 and not storable(odd)
+    largest = PartitionListing((0, (1 << 63) - 1), 0, 0, (), False)
+    assert storable(largest)
+    state = tmp_path / "state"
+    state.mkdir()
+    listingstore.save(state, [(paths[0], _settled(os.stat(paths[0])), odd)])
+    assert os.listdir(state) == []
+    listingstore.save(state, [(paths[0], _settled(os.stat(paths[0])), largest)])
+    assert listingstore.load(state).get(paths[0], os.stat(paths[0])) == largest

@@ -62,6 +62,7 @@ Stamp = tuple[int, int, int, int]
 
 _REMOTE, _TXN, _METADATA = 1, 2, 4
 _SECOND_NS = 1_000_000_000
+_MAX_BASE = (1 << 63) - 1
 #: Nothing is kept on a filesystem with less free than this (a store of 1M segments' bases
 #: is ~9 MB).
 MIN_FREE_BYTES = 256 * 1024 * 1024
@@ -83,8 +84,11 @@ def stamp(st: os.stat_result, now: float | None = None) -> Stamp | None:
 
 
 def storable(listing: PartitionListing) -> bool:
-    """May ``listing`` be kept? Names only, and no ``*.deleted`` file (whose bytes it holds)."""
-    return not listing.full and not listing.deleted_files and not listing.linked
+    """May ``listing`` be kept? Names only, no ``*.deleted`` file (whose bytes it holds), and
+    every base an 8-byte integer (a stray ``99999999999999999999.log`` is not one)."""
+    if listing.full or listing.deleted_files or listing.linked:
+        return False
+    return not listing.bases or listing.bases[-1] <= _MAX_BASE  # sorted: the last is the most
 
 
 class ListingStore:
@@ -210,6 +214,6 @@ def save(
         finally:
             os.close(fd)
         os.replace(tmp, Path(state_dir) / STORE_NAME)
-    except OSError:
+    except (OSError, OverflowError):  # Overflow: a base past 8 bytes, never ``storable``
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -293,13 +293,35 @@ def run_phase(
     onto a fresh copy of them; ``full31-local``: all 31 days, no summaries, as the default
     mode's full recompute.
     """
-    from support.sparkcluster import standalone, submit
-
     store = data / "phases"
     store.mkdir(exist_ok=True)
     if (store / f"{name}.json").exists():
         print(f"{name}: already measured ({store / f'{name}.json'})", flush=True)
         return
+    # Two invocations may run side by side (a standalone and a local step): never the same one.
+    running = store / f"{name}.running"
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        other = int(running.read_text())
+        if Path(f"/proc/{other}").exists():
+            print(f"{name}: being measured by pid {other}", flush=True)
+            return
+    running.write_text(f"{os.getpid()}\n")
+    try:
+        _measure_phase(name, args, data, work, local, store)
+    finally:
+        running.unlink(missing_ok=True)
+
+
+def _measure_phase(
+    name: str,
+    args: argparse.Namespace,
+    data: Path,
+    work: Path,
+    local: tuple[list[str], dict[str, str]],
+    store: Path,
+) -> None:
+    from support.sparkcluster import standalone, submit
+
     kind, master = name.split("-")
     out = store / f"{name}-out"
     shutil.rmtree(out, ignore_errors=True)
@@ -311,7 +333,7 @@ def run_phase(
         shutil.rmtree(target, ignore_errors=True)  # what a run cut short left
         argv += ["--summaries", str(target)]
     elif kind == "inc":
-        if not (summaries / "_manifest").is_dir():
+        if not (store / "full30-local.json").exists():  # its summaries complete
             raise SystemExit(f"{summaries}: no summaries yet (run --phase full30-local first)")
         copy = work / f"summaries-{name}"
         shutil.rmtree(copy, ignore_errors=True)
@@ -342,6 +364,7 @@ def phase_results(data: Path) -> dict[str, Any]:
         for name in PHASES
         if (store / f"{name}.json").exists()
     }
+    found = {name: r for name, r in found.items() if "seconds" in r}
     result: dict[str, Any] = {"phases": found}
     for master in ("local", "standalone"):
         inc, full = found.get(f"inc-{master}"), found.get(f"full30-{master}")

@@ -186,7 +186,11 @@ def paused_seconds(pauses: Path | None, start: float, end: float) -> float:
 
 
 def run(
-    command: list[str], env: dict[str, str], args: list[str], pauses: Path | None = None
+    command: list[str],
+    env: dict[str, str],
+    args: list[str],
+    pauses: Path | None = None,
+    log: Path | None = None,
 ) -> dict[str, Any]:
     """One aggregate run: wall and CPU seconds (driver, JVMs, Python workers, executors),
     the machine's load through it and the other users' CPU beside it."""
@@ -209,6 +213,8 @@ def run(
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    if log is not None:  # all of it: a run that fails after an hour says why
+        log.write_text(stdout + stderr)
     # Reap the adopted JVMs, so that their CPU time counts; without blocking: a standalone
     # master and worker are children too, and live on (waiting for them waited forever).
     quiet_since = time.monotonic()
@@ -350,7 +356,7 @@ def _measure_phase(
             env = cluster.env
         else:
             command, env = local
-        result = run(command, env, argv, args.pauses)
+        result = run(command, env, argv, args.pauses, store / f"{name}.log")
     _say(name, result)
     result.update(_commit(), phase=name, master=master, input=inputs)
     (store / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")

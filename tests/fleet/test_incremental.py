@@ -226,9 +226,12 @@ def test_a_window_of_days_reports_on_those_days(
     only.mkdir()
     (only / "recent.jsonl").write_text("\n".join(recent) + "\n")
     full = _run(spark, str(only), tmp_path / "full")
-    assert windowed.disks == full.disks
-    assert windowed.topics == full.topics
-    assert windowed.hosts == full.hosts
+    # a full recompute over every day, reporting on the last two, too
+    recomputed = _run(spark, str(spool), tmp_path / "recomputed", days=2)
+    for result in (windowed, recomputed):
+        assert result.disks == full.disks
+        assert result.topics == full.topics
+        assert result.hosts == full.hosts
     summary = json.loads(Path(windowed.paths["summary"]).read_text())
     assert summary["summaries"]["window"] == ["2026-09-23", "2026-09-24"]
     assert summary["summaries"]["days"] == DAYS

@@ -468,25 +468,6 @@ def main() -> int:
                     str(warm / "s"),
                 ],
             )
-        if args.phase:
-            for name in args.phase:
-                run_phase(name, args, data, work, (cli, local_env))
-            found = {
-                "hosts": args.hosts,
-                "disks": args.hosts * args.mounts,
-                "interval_minutes": args.interval_minutes,
-                "rows_per_day": args.hosts * args.mounts * (1440 // args.interval_minutes),
-                "history_days": args.days,
-                "input_gzip_bytes": size,
-                "target_ratio": TARGET_RATIO,
-                **phase_results(data),
-            }
-            args.results.parent.mkdir(parents=True, exist_ok=True)
-            args.results.write_text(json.dumps(found, indent=2) + "\n")
-            print(json.dumps({k: v for k, v in found.items() if k != "phases"}, indent=2))
-            print(f"-> {args.results}")
-            return 0
-        summaries = data / f"summaries-{args.days}d"
         result: dict[str, Any] = {
             "hosts": args.hosts,
             "disks": args.hosts * args.mounts,
@@ -499,6 +480,16 @@ def main() -> int:
             "target_ratio": TARGET_RATIO,
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+        if args.phase:
+            for name in args.phase:
+                run_phase(name, args, data, work, (cli, local_env))
+            found = {**result, **phase_results(data)}
+            args.results.parent.mkdir(parents=True, exist_ok=True)
+            args.results.write_text(json.dumps(found, indent=2) + "\n")
+            print(json.dumps({k: v for k, v in found.items() if k != "phases"}, indent=2))
+            print(f"-> {args.results}")
+            return 0
+        summaries = data / f"summaries-{args.days}d"
         baseline = fleet.baseline_tree(args.baseline, work / "baseline") if args.baseline else None
         result["baseline_ref"] = args.baseline
         history = str(data / "day-*" / "*.jsonl.gz")

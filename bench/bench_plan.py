@@ -488,6 +488,7 @@ def warm_run(
         tree = mnt / "kafka-logs"
         print(f"warm: generating {parts} x {segs} segments on tmpfs...", flush=True)
         result["generate_s"] = round(gen_tree.generate(str(tree), parts, segs, workers=workers), 1)
+        generated_at = time.time()
         per_segment = segment_bytes(tree)
         used, avail, pct = loopfs.statvfs_usage(mnt)
         limit = 100.0 * (used - int((want - 0.5) * per_segment)) / (used + avail)
@@ -513,7 +514,11 @@ def warm_run(
             commands["unkept"] = ([*cmd, "-c", str(unkept), "--json"], env)
             cmd, env = checkout_plan(baseline, work)
             commands["baseline"] = ([*cmd, *plan_args], env)
-        # One untimed run of each: the dentry/inode caches are warm for all.
+        # One untimed run of each: the dentry/inode caches are warm for all, and the plan has
+        # kept its listings. A dir changed within 2 s of a plan's look is not kept
+        # (``listingstore.SETTLE_S``): the tree is left to settle first, or the first timed
+        # plan lists again what the untimed one could not keep.
+        time.sleep(max(0.0, generated_at + 2.5 - time.time()))
         for cmd, env in commands.values():
             subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         runs: list[Run] = []

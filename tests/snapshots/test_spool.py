@@ -253,7 +253,10 @@ def test_kill_9_mid_write_loses_no_acknowledged_record(tmp_path: Path) -> None:
             else:
                 time.sleep(rng.uniform(0, 0.03))  # land anywhere in the write/fsync cycle
             os.kill(child.pid, signal.SIGKILL)
-            rest, _ = child.communicate(timeout=10)
+            # Through the same reader: readline() above may have read acks ahead into its
+            # buffer, which communicate() (reading the pipes' descriptors) would never see.
+            rest = child.stdout.read()
+            child.wait(timeout=10)
             acked += [int(x) for x in rest.split()]
         finally:
             if child.poll() is None:

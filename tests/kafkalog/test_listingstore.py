@@ -237,6 +237,46 @@ def test_saving_never_writes_through_what_is_planted_under_the_temp_name(tmp_pat
     assert sorted(os.listdir(state)) == [STORE_NAME]
 
 
+def test_a_killed_plan_s_temp_file_goes_with_the_next_save_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """A plan killed while saving leaves its temp file; the next plan's save removes it once
+    no process has its pid, and never a live plan's temp file or any other name."""
+    import subprocess
+    import sys
+
+    paths = _dirs(tmp_path / "logs")
+    state = tmp_path / "state"
+    state.mkdir()
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = int(gone.stdout)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        names = {
+            f".{STORE_NAME}.{dead}.tmp": False,  # killed mid-save: removed
+            f".{STORE_NAME}.{live.pid}.tmp": True,  # saving now: kept
+            f".{STORE_NAME}.0{dead}.tmp": True,  # not a name a plan makes
+            f".{STORE_NAME}.{dead}": True,
+            f".{STORE_NAME}.x{dead}.tmp": True,
+            f"{STORE_NAME}.{dead}.tmp": True,
+            "journal.tmp": True,
+        }
+        for name in names:
+            (state / name).write_bytes(b"x")
+        listingstore.save(state, _kept(paths))
+        for name, kept in names.items():
+            assert (state / name).exists() == kept, name
+        assert len(listingstore.load(state)) == len(paths)
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_a_store_another_user_made_is_no_store(tmp_path: Path) -> None:
     paths = _dirs(tmp_path / "logs")
     listingstore.save(tmp_path, _kept(paths))

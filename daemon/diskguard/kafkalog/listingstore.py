@@ -217,3 +217,35 @@ def save(
     except (OSError, OverflowError):  # Overflow: a base past 8 bytes, never ``storable``
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        return
+    _remove_orphans(state_dir)
+
+
+def _remove_orphans(state_dir: str | os.PathLike[str]) -> None:
+    """Unlink the temp files of plans that were killed while saving (``SIGKILL``, OOM):
+    up to ~9 MB each, one per pid, that nothing else would ever remove. Only this module's
+    own temp names, and only of a pid no process has now (a live one may be saving)."""
+    prefix, suffix = f".{STORE_NAME}.", ".tmp"
+    try:
+        with os.scandir(state_dir) as entries:
+            names = [e.name for e in entries if e.name.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix) : -len(suffix)] if name.endswith(suffix) else ""
+        if not pid.isascii() or not pid.isdigit() or pid != str(int(pid)):
+            continue
+        if not _running(int(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(Path(state_dir) / name)
+
+
+def _running(pid: int) -> bool:
+    """Has a process the id ``pid`` (in this process's pid namespace)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's: there all the same (or not a pid at all: left alone)
+    return True

@@ -5,8 +5,12 @@ A real Apache Kafka broker (the project's harness, ``tests/support/kafka``: ``--
 default the newest 4.x in KRaft mode) runs as ``nobody`` with its log dir on a fresh loop ext4;
 ``--partitions`` partitions (``--per-topic`` to a topic) each get ``--segments`` closed
 segments of ``--segment-kib`` first, and a consumer group commits offsets on half the topics
-(so the cycle's OffsetFetch has something to say). Per size, per daemon variant (this
-checkout; ``--baseline REV`` the daemon code of REV, in the same run, on the same broker):
+(so the cycle's OffsetFetch has something to say). ``--filled N``: only the first N partitions
+(whole topics) are prefilled, committed and written by the burst; the others stay empty, one
+active segment each, as most partitions of a large cluster are small. A broker holds a
+descriptor per segment, so this is how a size near the open-files limit fits at all. Per
+size, per daemon variant (this checkout; ``--baseline REV`` the daemon code of REV, in the
+same run, on the same broker):
 
 - **burst**: the daemon runs in broker mode with its ceiling a few points above today's
   usage, with librdkafka's ``debug = "protocol"`` (every request the client sends and every
@@ -83,9 +87,22 @@ def heap_mb(partitions: int) -> int:
     return max(512, min(4096, 512 + partitions // 10))
 
 
+def filled_of(args: argparse.Namespace, partitions: int) -> int:
+    """How many of ``partitions`` get the prefill, the group and the burst (``--filled``)."""
+    return partitions if args.filled is None else min(args.filled, partitions)
+
+
+def descriptors(args: argparse.Namespace, partitions: int) -> int:
+    """The broker's open files at ``partitions``: one per segment's ``.log`` (the filled
+    partitions' closed ones, every partition's active one), a roll per filled partition in the
+    burst, and ~2,000 for its jars, sockets and the rest."""
+    filled = filled_of(args, partitions)
+    return filled * (args.segments + 1) + (partitions - filled) + filled + 2000
+
+
 def disk_bytes(args: argparse.Namespace, partitions: int) -> int:
     """The prefill at about half the disk, with room for the bursts and the broker's own."""
-    prefill = partitions * args.segments * args.segment_kib * KiB
+    prefill = filled_of(args, partitions) * args.segments * args.segment_kib * KiB
     return max(1 << 30, int(prefill * 2.2) + 512 * MiB)
 
 
@@ -369,7 +386,7 @@ def burst(
         )
     return {
         "variant": variant,
-        "partitions": partitions,
+        "burst_partitions": partitions,
         "ceiling_percent": ceiling,
         "target_percent": target_pct,
         "usage_before_percent": round(usage, 3),
@@ -481,12 +498,16 @@ def prepared(
     """A running broker with ``partitions`` partitions prefilled and a group's offsets
     committed (its loop disk, work dirs and the broker itself closed by ``stack``); the
     result's first fields."""
-    topics = topics_of(partitions, args.per_topic)
+    every = topics_of(partitions, args.per_topic)
+    filled = filled_of(args, partitions)
+    # Whole topics: the first ones up to ``filled`` partitions (the burst's and the group's).
+    topics = [t for i, t in enumerate(every) if sum(n for _t, n in every[:i]) < filled]
     segment = args.segment_kib * KiB
     size = disk_bytes(args, partitions)
     result: dict[str, Any] = {
         "partitions": partitions,
-        "topics": len(topics),
+        "topics": len(every),
+        "filled_partitions": sum(n for _t, n in topics),
         "segment_kib": args.segment_kib,
         "disk_mib": size // MiB,
         "heap_mb": heap_mb(partitions),
@@ -514,7 +535,7 @@ def prepared(
         )
     )
     t = time.monotonic()
-    create_topics(broker, topics, segment)
+    create_topics(broker, every, segment)
     result["create_topics_s"] = round(time.monotonic() - t, 1)
     print(f"  topics created in {result['create_topics_s']} s", flush=True)
     result["prefill_s"] = round(
@@ -624,7 +645,7 @@ def at_a_time(args: argparse.Namespace, kafka: Target, sizes: list[int]) -> list
 def summary_of_burst(res: dict[str, Any]) -> dict[str, Any]:
     return {
         "variant": res["variant"],
-        "partitions": res["partitions"],
+        "burst_partitions": res["burst_partitions"],
         "cycles": [
             {
                 "ms": c["duration_ms"],
@@ -655,6 +676,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", default="500,5000", help="comma-separated sizes")
     ap.add_argument("--per-topic", type=int, default=50)
     ap.add_argument("--segments", type=int, default=3, help="closed segments per partition")
+    ap.add_argument(
+        "--filled",
+        type=int,
+        help="partitions prefilled, committed and burst (whole topics from the first; default"
+        " all): the rest stay empty",
+    )
     ap.add_argument("--segment-kib", type=int, default=64)
     ap.add_argument("--record", type=int, default=4 * KiB)
     ap.add_argument("--burst-percent", type=float, default=4.0)
@@ -698,10 +725,11 @@ def main(argv: list[str] | None = None) -> int:
     kafka = target(args.release, args.mode)
     sizes = [int(x) for x in args.partitions.split(",") if x]
     for n in sizes:
-        if n * (args.segments + 1) + 2000 > nofile:
+        if descriptors(args, n) > nofile:
             print(
-                f"# {n} partitions x {args.segments + 1} segments: more open files than the"
-                f" limit ({nofile}); the broker will take its log dir offline (--segments)",
+                f"# {n} partitions ({filled_of(args, n)} filled) x {args.segments + 1} segments:"
+                f" more open files than the limit ({nofile}); the broker will take its log dir"
+                " offline (--segments, --filled)",
                 file=sys.stderr,
             )
     print(f"# {kafka}, load {load_average()}", flush=True)

@@ -154,7 +154,7 @@ class FlowLimits:
         quiet only this far from any limit that engages flow control or an alert. A margin
         that would fill the disk is never well under, whatever limits are set (a bytes-only
         config with ``min_free_bytes = 0`` would otherwise see a full disk as fine)."""
-        if margin_bytes >= usage.available_bytes:
+        if usage.fills_with(margin_bytes):
             return False
         padded = usage.after_writing(margin_bytes)
         return not self.is_overfull(padded) and not self.is_low_space(padded)

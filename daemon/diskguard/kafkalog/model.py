@@ -157,6 +157,13 @@ class FilesystemUsage:
         """The ``used`` value at which df would show ``percent`` usage."""
         return int((self.used_bytes + self.available_bytes) * percent / 100.0)
 
+    def fills_with(self, extra_bytes: int) -> bool:
+        """Would ``extra_bytes`` more leave no free space at all? ``after_writing`` clamps the
+        free bytes at 0, so a disk filled to the brim reads as usage and limits allow it
+        (a bytes-only config with ``min_free_bytes = 0``); whoever asks "is there room for
+        this?" asks this first."""
+        return extra_bytes >= self.available_bytes
+
     def after_writing(self, extra_bytes: int) -> FilesystemUsage:
         """This filesystem with ``extra_bytes`` more written (at most what is available):
         how far a limit is, asked as "would it be crossed by then?"."""

@@ -199,7 +199,7 @@ class Ceilings:
             return False
         if margin_bytes is None:
             margin_bytes = quiet_margin_bytes(usage)
-        if margin_bytes >= usage.available_bytes:
+        if usage.fills_with(margin_bytes):
             return False
         limits = self.limits(BROKER, usage.mount)
         ahead = replace(

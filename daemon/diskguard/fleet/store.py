@@ -385,14 +385,21 @@ class ScratchStore:
         disks = self._tables.get("disks")
         if disks is None:
             return {}
+        import pyarrow.compute as pc
+
+        # In Arrow, not Python: a full recompute's tables hold a row per disk-day and per
+        # disk-topic-day, millions of them for a large fleet's month, for a few dozen days.
         topics = self._tables.get("topics")
-        with_topics = set(topics.column("day").to_pylist()) if topics is not None else set()
-        snapshots: dict[str, int] = {}
-        for day, count in zip(
-            disks.column("day").to_pylist(), disks.column("snapshots").to_pylist(), strict=True
-        ):
-            snapshots[day] = snapshots.get(day, 0) + count
-        return {d: DayMark(version, n, d in with_topics) for d, n in snapshots.items()}
+        with_topics = (
+            set(pc.unique(topics.column("day")).to_pylist()) if topics is not None else set()
+        )
+        by_day = disks.group_by("day").aggregate([("snapshots", "sum")])
+        snapshots = zip(
+            by_day.column("day").to_pylist(),
+            by_day.column("snapshots_sum").to_pylist(),
+            strict=True,
+        )
+        return {d: DayMark(version, int(n), d in with_topics) for d, n in snapshots}
 
     def publish(self, manifest: Manifest) -> None:
         self.manifest = manifest

@@ -103,7 +103,15 @@ def descriptors(args: argparse.Namespace, partitions: int) -> int:
 def disk_bytes(args: argparse.Namespace, partitions: int) -> int:
     """The prefill at about half the disk, with room for the bursts and the broker's own."""
     prefill = filled_of(args, partitions) * args.segments * args.segment_kib * KiB
-    return max(1 << 30, int(prefill * 2.2) + 512 * MiB)
+    # Every partition, empty or not, takes its dir's block, partition.metadata and
+    # leader-epoch-checkpoint (~12 KiB).
+    return max(1 << 30, int(prefill * 2.2) + 512 * MiB + partitions * 32 * KiB)
+
+
+def inodes(partitions: int) -> int:
+    """Inodes for ``partitions`` dirs of ~6 files each, and the rolls: mkfs.ext4's default of
+    one per 16 KiB ran out at 16,000 partitions on the 1 GiB disk of a small prefill."""
+    return partitions * 8 + 16384
 
 
 def topics_of(partitions: int, per_topic: int) -> list[tuple[str, int]]:
@@ -516,7 +524,8 @@ def prepared(
     }
     print(f"# {partitions} partitions: {result}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="diskguard-kafka-scale-"))
-    mount = stack.enter_context(fsfixtures.loop_ext4(size, 0))
+    mkfs = ["mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes(partitions))]
+    mount = stack.enter_context(fsfixtures.loop_fs(size, mkfs, "ext4"))
     work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dg-bench-scale-")))
     broker = stack.enter_context(
         running_cluster(

@@ -537,6 +537,10 @@ def test_a_broker_mode_cycle_asks_per_broker_not_per_partition(
         # own retention check) shrinks the excess, and 24 segments' worth left 12-14 trimmed
         # partitions on loaded runs. 40 of the 60 closed segments leave room for that.
         disk_usage_percent=round(ceiling_under(real_kafka.log_dir, 40 * SEGMENT), 6),
+        # Aimed 4 segments under the ceiling: aimed at the ceiling itself, the cycle chose
+        # 11 KB more than the excess, and on a loaded run the broker's own writes during the
+        # cycle came to more than that: still over, net of what it removes (exit 1).
+        target_percent=round(ceiling_under(real_kafka.log_dir, 44 * SEGMENT), 6),
         protect_topics=only(topic),
         mode="broker",
     )

@@ -184,3 +184,15 @@ def test_status_reads_a_running_daemons_unversioned_file(tmp_path: Path) -> None
     assert fs["reclaim"] == UNVERSIONED["filesystems"]["/data"]["reclaim"]  # type: ignore[index]
     assert fs["last_deletion"]["topic"] == "orders"
     assert status["set_aside"] == UNVERSIONED["set_aside"]
+
+
+@pytest.mark.parametrize("pid", [0, -1, 2**31, 10**30])
+def test_a_pid_no_process_can_have_is_no_running_daemon(tmp_path: Path, pid: int) -> None:
+    """A state file naming a pid no process can have (damaged, forged, another system's) is
+    the state of no running daemon: ``status`` says so, never an ``OverflowError``."""
+    config = _config(tmp_path)
+    _write(tmp_path / "state", {**UNVERSIONED, "pid": pid})
+    assert daemon_memory(load_config(config)).rates == {}
+    proc = run_cli("status", "--json", "-c", str(config))
+    assert proc.returncode == 0, proc.stderr
+    assert not json.loads(proc.stdout)["daemon_running"]

@@ -36,7 +36,7 @@ from array import array
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from diskguard.host import safeopen
+from diskguard.host import processes, safeopen
 from diskguard.kafkalog.listing import PartitionListing
 
 __all__ = [
@@ -235,17 +235,8 @@ def _remove_orphans(state_dir: str | os.PathLike[str]) -> None:
         pid = name[len(prefix) : -len(suffix)] if name.endswith(suffix) else ""
         if not pid.isascii() or not pid.isdigit() or pid != str(int(pid)):
             continue
-        if not _running(int(pid)):
+        if int(pid) > processes.PID_MAX_LIMIT:
+            continue  # no process has that id: not a name a plan made
+        if not processes.running(int(pid)):
             with contextlib.suppress(OSError):
                 os.unlink(Path(state_dir) / name)
-
-
-def _running(pid: int) -> bool:
-    """Has a process the id ``pid`` (in this process's pid namespace)?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True  # someone else's: there all the same (or not a pid at all: left alone)
-    return True

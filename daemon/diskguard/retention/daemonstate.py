@@ -18,7 +18,6 @@ importing the cycle's executors, broker client and segment dating (its start-up 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 
 from diskguard.config import Config
 from diskguard.configschema import Problem, build, dotted
+from diskguard.host import processes
 from diskguard.host.atomicfile import read_json, write_json_atomic
 
 #: The daemon's state file (flow state, last deletion, growth rate, reclaim latency).
@@ -157,14 +157,8 @@ def read_state(state_dir: Path) -> DaemonState | None:
 
 def running(state: DaemonState | None) -> DaemonState | None:
     """``state`` if the process that wrote it still runs (None otherwise)."""
-    if state is None or state.pid <= 0:
+    if state is None or not processes.running(state.pid):
         return None
-    try:
-        os.kill(state.pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
     return state
 
 

@@ -281,7 +281,8 @@ def test_a_hold_lasts_while_any_guard_needs_it(
     ``actuator_failed`` at all: while broker 3 is down the holds topic may not answer (its
     leader there, or an ``acks=all`` write waiting for it until it is fenced), for less than
     the lease (30 s here: longer than a broker's failover, as ``hold_lease`` must be), which
-    is retried, not a failure."""
+    is retried, not a failure; nor may a renewal's read-back of the ACLs (DescribeAcls), which
+    the killed broker can take with it."""
     cluster = real_cluster
     topic = "shared-orders"
     cluster.cluster.create_topic(topic, 3, 3)

@@ -561,3 +561,41 @@ def test_no_lease_expires_while_the_holds_topic_did_not_answer(
     assert events(logs, "hold_lease_expired") == []
     cleared(a)
     assert cluster.acl_set() >= {deny_write("orders", "User:*")}  # guard 2 still holds
+
+
+def test_a_read_back_that_times_out_is_retried_and_reported_only_after_a_lease(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """A broker of the cluster restarts while a guard reads its holds back (a renewal): the
+    DescribeAcls it took with it is asked again by the next pass, not an ``actuator_failed``,
+    unless the brokers stay silent for longer than the lease. A read for a hold still to
+    apply is reported at once: producers are not held until it answers."""
+    cluster = Cluster(tmp_path)
+    a = cluster.guard(1, actuators=("acl",))
+    overfull(a, ["orders"])
+    held = cluster.acl_set()
+    cluster.acls.fail_describes = 1
+    assert not a.sync(renewal=True)
+    assert events(logs, "actuator_failed") == []
+    (retrying,) = events(logs, "acl_describe_retrying")
+    assert "TIMED_OUT" in retrying["error"] and retrying["silent_s"] == 0, retrying
+    cluster.clock.now += 1
+    assert a.sync(renewal=True)  # answered: the silence is over
+    assert cluster.acl_set() == held and events(logs, "actuator_failed") == []
+
+    cluster.acls.fail_describes = 3
+    assert not a.sync(renewal=True)
+    cluster.clock.now += LEASE / 2
+    assert not a.sync(renewal=True)
+    assert events(logs, "actuator_failed") == []
+    cluster.clock.now += LEASE / 2
+    assert not a.sync(renewal=True)
+    (failed,) = events(logs, "actuator_failed")
+    assert failed["action"] == "describe" and "more than the lease" in failed["error"], failed
+    assert cluster.acl_set() == held  # nothing lifted while unanswered
+
+    cluster.acls.fail_describes = 1
+    overfull(a, ["orders", "payments"], mount="/other")  # a new hold: said at once
+    assert [e["action"] for e in events(logs, "actuator_failed")] == ["describe", "describe"]
+    assert a.sync()
+    assert {"orders", "payments"} <= cluster.acls.topics()

@@ -167,6 +167,8 @@ class FakeConfluentAdmin:
     def __init__(self) -> None:
         self.acls: set[AclBinding] = set()
         self.fail_creates = 0
+        #: Time out this many DescribeAcls (a broker that went away with the request).
+        self.fail_describes = 0
         #: Answer CreateAcls with success but keep nothing (a broker that drops ACLs).
         self.forget = False
         #: A deleted ACL is still listed by this many DescribeAcls after its DeleteAcls (a
@@ -198,6 +200,10 @@ class FakeConfluentAdmin:
         return {acl: _done() for acl in acls}
 
     def describe_acls(self, acl_filter: AclBindingFilter, **_: Any) -> Future[Any]:
+        if self.fail_describes:
+            self.fail_describes -= 1
+            err = KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed while waiting"))
+            return _done(error=err)
         listed = self.acls | set(self._ghosts)
         for ghost, left in list(self._ghosts.items()):
             if left is not None:

@@ -54,6 +54,7 @@ __all__ = [
     "QuotaEntity",
     "actuator_log",
     "entity_key",
+    "failure_text",
 ]
 
 STATE_FILE: Final = "actuators.json"
@@ -189,6 +190,11 @@ class Applied:
         )
 
 
+def failure_text(exc: BaseException) -> str:
+    """``actuator_failed``'s ``error``: our own message as it is, anything else with its type."""
+    return str(exc) if isinstance(exc, ActuatorError) else f"{type(exc).__name__}: {exc}"
+
+
 class Ledger:
     """The crash-safe record every actuator writes to, and where failures are reported.
 
@@ -230,8 +236,7 @@ class Ledger:
     def broker_failed(self, actuator: str, action: str, exc: BaseException) -> None:
         for reset in self._resets:
             reset()
-        message = str(exc) if isinstance(exc, ActuatorError) else f"{type(exc).__name__}: {exc}"
-        self.failed(actuator, action, message)
+        self.failed(actuator, action, failure_text(exc))
 
     def failure_counts(self) -> dict[str, int]:
         with self._failures_lock:

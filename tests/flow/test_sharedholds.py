@@ -577,7 +577,7 @@ def test_a_read_back_that_times_out_is_retried_and_reported_only_after_a_lease(
     cluster.acls.fail_describes = 1
     assert not a.sync(renewal=True)
     assert events(logs, "actuator_failed") == []
-    (retrying,) = events(logs, "acl_describe_retrying")
+    (retrying,) = events(logs, "holds_readback_retrying")
     assert "TIMED_OUT" in retrying["error"] and retrying["silent_s"] == 0, retrying
     cluster.clock.now += 1
     assert a.sync(renewal=True)  # answered: the silence is over
@@ -599,3 +599,31 @@ def test_a_read_back_that_times_out_is_retried_and_reported_only_after_a_lease(
     assert [e["action"] for e in events(logs, "actuator_failed")] == ["describe", "describe"]
     assert a.sync()
     assert {"orders", "payments"} <= cluster.acls.topics()
+
+
+def test_a_throttle_re_sent_in_vain_is_retried_and_reported_only_after_a_lease(
+    tmp_path: Path, logs: io.StringIO
+) -> None:
+    """The same for the ``quota`` actuator: its renewal re-sends the throttle in place; a
+    broker that times out on it is asked again, and said only once silent for a lease. The
+    restore, a change, is said at once."""
+    cluster = Cluster(tmp_path)
+    a = cluster.guard(1, actuators=("quota",))
+    overfull(a, ["orders"])
+    throttled = dict(cluster.quotas.quotas)
+    cluster.quotas.fail_next = [7]  # REQUEST_TIMED_OUT
+    assert not a.sync(renewal=True)
+    (retrying,) = events(logs, "holds_readback_retrying")
+    assert retrying["actuator"] == "quota" and retrying["action"] == "throttle", retrying
+    assert events(logs, "actuator_failed") == []
+    cluster.quotas.fail_next = [7] * 4
+    cluster.clock.now += LEASE
+    assert not a.sync(renewal=True)
+    (failed,) = events(logs, "actuator_failed")
+    assert "more than the lease" in failed["error"], failed
+    assert cluster.quotas.quotas == throttled
+    cluster.quotas.fail_next = [7]
+    cleared(a)  # the restore: said at once
+    assert [e["action"] for e in events(logs, "actuator_failed")] == ["throttle", "restore"]
+    assert a.sync()
+    assert cluster.quotas.quotas == {}

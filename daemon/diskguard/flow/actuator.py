@@ -52,6 +52,7 @@ __all__ = [
     "Applied",
     "Ledger",
     "QuotaEntity",
+    "ReadBack",
     "actuator_log",
     "entity_key",
     "failure_text",
@@ -190,6 +191,55 @@ class Applied:
         )
 
 
+class ReadBack:
+    """The silence of an actuator's broker calls that only re-check holds already in place
+    (a lease renewal's pass, a restarted guard's): such a call that fails is retried by the
+    next pass and reported (``actuator_failed``) only once the brokers have not answered it
+    for longer than this guard's lease, as the holds topic's silence is. A broker restarting
+    in the cluster can take the request with it, and while nothing is to change, asking again
+    loses nothing: the holds stay as they are. A call for a hold still to apply or lift
+    (``pending``) is reported at once: producers are not held, or not released, until it
+    answers."""
+
+    def __init__(self, ledger: Ledger, actuator: str) -> None:
+        self._ledger = ledger
+        self._actuator = actuator
+        #: When the first call of the current run of failures failed (the holds' clock).
+        self._since_ms: int | None = None
+
+    def answered(self) -> None:
+        self._since_ms = None
+
+    def failed(
+        self, action: str, exc: BaseException, holds: ClusterHolds, *, pending: bool
+    ) -> None:
+        now = holds.now_ms
+        if self._since_ms is None:
+            self._since_ms = now
+        silent_s = (now - self._since_ms) / 1000
+        lease_s = holds.own.lease_s
+        if pending:
+            self._ledger.broker_failed(self._actuator, action, exc)
+        elif silent_s >= lease_s:
+            self._ledger.broker_failed(
+                self._actuator,
+                action,
+                ActuatorError(
+                    f"{failure_text(exc)} (the brokers have not answered this guard's "
+                    f"read-back for {silent_s:.0f} s, more than the lease of {lease_s:g} s)"
+                ),
+            )
+        else:
+            self._ledger.reset_clients()
+            actuator_log().debug(
+                "holds_readback_retrying",
+                actuator=self._actuator,
+                action=action,
+                error=failure_text(exc),
+                silent_s=round(silent_s, 1),
+            )
+
+
 def failure_text(exc: BaseException) -> str:
     """``actuator_failed``'s ``error``: our own message as it is, anything else with its type."""
     return str(exc) if isinstance(exc, ActuatorError) else f"{type(exc).__name__}: {exc}"
@@ -234,9 +284,13 @@ class Ledger:
         self._resets.append(reset)
 
     def broker_failed(self, actuator: str, action: str, exc: BaseException) -> None:
+        self.reset_clients()
+        self.failed(actuator, action, failure_text(exc))
+
+    def reset_clients(self) -> None:
+        """Drop every registered client, so the next call connects anew (maybe elsewhere)."""
         for reset in self._resets:
             reset()
-        self.failed(actuator, action, failure_text(exc))
 
     def failure_counts(self) -> dict[str, int]:
         with self._failures_lock:

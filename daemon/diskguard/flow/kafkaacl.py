@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from diskguard.config import BrokerConfig
 from diskguard.flow.acladmin import AclAdmin, ConfluentAclAdmin, ProcessAclAdmin
-from diskguard.flow.actuator import ActuatorError, Ledger, actuator_log, failure_text
+from diskguard.flow.actuator import Ledger, ReadBack, actuator_log
 from diskguard.flow.holds import AclBinding, ClusterHolds, acl_plan, deny_write
 from diskguard.flow.state import Transition
 from diskguard.kafkalog.serverprops import read_properties
@@ -78,8 +78,7 @@ class AclActuator:
         #: The holds the ledger records have been said by this process (``acl_applied``);
         #: False after a restart, until its first pass that gets that far.
         self._said = said_before
-        #: When the first DescribeAcls of the current run of failures failed (holds' clock).
-        self._unanswered_since_ms: int | None = None
+        self._read_back = ReadBack(ledger, "acl")
 
     def on_transition(self, transition: Transition) -> bool:
         return self._configured
@@ -89,30 +88,6 @@ class AclActuator:
 
     def close(self) -> None:
         pass
-
-    def _describe_failed(self, exc: BaseException, holds: ClusterHolds, pending: bool) -> None:
-        """A read-back of holds already in place that failed is retried by the next pass and
-        reported only once the brokers have not answered it for longer than this guard's
-        lease: a broker restarting in the cluster can take a DescribeAcls with it, and while
-        nothing changes nothing is lost by asking again (the holds stay as they are, as a
-        silent holds topic keeps them). A read for a hold still to apply or lift is reported
-        at once: producers are not held, or not released, until it answers."""
-        now = holds.now_ms
-        if self._unanswered_since_ms is None:
-            self._unanswered_since_ms = now
-        silent_s = (now - self._unanswered_since_ms) / 1000
-        lease_s = holds.own.lease_s
-        if pending or silent_s >= lease_s:
-            if not pending:
-                exc = ActuatorError(
-                    f"{failure_text(exc)} (DescribeAcls has not answered for {silent_s:.0f} s, "
-                    f"more than the lease of {lease_s:g} s)"
-                )
-            self._ledger.broker_failed("acl", "describe", exc)
-            return
-        actuator_log().debug(
-            "acl_describe_retrying", error=failure_text(exc), silent_s=round(silent_s, 1)
-        )
 
     def converge(self, confirmed: bool, holds: ClusterHolds) -> bool:
         """Make the cluster's ACLs what every live guard needs; undo what nobody needs.
@@ -134,9 +109,9 @@ class AclActuator:
         try:
             present = self._admin.topic_acls()
         except Exception as exc:
-            self._describe_failed(exc, holds, pending=own_needs != had)
+            self._read_back.failed("describe", exc, holds, pending=own_needs != had)
             return False
-        self._unanswered_since_ms = None
+        self._read_back.answered()
         plan = acl_plan(needs, present, owned, self._permissive)
         # Lift nothing while another guard's needs are unknown: it may need exactly that.
         delete = plan.delete if holds.complete else ()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from diskguard.config import QuotaConfig
-from diskguard.flow.actuator import Ledger, actuator_log
+from diskguard.flow.actuator import Ledger, ReadBack, actuator_log
 from diskguard.flow.holds import ClusterHolds, QuotaEntity, settled_claim
 from diskguard.flow.quotaadmin import (
     ClientOptions,
@@ -75,6 +75,7 @@ class QuotaActuator:
         self._unsupported = False
         #: A throttle recorded as applied has been said by this process (see ``converge``).
         self._said = said_before
+        self._read_back = ReadBack(ledger, "quota")
 
     def on_transition(self, transition: Transition) -> bool:
         if transition.event == "overfull":
@@ -206,72 +207,8 @@ class QuotaActuator:
             return True
         if mine and not had and self._unsupported:
             return True  # already said this episode; retrying cannot help
-        admin = self._admin
-        waiting = False
         try:
-            if mine and not had:
-                self._seen_lifted(mine, owned, holds)
-            for key, (entity, rate) in sorted(mine.items()):
-                claim = owned.get(key) or claims.get(key)
-                if claim is None and not holds.complete:
-                    # The value there now may be another guard's throttle, which only its
-                    # record says: taken for "before", it would be restored for good.
-                    waiting = True
-                    continue
-                previous = admin.describe_producer_byte_rate(entity) if claim is None else claim[1]
-                if claim is not None and key in owned:
-                    previous = self._recheck(key, entity, previous, holds)
-                if key not in owned:
-                    with ledger.lock:
-                        applied.quota_previous[key] = (entity, previous)
-                    # Saved and published before the alter: the restore value must survive
-                    # a crash, and another guard must not take our throttle for the value.
-                    ledger.save()
-                    self._publish()
-                # Never loosen a quota that was already stricter than ours.
-                value = rate if previous is None else min(rate, previous)
-                admin.alter_producer_byte_rate(entity, value)
-                with ledger.lock:
-                    known = key in applied.quota_said
-                    applied.quota_said.add(key)
-                # Said once per hold: not again while a release of it was never seen (nor
-                # at a re-send), but by a restarted process, whose log starts anew.
-                if not known or not self._said:
-                    actuator_log().info(
-                        "quota_applied",
-                        actuator="quota",
-                        entity=key,
-                        producer_byte_rate=value,
-                        previous=previous,
-                    )
-            if waiting:
-                ledger.failed(
-                    "quota",
-                    "throttle",
-                    "the holds topic could not be read: the value before the throttle is "
-                    "unknown; throttling when it answers",
-                )
-                return False
-            with ledger.lock:
-                applied.quota_applied = bool(mine)
-            ledger.save()
-            self._said = True
-            if had and not mine and needs:
-                actuator_log().info(
-                    "hold_kept",
-                    actuator="quota",
-                    entities=sorted(needs),
-                    held_by=holds.quota_needed_by(),
-                    message="this guard no longer needs the throttle; another guard still does",
-                )
-            if not holds.complete:
-                return not owned.keys() - needs.keys()
-            for key, (entity, previous) in sorted(owned.items()):
-                if key in needs:
-                    continue
-                admin.alter_producer_byte_rate(entity, previous)
-                self._restored(key, entity, previous)
-            return True
+            converged = self._pass(mine, needs, owned, had, claims, holds)
         except Exception as exc:  # logged, counted, retried next cycle
             missing = missing_quota_api(exc)
             with ledger.lock:
@@ -282,5 +219,88 @@ class QuotaActuator:
                 self._unsupported = True
                 ledger.failed("quota", "throttle", missing)
                 return True
-            ledger.broker_failed("quota", "throttle" if mine else "restore", exc)
+            # The throttle re-sent while this guard's needs are what it applied before, and
+            # nothing of its to restore: a read-back of a hold in place.
+            pending = not (had and mine) or bool(owned.keys() - needs.keys())
+            action = "throttle" if mine else "restore"
+            self._read_back.failed(action, exc, holds, pending=pending)
             return False
+        self._read_back.answered()
+        return converged
+
+    def _pass(
+        self,
+        mine: dict[str, tuple[QuotaEntity, float]],
+        needs: dict[str, tuple[QuotaEntity, float]],
+        owned: dict[str, tuple[QuotaEntity, float | None]],
+        had: bool,
+        claims: dict[str, tuple[QuotaEntity, float | None]],
+        holds: ClusterHolds,
+    ) -> bool:
+        """``converge``'s broker calls; raises what the broker raised."""
+        ledger, applied = self._ledger, self._ledger.applied
+        admin = self._admin
+        waiting = False
+        if mine and not had:
+            self._seen_lifted(mine, owned, holds)
+        for key, (entity, rate) in sorted(mine.items()):
+            claim = owned.get(key) or claims.get(key)
+            if claim is None and not holds.complete:
+                # The value there now may be another guard's throttle, which only its
+                # record says: taken for "before", it would be restored for good.
+                waiting = True
+                continue
+            previous = admin.describe_producer_byte_rate(entity) if claim is None else claim[1]
+            if claim is not None and key in owned:
+                previous = self._recheck(key, entity, previous, holds)
+            if key not in owned:
+                with ledger.lock:
+                    applied.quota_previous[key] = (entity, previous)
+                # Saved and published before the alter: the restore value must survive
+                # a crash, and another guard must not take our throttle for the value.
+                ledger.save()
+                self._publish()
+            # Never loosen a quota that was already stricter than ours.
+            value = rate if previous is None else min(rate, previous)
+            admin.alter_producer_byte_rate(entity, value)
+            with ledger.lock:
+                known = key in applied.quota_said
+                applied.quota_said.add(key)
+            # Said once per hold: not again while a release of it was never seen (nor
+            # at a re-send), but by a restarted process, whose log starts anew.
+            if not known or not self._said:
+                actuator_log().info(
+                    "quota_applied",
+                    actuator="quota",
+                    entity=key,
+                    producer_byte_rate=value,
+                    previous=previous,
+                )
+        if waiting:
+            ledger.failed(
+                "quota",
+                "throttle",
+                "the holds topic could not be read: the value before the throttle is "
+                "unknown; throttling when it answers",
+            )
+            return False
+        with ledger.lock:
+            applied.quota_applied = bool(mine)
+        ledger.save()
+        self._said = True
+        if had and not mine and needs:
+            actuator_log().info(
+                "hold_kept",
+                actuator="quota",
+                entities=sorted(needs),
+                held_by=holds.quota_needed_by(),
+                message="this guard no longer needs the throttle; another guard still does",
+            )
+        if not holds.complete:
+            return not owned.keys() - needs.keys()
+        for key, (entity, previous) in sorted(owned.items()):
+            if key in needs:
+                continue
+            admin.alter_producer_byte_rate(entity, previous)
+            self._restored(key, entity, previous)
+        return True

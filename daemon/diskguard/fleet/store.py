@@ -329,7 +329,8 @@ class ScratchStore:
 
     Each table is collected onto the driver as Arrow the moment it is written (one Spark job
     each, while the new snapshots it is computed from are still cached), but for the
-    disk-days' points: those stay in Spark's cache, and only the charted disks' are read.
+    disk-days' points: those stay in Spark's cache (on disk), and only the charted disks' are
+    read.
     Counting the days and reading the report's columns then need no further Spark job.
     """
 
@@ -376,8 +377,11 @@ class ScratchStore:
         from pyspark import StorageLevel
 
         if table == "disks":
-            # the points stay in Spark's cache; collecting the other columns computes it
-            self._points = rows.persist(StorageLevel.MEMORY_AND_DISK)
+            # The points stay in Spark's cache; collecting the other columns computes it. On
+            # disk only: a month of a large fleet's points is gigabytes in a few blocks, and
+            # a block that is also allowed memory is read back whole into the heap (a ~1 GB
+            # block per task ran a 4 GiB driver out of memory); off disk it is streamed.
+            self._points = rows.persist(StorageLevel.DISK_ONLY)
             rows = self._points.drop("points")
         self._tables[table] = rows.toArrow()
 

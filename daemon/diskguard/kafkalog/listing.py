@@ -17,7 +17,7 @@ import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from diskguard.host.fsusage import allocated_bytes
 from diskguard.kafkalog.model import (
@@ -344,25 +344,6 @@ def _list_full(path: str, prior: ClosedStats | None = None) -> tuple[PartitionLi
     return listing, ClosedStats(closed, anchor)
 
 
-class MemoPart(NamedTuple):
-    """One partition's share of its last scan (``ListingCache.scan_memo``): taken whole by the
-    next scan when nothing touched the partition. Only partitions whose files each have one
-    link (every file of a normal Kafka log dir): their bytes simply add up."""
-
-    listing: PartitionListing
-    partition: Partition
-    topic: str
-    #: What the partition adds to the log dir's Kafka bytes, and to its pending reclaim.
-    kafka_bytes: int
-    pending_bytes: int
-
-
-class ScanMemo(NamedTuple):
-    entries: list[os.DirEntry[str]]
-    inputs: tuple[object, ...]
-    parts: dict[str, MemoPart]
-
-
 class ListingCache:
     """Partition listings reused while their directory is unchanged.
 
@@ -416,8 +397,6 @@ class ListingCache:
         #: Until the next ``prune``: the names of the dirs the hints say may have changed;
         #: every other kept dir is taken as it was (``trust``). None: nothing is taken on trust.
         self._trusted_but: frozenset[str] | None = None
-        #: log dir -> its last scan's results per partition (``scan_memo``).
-        self._scans: dict[str, ScanMemo] = {}
         self.hits = 0
         self.misses = 0
         #: Served from ``_fresh`` (the offline sweep's listing, taken again by the scan).
@@ -650,54 +629,17 @@ class ListingCache:
         else:
             store.pop(path, None)
 
-    def scan_memo(
-        self, log_dir: str, entries: list[os.DirEntry[str]], inputs: tuple[object, ...]
-    ) -> tuple[dict[str, MemoPart], frozenset[str]] | None:
-        """What ``scan_log_dir`` may take from its last scan of ``log_dir`` without looking at
-        a partition again: its results per partition, and the names of the dirs it must look
-        at anyway (the hints'). Only while ``trust`` takes the hints' word, for the very
-        listing of the log dir that scan went through (no partition dir made or removed
-        since) and the same inputs (log start offsets, asked offsets, protection rule): an
-        untouched partition's result is then what the scan would compute again from its
-        kept listing (see ``still_kept``). A snapshot a minute at 16,000 partitions
-        otherwise walks every partition in Python."""
-        but = self._trusted_but
-        memo = self._scans.get(log_dir)
-        if but is None or memo is None or memo.entries is not entries or memo.inputs != inputs:
-            return None
-        return memo.parts, but
-
-    def still_kept(self, path: str, listing: PartitionListing, full: bool) -> bool:
-        """Is ``listing`` the one this cache keeps for ``path`` (and, ``full``, are its active
-        files' bytes kept with it)? What ``listing`` and ``active_files`` would return on
-        trust; marks the dir as asked for (``prune``)."""
-        kept = self._entries.get(path)
-        if kept is None or kept[1] is not listing:
-            return False
-        if full:
-            active = self._active.get(path)
-            if active is None or active[0] is not listing or active[2] is None:
-                return False
-        self._touched.add(path)
-        self.hits += 1
-        return True
-
-    def remember_scan(
-        self,
-        log_dir: str,
-        entries: list[os.DirEntry[str]],
-        inputs: tuple[object, ...],
-        parts: dict[str, MemoPart],
-    ) -> None:
-        self._scans[log_dir] = ScanMemo(entries, inputs, parts)
-
     def prune(self) -> None:
         """Drop entries not asked for since the last prune (deleted partitions)."""
-        touched = self._touched
-        for store in (self._entries, self._partitions, self._closed, self._active):
-            for path in store.keys() - touched:
-                del store[path]
-        touched.clear()
+        for path in [p for p in self._entries if p not in self._touched]:
+            del self._entries[path]
+        for path in [p for p in self._partitions if p not in self._touched]:
+            del self._partitions[path]
+        for path in [p for p in self._closed if p not in self._touched]:
+            del self._closed[path]
+        for path in [p for p in self._active if p not in self._touched]:
+            del self._active[path]
+        self._touched.clear()
         self._trusted_but = None
         self._prefetched.clear()
         self._fresh.clear()

@@ -13,7 +13,6 @@ files vanishing mid-scan (the broker deletes and rolls while we look).
 from __future__ import annotations
 
 import bisect
-import operator
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,7 +24,6 @@ from diskguard.kafkalog.checkpoints import LOG_START_CHECKPOINT, compacted_topic
 from diskguard.kafkalog.listing import (
     InodeTally,
     ListingCache,
-    MemoPart,
     active_stats,
     list_partition,
     live_partition_dirs,
@@ -58,10 +56,6 @@ class ScanResult:
     #: topic -> usage, per mount; only filled by a full scan.
     topics_by_mount: Mapping[str, Mapping[str, TopicUsage]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-
-
-#: A partition's place in its log dir's result (a C getter: 16,000 of them per snapshot).
-_BY_NAME = operator.attrgetter("topic", "partition")
 
 
 def as_rule(protect: ProtectionRule | Sequence[re.Pattern[str] | str]) -> ProtectionRule:
@@ -131,31 +125,8 @@ def scan_log_dir(
         )
     if cache is not None and cache.parallel:
         cache.prefetch(live_partition_dirs(entries), full)
-    # What the last scan of this dir found, where nothing could have changed (``scan_memo``);
-    # and what this one finds, for the next.
-    inputs = (full, use_log_start, rule, log_start, dict(requested_log_start or {}))
-    memo = cache.scan_memo(log_dir, entries, inputs) if cache is not None else None
-    remembered: dict[str, MemoPart] = {}
     top_files: list[os.stat_result] = []
     for entry in entries:
-        if memo is not None and cache is not None:
-            kept = memo[0].get(entry.path)
-            if (
-                kept is not None
-                and entry.name not in memo[1]
-                and cache.still_kept(entry.path, kept.listing, full)
-            ):
-                if on_partition is not None:
-                    on_partition(1)
-                remembered[entry.path] = kept
-                kafka.single += kept.kafka_bytes
-                pending.single += kept.pending_bytes
-                if topics is not None:
-                    acc = topics.setdefault(kept.topic, [0, 0])
-                    acc[0] += 1
-                    acc[1] += kept.kafka_bytes
-                partitions.append(kept.partition)
-                continue
         try:
             if entry.is_symlink():
                 warnings.append(f"{entry.path}: symlink in log dir, not followed")
@@ -226,10 +197,6 @@ def scan_log_dir(
             )
             if cache is not None:
                 cache.keep_partition(entry.path, listing, part)
-        pending_before = pending.single
-        # Its share can be taken whole by the next scan only where every file of it has one
-        # link (summed, never counted per inode).
-        simple = not listing.linked and not (active and single is None)
         if use_log_start:
             # A running broker removes ``*.deleted`` files after its delete delay. Offline
             # nobody will: the sweep has already removed those diskguard may remove, and what
@@ -241,7 +208,6 @@ def scan_log_dir(
                     pending.add_linked(linked)
         for base in part.reclaiming:
             for st in segment_stats(part.path, base):
-                simple = simple and st.st_nlink <= 1
                 pending.add(st)
         # Bytes this partition adds to the log dir's (inodes seen before count there once).
         part_bytes = listing.settled_bytes + listing.deleted_bytes
@@ -252,10 +218,6 @@ def scan_log_dir(
             part_bytes += sum(kafka.add_linked(linked) for linked in listing.linked)
         if active and single is None:
             part_bytes += sum(kafka.add(st) for st in active)
-        if simple and cache is not None:
-            remembered[entry.path] = MemoPart(
-                listing, part, name.topic, part_bytes, pending.single - pending_before
-            )
         if topics is not None:
             acc = topics.setdefault(name.topic, [0, 0])
             acc[0] += 1
@@ -263,9 +225,7 @@ def scan_log_dir(
         partitions.append(part)
     for st in top_files:
         kafka.add(st)
-    if cache is not None:
-        cache.remember_scan(log_dir, entries, inputs, remembered)
-    partitions.sort(key=_BY_NAME)
+    partitions.sort(key=lambda p: (p.topic, p.partition))
     return LogDir(
         path=log_dir,
         mount=mount,

@@ -55,7 +55,6 @@ __all__ = [
     "ReadBack",
     "actuator_log",
     "entity_key",
-    "failure_text",
 ]
 
 STATE_FILE: Final = "actuators.json"
@@ -225,7 +224,7 @@ class ReadBack:
                 self._actuator,
                 action,
                 ActuatorError(
-                    f"{failure_text(exc)} (the brokers have not answered this guard's "
+                    f"{_failure_text(exc)} (the brokers have not answered this guard's "
                     f"read-back for {silent_s:.0f} s, more than the lease of {lease_s:g} s)"
                 ),
             )
@@ -235,12 +234,12 @@ class ReadBack:
                 "holds_readback_retrying",
                 actuator=self._actuator,
                 action=action,
-                error=failure_text(exc),
+                error=_failure_text(exc),
                 silent_s=round(silent_s, 1),
             )
 
 
-def failure_text(exc: BaseException) -> str:
+def _failure_text(exc: BaseException) -> str:
     """``actuator_failed``'s ``error``: our own message as it is, anything else with its type."""
     return str(exc) if isinstance(exc, ActuatorError) else f"{type(exc).__name__}: {exc}"
 
@@ -285,7 +284,7 @@ class Ledger:
 
     def broker_failed(self, actuator: str, action: str, exc: BaseException) -> None:
         self.reset_clients()
-        self.failed(actuator, action, failure_text(exc))
+        self.failed(actuator, action, _failure_text(exc))
 
     def reset_clients(self) -> None:
         """Drop every registered client, so the next call connects anew (maybe elsewhere)."""
